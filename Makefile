@@ -1,0 +1,44 @@
+# Two set-up commands for a fresh machine: `make demo` and `make test`.
+# Everything lives in .venv at the repository root; installs go through uv.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+PYTEST_ARGS ?=
+
+.PHONY: demo test install install-core lint engine-up engine-down clean
+
+$(UV):
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check uv
+
+# The provider with the local backend, numpy for the example DAG: what `make demo` needs.
+install-core: $(UV)
+	$(UV) pip install -q --python $(PY) -e '.[docker,examples]'
+
+# Everything the test suite uses: all cloud extras, test tools and the emulated clouds.
+install: $(UV)
+	$(UV) pip install -q --python $(PY) -e '.[all,examples,test,cloud]'
+
+demo: install-core
+	$(PY) -m airflow_stepop.demo
+
+test: install
+	$(PY) -m ruff check airflow_stepop tests bench dags_examples cloud
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(PY) -m ruff check airflow_stepop tests bench dags_examples cloud
+	$(PY) -m ruff format --check airflow_stepop tests bench dags_examples cloud
+
+# A container engine, a registry and the offline-built base image (needs root, as in CI).
+engine-up:
+	scripts/engine.sh up
+
+engine-down:
+	scripts/engine.sh down
+
+include cloud/cloud.mk
+
+clean:
+	rm -rf $(VENV) .pytest_cache build dist *.egg-info
