@@ -1,8 +1,12 @@
-# Targets of the emulated clouds (see docs/testing.md).
-.PHONY: cloud-up cloud-down
+# Targets of the emulated clouds (see docs/testing.md). `up` reuses a stack that still answers
+# and writes .cloud/env; `down` stops every process `up` started, by PID.
+.PHONY: cloud-up cloud-down cloud-status
 
 cloud-up:
-	@echo "emulated clouds: not built yet"
+	$(PY) -m cloud.stack up
 
 cloud-down:
-	@true
+	$(PY) -m cloud.stack down
+
+cloud-status:
+	$(PY) -m cloud.stack status

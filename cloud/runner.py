@@ -239,6 +239,9 @@ class ProcessNode(Node):
             )
         except OSError as exc:
             raise LaunchError(f"cannot execute {argv[0]!r}: {exc}") from exc
+        # Next to the node's root, so `cloud.stack down` can find a job a dead fake left.
+        with open(f"{self.root}.pid", "w") as f:
+            f.write(str(self.proc.pid))
         self._start_reader(STDOUT, _chunks(self.proc.stdout))
         self._start_reader(STDERR, _chunks(self.proc.stderr))
 
