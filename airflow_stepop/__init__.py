@@ -1,12 +1,67 @@
-"""airflow-stepop: run one Airflow task's callable as a job on a managed ML service."""
+"""airflow-stepop: run one Airflow task's callable as a job on a managed ML service.
+
+Public names are imported lazily, so ``python -m airflow_stepop.runtime`` and the DAG
+processor's parse stay light, and the runtime package works where Airflow is not installed.
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
 
-def get_provider_info() -> dict:
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "ResourceSettings": "airflow_stepop.settings",
+    "DockerSettings": "airflow_stepop.settings",
+    "ArtifactRef": "airflow_stepop.artifacts.ref",
+    "LocalStepOperator": "airflow_stepop.operators.local",
+    "StepFailedError": "airflow_stepop.operators.base",
+}
+
+__all__ = [
+    "ArtifactRef",
+    "DockerSettings",
+    "LocalStepOperator",
+    "ResourceSettings",
+    "StepFailedError",
+    "get_provider_info",
+]
+
+if TYPE_CHECKING:
+    from airflow_stepop.artifacts.ref import ArtifactRef
+    from airflow_stepop.operators.base import StepFailedError
+    from airflow_stepop.operators.local import LocalStepOperator
+    from airflow_stepop.settings import DockerSettings, ResourceSettings
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'airflow_stepop' has no attribute {name!r}")
+
+
+def get_provider_info() -> dict[str, Any]:
+    from airflow_stepop.config import provider_config
+
     return {
         "package-name": "airflow-stepop",
         "name": "Step operators",
-        "description": "Run one task's Python callable as a deferred job on a GPU machine.",
-        "versions": ["0.1.0"],
+        "description": "Run one task's Python callable as a deferred job on a GPU machine of a "
+        "managed ML service (or locally), with results as artifact references.",
+        "versions": [__version__],
+        "config": provider_config(),
+        "task-decorators": [
+            {"name": "local_step", "class-name": "airflow_stepop.decorators.local.local_step_task"},
+        ],
+        "triggers": [
+            {
+                "integration-name": "Step operators",
+                "python-modules": ["airflow_stepop.triggers.step_job"],
+            }
+        ],
+        "extra-links": [
+            "airflow_stepop.links.job.StepJobLink",
+            "airflow_stepop.links.job.StepLogsLink",
+        ],
     }

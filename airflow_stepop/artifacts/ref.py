@@ -1,0 +1,68 @@
+"""ArtifactRef: what XCom carries instead of a payload (a few hundred bytes, whatever the size)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from airflow_stepop.runtime import values
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("STEPOP_CACHE_DIR") or os.path.expanduser("~/.cache/airflow-stepop")
+    return Path(root) / "artifacts"
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """A verified pointer to an artifact in object storage.
+
+    ``load()`` fetches it (when remote), checks its sha256 and deserializes it with the
+    materializer that wrote it. Passing an ArtifactRef to another step passes the reference:
+    the job reads the bytes itself and the worker never downloads them.
+    """
+
+    __version__: ClassVar[int] = 1
+
+    uri: str
+    sha256: str
+    size: int
+    materializer: str
+    type_name: str
+    python: str | None = None
+
+    def load(self, conn_id: str | None = None) -> Any:
+        """The artifact's value (a local ``Path`` for directories), after checking its sha256."""
+        from airflow_stepop.artifacts.storage import worker_storage
+
+        return values.read_artifact(self.to_record(), worker_storage(conn_id), _cache_dir())
+
+    def to_record(self) -> dict[str, Any]:
+        record = asdict(self)
+        if record["python"] is None:
+            del record["python"]
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> ArtifactRef:
+        return cls(**record)
+
+    def __str__(self) -> str:
+        return f"ArtifactRef({self.type_name}, {self.size} bytes, {self.uri})"
+
+
+def as_record(value: Any) -> dict[str, Any] | None:
+    """The reference record of an ArtifactRef (for value encoding), None for anything else."""
+    return value.to_record() if isinstance(value, ArtifactRef) else None
+
+
+def _allow_in_xcom() -> None:
+    """Let Airflow's XCom deserializer rebuild ArtifactRef (its allow list is 'airflow.*')."""
+    from airflow.sdk.serde import allow_class
+
+    allow_class(ArtifactRef)
+
+
+_allow_in_xcom()

@@ -1,0 +1,296 @@
+"""The local backend: a step runs as a detached local process, or in a local container.
+
+Process mode starts ``python -m airflow_stepop.runtime SPEC`` under a small supervisor in its
+own session, so the job outlives the worker that started it and its exit code is recorded
+(``local_supervisor``). Container mode runs the same command in a container of the step's
+environment image (docker SDK), with the artifact root mounted at the same path and GPUs
+requested when ``gpu_count`` is set. Job records live under ``[stepop] local_jobs_dir``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow_stepop.backends import local_supervisor as supervisor
+from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
+from airflow_stepop.backends.naming import key_prefix
+from airflow_stepop.runtime.storage import Storage
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_SECONDS = 10.0
+TASK_KEY_LABEL = "airflow-stepop.task-key"
+
+
+def _job_environment(request: JobRequest, bundle_path: str) -> dict[str, str]:
+    """The worker's environment minus Airflow's own (connections, secrets), plus the step's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(request.environment)
+    env["PYTHONPATH"] = bundle_path
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _local_bundle(request: JobRequest) -> Path:
+    path = Storage().local_path(request.code_uri)
+    if path is None:
+        raise ValueError(
+            f"The local backend runs jobs from a local code bundle, but artifact_root gives "
+            f"{request.code_uri!r}. Use a file:// artifact_root with LocalStepOperator."
+        )
+    return path
+
+
+class LocalBackend(StepBackend):
+    def __init__(self, jobs_dir: str, python: str | None = None) -> None:
+        self.jobs_dir = Path(jobs_dir)
+        self.python = python or sys.executable
+
+    def serialize(self) -> dict[str, Any]:
+        return {"jobs_dir": str(self.jobs_dir), "python": self.python}
+
+    # ---- worker side -------------------------------------------------------------------
+
+    def submit(self, request: JobRequest) -> dict[str, Any]:
+        bundle = _local_bundle(request)
+        job_dir = self.jobs_dir / request.job_name
+        job_dir.mkdir(parents=True, exist_ok=False)
+        if request.docker is not None and (client := _docker_client()) is not None:
+            handle = self._submit_container(client, request, job_dir, bundle)
+        else:
+            if request.docker is not None:
+                log.warning("docker= is set but no container engine answers: running as a process")
+            handle = self._submit_process(request, job_dir, bundle)
+        (job_dir / "job.json").write_text(json.dumps(handle))
+        return handle
+
+    def _submit_process(self, request: JobRequest, job_dir: Path, bundle: Path) -> dict[str, Any]:
+        command = [
+            self.python,
+            "-m",
+            supervisor.__name__,
+            str(job_dir),
+            "--",
+            self.python,
+            "-m",
+            "airflow_stepop.runtime",
+            request.spec_uri,
+        ]
+        process = subprocess.Popen(
+            command,
+            env=_job_environment(request, str(bundle)),
+            cwd=job_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        return {
+            "job_id": request.job_name,
+            "task_key": request.task_key,
+            "mode": "process",
+            "pid": process.pid,
+            "run_uri": request.run_uri,
+            "job_dir": str(job_dir),
+        }
+
+    def _submit_container(
+        self, client: Any, request: JobRequest, job_dir: Path, bundle: Path
+    ) -> dict[str, Any]:
+        import docker.types
+
+        from airflow_stepop import config
+        from airflow_stepop.images.builder import BuildOptions, ensure_image
+
+        assert request.docker is not None
+        options = BuildOptions(
+            network_mode=config.get("build_network_mode") or None,
+            ca_bundle=config.get("build_ca_bundle") or None,
+        )
+        image, built = ensure_image(request.docker, client, options=options)
+        root = Storage().local_path(request.run_uri)
+        assert root is not None
+        artifact_root = _artifact_root_dir(root, request)
+        resources = request.resources
+        kwargs: dict[str, Any] = {}
+        if resources is not None and resources.gpu_count:
+            kwargs["device_requests"] = [
+                docker.types.DeviceRequest(count=resources.gpu_count, capabilities=[["gpu"]])
+            ]
+        if resources is not None and resources.cpu_count:
+            kwargs["nano_cpus"] = resources.cpu_count * 10**9
+        if resources is not None and resources.memory_bytes:
+            kwargs["mem_limit"] = resources.memory_bytes
+        env = dict(request.environment)
+        env.update({"PYTHONPATH": str(bundle), "PYTHONUNBUFFERED": "1", "HOME": "/tmp"})
+        container = client.containers.run(
+            image,
+            command=["python3", "-m", "airflow_stepop.runtime", request.spec_uri],
+            name=request.job_name,
+            detach=True,
+            environment=env,
+            labels={TASK_KEY_LABEL: key_prefix(request.task_key), **request.labels},
+            volumes={str(artifact_root): {"bind": str(artifact_root), "mode": "rw"}},
+            user=f"{os.getuid()}:{os.getgid()}",
+            working_dir="/tmp",
+            **kwargs,
+        )
+        return {
+            "job_id": request.job_name,
+            "task_key": request.task_key,
+            "mode": "container",
+            "container_id": container.id,
+            "image": image,
+            "image_built": built,
+            "run_uri": request.run_uri,
+            "job_dir": str(job_dir),
+        }
+
+    def find_active(self, task_key: str) -> dict[str, Any] | None:
+        prefix = key_prefix(task_key)
+        if not self.jobs_dir.is_dir():
+            return None
+        for job_dir in sorted(self.jobs_dir.glob(f"{prefix}-t*"), reverse=True):
+            record = job_dir / "job.json"
+            if not record.exists():
+                continue
+            handle = json.loads(record.read_text())
+            if handle.get("task_key") == task_key and not self._status(handle).terminal:
+                return handle
+        return None
+
+    def stop(self, handle: dict[str, Any]) -> None:
+        job_dir = Path(handle["job_dir"])
+        (job_dir / "stop_requested").touch()
+        if handle["mode"] == "container":
+            client = _docker_client()
+            if client is not None:
+                _container(client, handle).stop(timeout=int(STOP_GRACE_SECONDS))
+            return
+        pid = handle["pid"]
+        if not _alive(pid, job_dir):
+            return
+        os.kill(pid, signal.SIGTERM)  # the supervisor forwards it to the step
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while time.monotonic() < deadline and _alive(pid, job_dir):
+            time.sleep(0.1)
+        if _alive(pid, job_dir):
+            os.killpg(pid, signal.SIGKILL)
+
+    # ---- state and logs ------------------------------------------------------------------
+
+    def _status(self, handle: dict[str, Any]) -> JobStatus:
+        job_dir = Path(handle["job_dir"])
+        stopped = (job_dir / "stop_requested").exists()
+        if handle["mode"] == "container":
+            return self._container_status(handle, stopped)
+        exit_file = job_dir / supervisor.EXIT_CODE
+        if exit_file.exists():
+            return _exit_status(int(exit_file.read_text()), stopped)
+        if _alive(handle["pid"], job_dir):
+            return JobStatus("running")
+        if exit_file.exists():  # ended between the two checks
+            return _exit_status(int(exit_file.read_text()), stopped)
+        return JobStatus("failed", "the job's supervisor process disappeared (killed or lost)")
+
+    def _container_status(self, handle: dict[str, Any], stopped: bool) -> JobStatus:
+        import docker.errors
+
+        client = _docker_client()
+        if client is None:
+            return JobStatus("failed", "the container engine does not answer")
+        try:
+            state = _container(client, handle).attrs["State"]
+        except docker.errors.NotFound:
+            return JobStatus("failed", f"container {handle['job_id']} no longer exists")
+        if state["Status"] in ("created", "running", "restarting", "paused"):
+            return JobStatus("pending" if state["Status"] == "created" else "running")
+        if state.get("OOMKilled"):
+            return JobStatus("failed", "OOMKilled: the container ran out of memory")
+        return _exit_status(int(state.get("ExitCode", -1)), stopped)
+
+    def _logs(self, handle: dict[str, Any], cursor: int | None) -> tuple[list[str], int]:
+        cursor = cursor or 0
+        if handle["mode"] == "container":
+            client = _docker_client()
+            if client is None:
+                return [], cursor
+            raw = _container(client, handle).logs(stdout=True, stderr=True)
+            data = raw[cursor:]
+        else:
+            path = Path(handle["job_dir"]) / supervisor.OUTPUT_LOG
+            if not path.exists():
+                return [], cursor
+            with open(path, "rb") as handle_file:
+                handle_file.seek(cursor)
+                data = handle_file.read()
+        complete = data.rfind(b"\n") + 1  # hold back a partial last line
+        lines = data[:complete].decode("utf-8", "replace").splitlines()
+        return lines, cursor + complete
+
+    async def astatus(self, handle: dict[str, Any]) -> JobStatus:
+        return await asyncio.to_thread(self._status, handle)
+
+    async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
+        return await asyncio.to_thread(self._logs, handle, cursor)
+
+    async def astop(self, handle: dict[str, Any]) -> None:
+        await asyncio.to_thread(self.stop, handle)
+
+
+def _artifact_root_dir(run_dir: Path, request: JobRequest) -> Path:
+    """The common directory of the run and the code bundle: what a container must see."""
+    bundle = _local_bundle(request)
+    return Path(os.path.commonpath([run_dir, bundle]))
+
+
+def _exit_status(code: int, stopped: bool) -> JobStatus:
+    if code == 0:
+        return JobStatus("succeeded")
+    if stopped:
+        return JobStatus("stopped", "stopped on request")
+    if code < 0:
+        return JobStatus("failed", f"the step process was killed by signal {-code}")
+    return JobStatus("failed", f"the step process exited with code {code}")
+
+
+def _alive(pid: int, job_dir: Path) -> bool:
+    """Is ``pid`` still this job's supervisor (not a recycled pid)?"""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":  # a zombie has finished
+            return False
+    except (OSError, IndexError):
+        return False
+    return str(job_dir).encode() in cmdline
+
+
+def _docker_client() -> Any | None:
+    """A docker client if an engine answers, else None (the SDK is imported only here)."""
+    try:
+        import docker
+    except ImportError:
+        return None
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+        return client
+    except Exception:  # any failure to reach the engine means "no engine"
+        return None
+
+
+def _container(client: Any, handle: dict[str, Any]) -> Any:
+    return client.containers.get(handle.get("container_id") or handle["job_id"])

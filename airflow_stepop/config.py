@@ -1,0 +1,88 @@
+"""The provider's ``[stepop]`` configuration section: one place that reads it, with defaults."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+SECTION = "stepop"
+
+# name -> (type, default, description); get_provider_info() publishes these to Airflow.
+OPTIONS: dict[str, tuple[str, str, str]] = {
+    "artifact_root": (
+        "string",
+        "",
+        "Where steps keep code bundles, inputs and results: any fsspec URL (file://, s3://, "
+        "gs://, abfs://). Empty means file://$AIRFLOW_HOME/stepop-artifacts.",
+    ),
+    "poll_interval": ("float", "5.0", "Seconds between two job-state polls of a trigger."),
+    "inline_result_max_bytes": (
+        "integer",
+        "65536",
+        "A JSON result at most this large comes back as a plain XCom value; larger or "
+        "non-JSON results come back as ArtifactRef.",
+    ),
+    "local_jobs_dir": (
+        "string",
+        "",
+        "Where the local backend keeps its job records (pid, log, exit code). Empty means "
+        "$AIRFLOW_HOME/stepop-jobs.",
+    ),
+    "build_network_mode": (
+        "string",
+        "",
+        "Docker network mode for image builds (e.g. 'host' where the engine has no bridge).",
+    ),
+    "build_ca_bundle": (
+        "string",
+        "",
+        "A CA bundle (PEM file) that pip trusts while building environment images, for "
+        "networks whose TLS is re-signed by a corporate proxy. Not part of the image hash.",
+    ),
+}
+
+
+def _conf() -> Any:
+    from airflow.sdk import conf
+
+    return conf
+
+
+def get(name: str) -> str:
+    kind, default, _ = OPTIONS[name]
+    return _conf().get(SECTION, name, fallback=default) or default
+
+
+def get_float(name: str) -> float:
+    return float(get(name))
+
+
+def get_int(name: str) -> int:
+    return int(get(name))
+
+
+def airflow_home() -> str:
+    return os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
+
+
+def artifact_root() -> str:
+    root = get("artifact_root")
+    return root or f"file://{airflow_home()}/stepop-artifacts"
+
+
+def provider_config() -> dict[str, Any]:
+    return {
+        SECTION: {
+            "description": "airflow-stepop: step operators that run one task on a ML service.",
+            "options": {
+                name: {
+                    "description": description,
+                    "version_added": "0.1.0",
+                    "type": kind,
+                    "example": None,
+                    "default": default,
+                }
+                for name, (kind, default, description) in OPTIONS.items()
+            },
+        }
+    }

@@ -1,0 +1,1 @@
+"""TaskFlow decorators: ``@task.local_step`` and one per service."""

@@ -1,0 +1,184 @@
+"""Builds environment images with the docker SDK, tagged by content hash, only on a miss.
+
+The tag is a hash of the parent image, requirements, apt packages, environment, the user's
+Dockerfile bytes, build args and this recipe's version. Code is not in the image (it travels in
+the code bundle), so editing a step never rebuilds. A parent image with nothing added is used
+as it is.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airflow_stepop.settings import DockerSettings
+
+log = logging.getLogger(__name__)
+
+RECIPE_VERSION = "1"
+DEFAULT_REPOSITORY = "airflow-stepop-env"
+CA_FILE = "stepop-build-ca.pem"
+
+
+def default_parent_image() -> str:
+    return f"python:{sys.version_info.major}.{sys.version_info.minor}-slim"
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How to build, without changing what is built (so none of it enters the hash)."""
+
+    network_mode: str | None = None
+    ca_bundle: str | None = None  # PEM file pip trusts during the build (TLS-re-signing proxies)
+
+
+class ImageBuildError(RuntimeError):
+    """A failed image build; the message carries the tail of the build log."""
+
+
+def image_reference(settings: DockerSettings, repository: str) -> str:
+    parent = settings.parent_image or default_parent_image()
+    if not settings.needs_build:
+        return parent
+    return f"{repository}:{settings.content_hash(parent, RECIPE_VERSION)[:24]}"
+
+
+def dockerfile_text(settings: DockerSettings, parent: str, with_ca: bool) -> str:
+    lines = [f"FROM {parent}"]
+    if settings.apt_packages:
+        packages = " ".join(settings.apt_packages)
+        lines.append(
+            "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+            f"--no-install-recommends {packages} && rm -rf /var/lib/apt/lists/*"
+        )
+    if settings.requirements:
+        lines.append("COPY stepop-requirements.txt /tmp/stepop-requirements.txt")
+        cert = ""
+        if with_ca:
+            lines.append(f"COPY {CA_FILE} /tmp/{CA_FILE}")
+            cert = f" --cert /tmp/{CA_FILE}"
+        lines.append(
+            "RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir"
+            f"{cert} -r /tmp/stepop-requirements.txt"
+            f" && rm -f /tmp/stepop-requirements.txt /tmp/{CA_FILE}"
+        )
+    for key, value in sorted(settings.environment.items()):
+        lines.append(f"ENV {key}={_quote(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _context(files: dict[str, bytes]) -> io.BytesIO:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buffer.seek(0)
+    return buffer
+
+
+def _image_exists(client: Any, reference: str, registry_lookup: bool) -> bool:
+    import docker.errors
+
+    try:
+        client.images.get(reference)
+        return True
+    except docker.errors.ImageNotFound:
+        pass
+    if not registry_lookup:
+        return False
+    try:
+        client.images.get_registry_data(reference)
+        return True
+    except docker.errors.APIError:
+        return False
+
+
+def _run_build(client: Any, tag: str, options: BuildOptions, **kwargs: Any) -> None:
+    import docker.errors
+
+    lines: list[str] = []
+    try:
+        for chunk in client.api.build(
+            tag=tag, rm=True, forcerm=True, decode=True, network_mode=options.network_mode, **kwargs
+        ):
+            if "stream" in chunk:
+                lines.extend(chunk["stream"].splitlines())
+            if "error" in chunk:
+                raise ImageBuildError(
+                    f"Building image {tag} failed: {chunk['error'].strip()}\n"
+                    + "\n".join(lines[-30:])
+                )
+    except docker.errors.APIError as exc:
+        raise ImageBuildError(f"Building image {tag} failed: {exc}") from exc
+    for line in lines:
+        log.debug("build %s: %s", tag, line)
+
+
+def ensure_image(
+    settings: DockerSettings,
+    client: Any,
+    *,
+    repository: str = DEFAULT_REPOSITORY,
+    push: bool = False,
+    options: BuildOptions | None = None,
+) -> tuple[str, bool]:
+    """The image for these settings, built (and pushed) only if missing. Returns (ref, built)."""
+    options = options or BuildOptions()
+    reference = image_reference(settings, repository)
+    if not settings.needs_build:
+        return reference, False
+    if _image_exists(client, reference, registry_lookup=push):
+        log.info("Environment image %s exists; no build", reference)
+        return reference, False
+
+    parent = settings.parent_image or default_parent_image()
+    if settings.dockerfile:
+        dockerfile = Path(settings.dockerfile)
+        base_tag = f"{reference}-base"
+        log.info("Building %s from %s", base_tag, dockerfile)
+        _run_build(
+            client,
+            base_tag,
+            options,
+            path=str(dockerfile.parent),
+            dockerfile=dockerfile.name,
+            buildargs=dict(settings.build_args) or None,
+        )
+        parent = base_tag
+
+    with_ca = bool(options.ca_bundle and settings.requirements)
+    files = {"Dockerfile": dockerfile_text(settings, parent, with_ca).encode()}
+    if settings.requirements:
+        files["stepop-requirements.txt"] = ("\n".join(settings.requirements) + "\n").encode()
+    if with_ca:
+        files[CA_FILE] = Path(options.ca_bundle).read_bytes()  # type: ignore[arg-type]
+    log.info("Building environment image %s", reference)
+    _run_build(
+        client,
+        reference,
+        options,
+        fileobj=_context(files),
+        custom_context=True,
+        buildargs=dict(settings.build_args) or None,
+    )
+    if push:
+        _push(client, reference)
+    return reference, True
+
+
+def _push(client: Any, reference: str) -> None:
+    repository, _, tag = reference.rpartition(":")
+    for chunk in client.images.push(repository, tag=tag, stream=True, decode=True):
+        if "error" in chunk:
+            raise ImageBuildError(f"Pushing {reference} failed: {chunk['error']}")

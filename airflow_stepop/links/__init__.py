@@ -1,0 +1,1 @@
+"""Extra links to a step's job, persisted before the task defers."""

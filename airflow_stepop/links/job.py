@@ -1,0 +1,39 @@
+"""Console links for step jobs: the operator stores URLs in XCom, the UI reads them there."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperatorLink
+
+if TYPE_CHECKING:
+    from airflow.sdk.types import TaskInstanceKey
+
+
+class _StoredLink(BaseOperatorLink):
+    kind = ""  # the key of backend.links() this link shows
+
+    def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
+        from airflow.sdk.execution_time.xcom import XCom
+
+        return XCom.get_value(key=self.xcom_key, ti_key=ti_key) or ""
+
+
+class StepJobLink(_StoredLink):
+    name = "Step job"
+    kind = "job"
+
+
+class StepLogsLink(_StoredLink):
+    name = "Step logs"
+    kind = "logs"
+
+
+LINKS: tuple[type[_StoredLink], ...] = (StepJobLink, StepLogsLink)
+
+
+def persist_links(context: Any, links: dict[str, str]) -> None:
+    """Store a backend's links so they work while the task is deferred."""
+    for link in LINKS:
+        if url := links.get(link.kind):
+            context["ti"].xcom_push(key=link().xcom_key, value=url)

@@ -1,0 +1,1 @@
+"""Step operators: a generic base and one thin subclass per service."""

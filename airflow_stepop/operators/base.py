@@ -1,0 +1,245 @@
+"""BaseStepOperator: ship one callable to a job, defer while it runs, return references.
+
+A service's operator is a thin subclass that says which backend runs the job. Everything else
+(packaging, inputs, the spec, re-attaching on retry, deferral, results and failures) lives here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable, Collection, Mapping
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from airflow.sdk import BaseOperator
+
+from airflow_stepop import config
+from airflow_stepop.artifacts.ref import ArtifactRef, as_record
+from airflow_stepop.artifacts.storage import worker_storage
+from airflow_stepop.backends.base import JobRequest, StepBackend
+from airflow_stepop.backends.naming import job_name, task_key
+from airflow_stepop.links.job import LINKS, persist_links
+from airflow_stepop.runtime import spec as specs
+from airflow_stepop.runtime import values
+from airflow_stepop.runtime.storage import Storage, join
+from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
+from airflow_stepop.triggers.step_job import StepJobTrigger
+
+
+class StepFailedError(RuntimeError):
+    """The step's job failed; the message carries the remote exception and the job's log tail."""
+
+
+def _segment(value: object) -> str:
+    """A path segment that is safe on every object store."""
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", str(value)).strip("_") or "_"
+
+
+class BaseStepOperator(BaseOperator):
+    """Run ``python_callable`` as a job on a step backend; see the README for the arguments."""
+
+    template_fields = ("op_args", "op_kwargs", "environment")
+    operator_extra_links = tuple(link() for link in LINKS)
+    ui_color = "#c8e6f5"
+
+    # A backend's limits on job names (service rules).
+    job_name_max_length: ClassVar[int] = 63
+
+    def __init__(
+        self,
+        *,
+        python_callable: Callable[..., Any],
+        op_args: Collection[Any] | None = None,
+        op_kwargs: Mapping[str, Any] | None = None,
+        resources: ResourceSettings | None = None,
+        docker: DockerSettings | None = None,
+        artifact_root: str | None = None,
+        deferrable: bool = True,
+        poll_interval: float | None = None,
+        environment: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        name = type(self).__name__
+        if not callable(python_callable):
+            raise SettingsError(f"{name}.python_callable={python_callable!r} is not callable.")
+        if resources is not None and not isinstance(resources, ResourceSettings):
+            raise SettingsError(
+                f"{name}.resources={resources!r} must be a ResourceSettings, e.g. "
+                "ResourceSettings(gpu_count=1, memory='16GiB')."
+            )
+        if docker is not None and not isinstance(docker, DockerSettings):
+            raise SettingsError(
+                f"{name}.docker={docker!r} must be a DockerSettings, e.g. "
+                "DockerSettings(parent_image='python:3.11-slim', requirements=['numpy'])."
+            )
+        if poll_interval is not None and (
+            isinstance(poll_interval, bool)
+            or not isinstance(poll_interval, (int, float))
+            or poll_interval <= 0
+        ):
+            raise SettingsError(f"{name}.poll_interval={poll_interval!r} must be seconds > 0.")
+        if artifact_root is not None and (not isinstance(artifact_root, str) or not artifact_root):
+            raise SettingsError(
+                f"{name}.artifact_root={artifact_root!r} must be a URL such as "
+                "'file:///data/stepop', 's3://bucket/prefix' or 'gs://bucket/prefix'."
+            )
+        self.python_callable = python_callable
+        self.op_args = list(op_args or [])
+        self.op_kwargs = dict(op_kwargs or {})
+        self.resources = resources
+        self.docker = docker
+        self.artifact_root = artifact_root
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self.environment = dict(environment or {})
+
+    # ---- what a service's subclass provides ------------------------------------------------
+
+    def make_backend(self) -> StepBackend:
+        raise NotImplementedError
+
+    @property
+    def storage_conn_id(self) -> str | None:
+        """The Airflow connection that reaches the artifact root (None: ambient credentials)."""
+        return None
+
+    # ---- execute ---------------------------------------------------------------------------
+
+    def execute(self, context: Any) -> Any:
+        backend = self.make_backend()
+        ti = context["ti"]
+        key = task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+        handle = backend.find_active(key)
+        if handle is not None:
+            self.log.info(
+                "Re-attaching to job %s, still running from an earlier try", handle["job_id"]
+            )
+        else:
+            handle = backend.submit(self._prepare(context, key))
+            self.log.info("Submitted job %s", handle["job_id"])
+        persist_links(context, backend.links(handle))
+        trigger = StepJobTrigger(
+            backend_path=f"{type(backend).__module__}.{type(backend).__qualname__}",
+            backend_kwargs=backend.serialize(),
+            handle=handle,
+            poll_interval=self.poll_interval or config.get_float("poll_interval"),
+            deadline=self._deadline(ti),
+        )
+        if not self.deferrable:
+            self._handle = (backend, handle)
+            try:
+                event = asyncio.run(_first_event(trigger))
+            except BaseException:  # execution_timeout, SIGTERM...: the job must not outlive us
+                backend.stop(handle)
+                raise
+            return self.execute_complete(context, event)
+        self.defer(trigger=trigger, method_name="execute_complete")
+
+    def _deadline(self, ti: Any) -> float | None:
+        if not isinstance(self.execution_timeout, timedelta):
+            return None
+        started = getattr(ti, "start_date", None)
+        start = started.timestamp() if started is not None else time.time()
+        return start + self.execution_timeout.total_seconds()
+
+    def _prepare(self, context: Any, key: str) -> JobRequest:
+        """Upload code and inputs, write the spec: everything the job reads."""
+        ti = context["ti"]
+        from airflow_stepop.packaging.bundle import build_bundle
+
+        root = self.artifact_root or config.artifact_root()
+        storage = worker_storage(self.storage_conn_id)
+        run_uri = join(
+            root,
+            *map(_segment, (ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number)),
+        )
+        bundle = build_bundle(self.python_callable)
+        code_uri = join(root, "code", f"{bundle.sha256}.zip")
+        if not storage.exists(code_uri):
+            storage.write_bytes(code_uri, bundle.data)
+        limit = config.get_int("inline_result_max_bytes")
+
+        def write_input(value: Any, name: str) -> dict[str, Any]:
+            return values.write_artifact(value, join(run_uri, specs.INPUTS_DIR, name), storage)
+
+        def encode(value: Any, name: str) -> dict[str, Any]:
+            return values.encode(
+                value, name=name, inline_limit=limit, write=write_input, as_ref=as_record
+            )
+
+        spec = {
+            "spec_version": specs.SPEC_VERSION,
+            "python": specs.python_version(),
+            "step": {
+                "dag_id": ti.dag_id,
+                "run_id": ti.run_id,
+                "task_id": ti.task_id,
+                "map_index": ti.map_index,
+                "try_number": ti.try_number,
+            },
+            "code": {"uri": code_uri, "sha256": bundle.sha256},
+            "callable": bundle.callable_entry,
+            "args": [encode(v, f"arg{i}") for i, v in enumerate(self.op_args)],
+            "kwargs": {k: encode(v, f"kwarg-{k}") for k, v in self.op_kwargs.items()},
+            "multiple_outputs": bool(self.multiple_outputs),
+            "inline_limit_bytes": limit,
+        }
+        spec_uri = join(run_uri, specs.SPEC_NAME)
+        storage.write_json(spec_uri, spec)
+        return JobRequest(
+            job_name=job_name(key, ti.try_number, max_length=self.job_name_max_length),
+            task_key=key,
+            spec_uri=spec_uri,
+            run_uri=run_uri,
+            code_uri=code_uri,
+            resources=self.resources,
+            docker=self.docker,
+            environment=self.environment,
+            labels={"dag_id": ti.dag_id, "task_id": ti.task_id},
+        )
+
+    # ---- completion ------------------------------------------------------------------------
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        handle = event["handle"]
+        storage = worker_storage(self.storage_conn_id)
+        if event["status"] == "succeeded":
+            manifest = storage.read_json(join(handle["run_uri"], specs.RESULT_NAME))
+            return values.decode(manifest["outputs"], ArtifactRef.from_record)
+        raise self._failure(event, storage)
+
+    def _failure(self, event: dict[str, Any], storage: Storage) -> Exception:
+        handle = event["handle"]
+        parts = [f"Step job {handle['job_id']} {event['status']}"]
+        if event.get("reason"):
+            parts[0] += f": {event['reason']}"
+        error_uri = join(handle["run_uri"], specs.ERROR_NAME)
+        if storage.exists(error_uri):
+            error = storage.read_json(error_uri)
+            parts.append(f"The step raised {error['type']}: {error['message']}")
+            parts.append("Remote traceback:\n" + error["traceback"].rstrip())
+        if event.get("log_tail"):
+            parts.append("Last lines of the job's log:\n" + "\n".join(event["log_tail"]))
+        message = "\n\n".join(parts)
+        if event["status"] == "timeout":
+            from airflow.sdk.exceptions import AirflowTaskTimeout
+
+            return AirflowTaskTimeout(message)
+        return StepFailedError(message)
+
+    def on_kill(self) -> None:
+        """Non-deferrable mode: stop the job this worker is waiting for."""
+        handle = getattr(self, "_handle", None)
+        if handle is not None:
+            backend, job = handle
+            self.log.info("Stopping job %s", job["job_id"])
+            backend.stop(job)
+
+
+async def _first_event(trigger: StepJobTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        return event.payload
+    raise RuntimeError("the trigger ended without an event")

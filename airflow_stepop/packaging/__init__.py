@@ -1,0 +1,1 @@
+"""Worker side: a task's callable becomes a content-addressed code bundle."""

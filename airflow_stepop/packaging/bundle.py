@@ -1,0 +1,242 @@
+"""Packages a task's callable into a content-addressed code bundle (a zip).
+
+The bundle holds the step runtime (``airflow_stepop/runtime``, standard library only), the
+callable's module and the local modules it imports (from the DAGs folder or the user's own
+package, never site-packages), and, when the callable cannot be imported by name, the callable
+pickled by value together with the worker's own cloudpickle. Entries are sorted and timestamps
+fixed, so the same code always yields the same sha256 and is uploaded once.
+
+The runtime imports a module-level function by module and qualified name. Functions defined in
+a DAG file (a module that imports Airflow, which the job may not have), closures, lambdas and
+nested functions travel pickled by value instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import io
+import sys
+import sysconfig
+import types
+import zipfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import airflow_stepop.runtime as runtime_package
+from airflow_stepop.runtime.main import BUNDLE_CALLABLE, BUNDLE_CODE_DIR, BUNDLE_DEPS_DIR
+
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+class PackagingError(ValueError):
+    """A callable that cannot be shipped to a job."""
+
+
+@dataclass(frozen=True)
+class CodeBundle:
+    data: bytes
+    sha256: str
+    callable_entry: dict[str, Any]
+    modules: tuple[str, ...]
+
+
+def _stdlib_and_site_dirs() -> tuple[Path, ...]:
+    names = ("stdlib", "platstdlib", "purelib", "platlib")
+    return tuple({Path(p).resolve() for n in names if (p := sysconfig.get_paths().get(n))})
+
+
+@cache
+def _excluded_dirs() -> tuple[Path, ...]:
+    import airflow_stepop
+
+    own = Path(airflow_stepop.__file__).resolve().parent
+    return (*_stdlib_and_site_dirs(), own, Path(sys.prefix).resolve())
+
+
+def _is_local_file(path: Path) -> bool:
+    resolved = path.resolve()
+    if "site-packages" in resolved.parts or "dist-packages" in resolved.parts:
+        return False
+    return not any(resolved.is_relative_to(d) for d in _excluded_dirs())
+
+
+def _module_file(module: types.ModuleType) -> Path | None:
+    file = getattr(module, "__file__", None)
+    if not file or not file.endswith(".py"):
+        return None
+    return Path(file)
+
+
+def _import_root(module_name: str, file: Path) -> Path:
+    """The directory that ``module_name`` is importable from (the sys.path entry)."""
+    depth = module_name.count(".") + (1 if file.name == "__init__.py" else 0)
+    root = file.parent
+    for _ in range(depth):
+        root = root.parent
+    return root
+
+
+def _imported_names(file: Path, module_name: str, is_package: bool) -> set[str]:
+    """Absolute names of modules a source file imports (static: no code is run)."""
+    tree = ast.parse(file.read_bytes(), filename=str(file))
+    package = module_name if is_package else module_name.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".") if package else []
+                base = base[: len(base) - node.level + 1] if node.level > 1 else base
+                prefix = ".".join(base)
+                target = f"{prefix}.{node.module}" if node.module else prefix
+            else:
+                target = node.module or ""
+            if target:
+                names.add(target)
+                names.update(f"{target}.{alias.name}" for alias in node.names)
+    return names
+
+
+def imports_airflow(module: types.ModuleType) -> bool:
+    file = _module_file(module)
+    if file is None:
+        return False
+    names = _imported_names(file, module.__name__, file.name == "__init__.py")
+    return any(name == "airflow" or name.startswith("airflow.") for name in names)
+
+
+def _find_module(name: str) -> tuple[str, Path] | None:
+    module = sys.modules.get(name)
+    if module is not None:
+        file = _module_file(module)
+        return (name, file) if file else None
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError, AttributeError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return name, Path(spec.origin)
+
+
+def collect_local_modules(roots: Iterable[types.ModuleType]) -> dict[str, Path]:
+    """The given modules plus every local module they import, transitively: name -> file."""
+    found: dict[str, Path] = {}
+    pending = [(m.__name__, f) for m in roots if (f := _module_file(m)) and _is_local_file(f)]
+    while pending:
+        name, file = pending.pop()
+        if name in found:
+            continue
+        found[name] = file
+        # parent packages' __init__ files are needed to import a submodule
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            parent = _find_module(".".join(parts[:i]))
+            if parent and _is_local_file(parent[1]):
+                pending.append(parent)
+        for imported in _imported_names(file, name, file.name == "__init__.py"):
+            hit = _find_module(imported)
+            if hit and _is_local_file(hit[1]):
+                pending.append(hit)
+    return found
+
+
+def _callable_entry(function: Callable[..., Any]) -> dict[str, Any] | None:
+    """How the runtime imports the function by name, or None when it must be pickled."""
+    module = sys.modules.get(function.__module__)
+    qualname = getattr(function, "__qualname__", "")
+    if module is None or "<" in qualname or _module_file(module) is None:
+        return None
+    if imports_airflow(module):
+        return None
+    target: Any = module
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+    if target is not function:
+        return None
+    return {"kind": "import", "module": function.__module__, "qualname": qualname}
+
+
+def _pickle_by_value(function: Callable[..., Any]) -> bytes:
+    import cloudpickle
+
+    module = sys.modules.get(function.__module__)
+    register = module is not None and function.__module__ != "__main__"
+    if register:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(function)
+    except Exception as exc:
+        raise PackagingError(
+            f"The callable {function.__qualname__!r} cannot be pickled by value "
+            f"({type(exc).__name__}: {exc}). Define it at module level in a module of the DAGs "
+            "folder that does not import Airflow, so the job imports it by name."
+        ) from exc
+    finally:
+        if register:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _package_files(package: types.ModuleType) -> list[Path]:
+    root = Path(package.__file__).parent  # type: ignore[arg-type]
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def build_bundle(function: Callable[..., Any]) -> CodeBundle:
+    if function.__module__ == "__main__":
+        raise PackagingError(
+            f"The callable {function.__qualname__!r} is defined in __main__ (a script run "
+            "directly or an interactive session), which the job cannot import. Move it into a "
+            "module file in the DAGs folder (or your own package) and import it from there."
+        )
+    module = sys.modules.get(function.__module__)
+    entry = _callable_entry(function)
+    files: dict[str, bytes] = {}
+
+    if entry is None:
+        import cloudpickle
+
+        files[BUNDLE_CALLABLE] = _pickle_by_value(function)
+        for path in _package_files(cloudpickle):
+            rel = path.relative_to(Path(cloudpickle.__file__).parent.parent).as_posix()
+            files[BUNDLE_DEPS_DIR + rel] = path.read_bytes()
+        entry = {"kind": "pickle", "member": BUNDLE_CALLABLE, "qualname": function.__qualname__}
+
+    local = collect_local_modules([module] if module is not None else [])
+    if entry["kind"] == "pickle":  # its module travels inside the pickle, not as a file
+        local.pop(function.__module__, None)
+    for name, file in local.items():
+        rel = file.relative_to(_import_root(name, file)).as_posix()
+        files[BUNDLE_CODE_DIR + rel] = file.read_bytes()
+
+    runtime_root = Path(runtime_package.__file__).parent
+    for path in _package_files(runtime_package):
+        files["airflow_stepop/runtime/" + path.relative_to(runtime_root).as_posix()] = (
+            path.read_bytes()
+        )
+    files["airflow_stepop/__init__.py"] = b'"""The step runtime package, as shipped to jobs."""\n'
+
+    data = _zip(files)
+    return CodeBundle(
+        data=data,
+        sha256=hashlib.sha256(data).hexdigest(),
+        callable_entry=entry,
+        modules=tuple(sorted(local)),
+    )
+
+
+def _zip(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name in sorted(files):
+            info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, files[name])
+    return buffer.getvalue()

@@ -1,0 +1,183 @@
+"""Runs one step inside the job: spec in, result manifest (or error document) out."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from airflow_stepop.runtime import spec as specs
+from airflow_stepop.runtime import values
+from airflow_stepop.runtime.storage import Storage, join, sha256_file
+
+BUNDLE_CODE_DIR = "code/"
+BUNDLE_DEPS_DIR = "deps/"
+BUNDLE_CALLABLE = "callable.pkl"
+
+
+class StepStopped(BaseException):  # noqa: N818 - like KeyboardInterrupt, not an error of the step
+    """The job was asked to stop (SIGTERM from the backend or the service)."""
+
+
+class CodeBundleError(RuntimeError):
+    """The code bundle is missing or is not the one the spec names."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise StepStopped("the job received SIGTERM (stopped by the user, a timeout or the service)")
+
+
+class StepRun:
+    """One execution of a spec: fetch, verify, import, call, write outputs, write the manifest."""
+
+    def __init__(self, spec_uri: str, storage: Storage) -> None:
+        self.spec_uri = spec_uri
+        self.run_uri = spec_uri.rsplit("/", 1)[0]
+        self.storage = storage
+        self.cache_dir = Path(os.environ.get("STEPOP_CACHE_DIR") or tempfile.gettempdir())
+        self.cache_dir = self.cache_dir / "airflow-stepop-cache"
+        self.spec: dict[str, Any] = {}
+        self.bundle: Path | None = None
+
+    def run(self) -> dict[str, Any]:
+        started = time.monotonic()
+        self.spec = specs.check(self.storage.read_json(self.spec_uri))
+        step = self.spec["step"]
+        print(
+            f"[stepop] step {step['dag_id']}.{step['task_id']} map_index={step['map_index']} "
+            f"try={step['try_number']} on Python {sys.version.split()[0]}",
+            flush=True,
+        )
+        self._check_python()
+        self._install_code()
+        function = self._load_callable()
+        args = values.decode({"list": self.spec["args"]}, self._load_ref)
+        kwargs = values.decode({"dict": self.spec["kwargs"]}, self._load_ref)
+        result = function(*args, **kwargs)
+        manifest = {
+            "spec_version": specs.SPEC_VERSION,
+            "outputs": self._encode_outputs(result),
+            "duration_s": round(time.monotonic() - started, 3),
+        }
+        self.storage.write_json(join(self.run_uri, specs.RESULT_NAME), manifest)
+        return manifest
+
+    def write_error(self, exc: BaseException) -> None:
+        document = {
+            "type": type(exc).__name__,
+            "module": type(exc).__module__,
+            "message": str(exc),
+            "traceback": "".join(traceback.format_exception(exc)),
+        }
+        self.storage.write_json(join(self.run_uri, specs.ERROR_NAME), document)
+
+    def _uses_pickle(self) -> bool:
+        if self.spec["callable"]["kind"] == "pickle":
+            return True
+        return '"materializer": "cloudpickle"' in json.dumps(
+            [self.spec["args"], self.spec["kwargs"]], sort_keys=True
+        )
+
+    def _check_python(self) -> None:
+        packaged = self.spec["python"]
+        if packaged != specs.python_version() and self._uses_pickle():
+            raise values.PythonVersionMismatchError(
+                f"This step was packaged by a worker on Python {packaged}, but the job runs "
+                f"Python {specs.python_version()} ({sys.executable}), and the step travels as a "
+                "pickle, which does not cross minor versions. Use a parent image with Python "
+                f"{packaged} (DockerSettings.parent_image), or define the function at module level "
+                "in a module that does not import Airflow so it is imported by name."
+            )
+
+    def _install_code(self) -> None:
+        code = self.spec["code"]
+        try:
+            path = self.storage.fetch(code["uri"], self.cache_dir / "bundles")
+        except FileNotFoundError:
+            path = None
+        if path is None or not path.exists():
+            raise CodeBundleError(f"Code bundle {code['uri']} does not exist.")
+        digest = sha256_file(path)
+        if digest != code["sha256"]:
+            raise CodeBundleError(
+                f"Code bundle {code['uri']} has sha256 {digest}, but the spec expects "
+                f"{code['sha256']}: it was modified after the step was submitted."
+            )
+        target = self.cache_dir / "code" / digest
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(dir=target.parent))
+            with zipfile.ZipFile(path) as bundle:
+                bundle.extractall(staging)
+            with contextlib.suppress(OSError):  # a concurrent node extracted it first
+                os.replace(staging, target)
+        self.bundle = target
+        for sub in (BUNDLE_CODE_DIR, BUNDLE_DEPS_DIR):
+            directory = target / sub
+            if directory.is_dir():
+                sys.path.insert(0, str(directory))
+        importlib.invalidate_caches()
+
+    def _load_callable(self) -> Any:
+        entry = self.spec["callable"]
+        if entry["kind"] == "import":
+            target: Any = importlib.import_module(entry["module"])
+            for part in entry["qualname"].split("."):
+                target = getattr(target, part)
+            return target
+        import cloudpickle
+
+        assert self.bundle is not None
+        return cloudpickle.loads((self.bundle / BUNDLE_CALLABLE).read_bytes())
+
+    def _load_ref(self, ref: dict[str, Any]) -> Any:
+        return values.read_artifact(ref, self.storage, self.cache_dir / "artifacts")
+
+    def _write(self, value: Any, name: str) -> dict[str, Any]:
+        uri = join(self.run_uri, specs.OUTPUTS_DIR, name)
+        return values.write_artifact(value, uri, self.storage)
+
+    def _encode_outputs(self, result: Any) -> dict[str, Any]:
+        limit = int(self.spec.get("inline_limit_bytes", 64 * 1024))
+        if self.spec.get("multiple_outputs"):
+            if not isinstance(result, dict) or not all(type(k) is str for k in result):
+                raise TypeError(
+                    f"multiple_outputs=True needs the function to return a dict with str keys, "
+                    f"got {type(result).__name__}."
+                )
+            return {
+                "dict": {
+                    key: values.encode(value, name=key, inline_limit=limit, write=self._write)
+                    for key, value in result.items()
+                }
+            }
+        return values.encode(result, name="return_value", inline_limit=limit, write=self._write)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m airflow_stepop.runtime")
+    parser.add_argument("spec_uri", help="URI of the step spec (spec.json) to run")
+    options = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    run = StepRun(options.spec_uri, Storage.from_env())
+    try:
+        manifest = run.run()
+    except BaseException as exc:  # the error document is the step's failure report
+        traceback.print_exc()
+        try:
+            run.write_error(exc)
+        except Exception:
+            traceback.print_exc()
+        return 143 if isinstance(exc, StepStopped) else 1
+    print(f"[stepop] step finished in {manifest['duration_s']}s", flush=True)
+    return 0

@@ -1,0 +1,54 @@
+"""The step spec: the one contract between the operator (worker side) and the runtime (job side).
+
+A spec is a versioned JSON document written next to a step's inputs. The run directory of one
+attempt holds::
+
+    spec.json      what to run (this module describes it)
+    inputs/        arguments that did not fit inline
+    outputs/       artifacts the step returned
+    result.json    the result manifest, written LAST: its presence means success
+    error.json     written instead when the step failed (type, message, traceback)
+
+Spec fields (version 1):
+    spec_version   1
+    python         "MAJOR.MINOR" of the worker that packaged the step
+    step           {"dag_id", "run_id", "task_id", "map_index", "try_number"}
+    code           {"uri", "sha256"}: the code bundle (zip) to fetch and verify
+    callable       {"kind": "import", "module", "qualname"} or {"kind": "pickle", "member"}
+    args, kwargs   value nodes (see values.py)
+    multiple_outputs, inline_limit_bytes
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+SPEC_VERSION = 1
+SPEC_NAME = "spec.json"
+RESULT_NAME = "result.json"
+ERROR_NAME = "error.json"
+INPUTS_DIR = "inputs"
+OUTPUTS_DIR = "outputs"
+
+
+class SpecError(ValueError):
+    """A spec this runtime cannot run."""
+
+
+def python_version() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def check(spec: dict[str, Any]) -> dict[str, Any]:
+    version = spec.get("spec_version")
+    if version != SPEC_VERSION:
+        raise SpecError(
+            f"Step spec version {version!r} is not supported by this runtime (it reads version "
+            f"{SPEC_VERSION}); the worker and the code bundle come from different airflow-stepop "
+            "releases."
+        )
+    for field in ("python", "step", "code", "callable", "args", "kwargs"):
+        if field not in spec:
+            raise SpecError(f"Step spec is missing the field {field!r}.")
+    return spec

@@ -1,0 +1,230 @@
+"""User-facing settings: hardware (ResourceSettings) and environment image (DockerSettings).
+
+Both validate when constructed, which is DAG parse time, so a wrong value fails the DAG import
+with a message that names the field, the value and what would work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_MEMORY_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "k": 2**10,
+    "ki": 2**10,
+    "kib": 2**10,
+    "m": 2**20,
+    "mi": 2**20,
+    "mib": 2**20,
+    "g": 2**30,
+    "gi": 2**30,
+    "gib": 2**30,
+    "t": 2**40,
+    "ti": 2**40,
+    "tib": 2**40,
+}
+_MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+class SettingsError(ValueError):
+    """A setting with a wrong value; the message names the field, the value and the fix."""
+
+
+def parse_memory(value: int | str, field_name: str = "memory") -> int:
+    """Bytes from an int or a string such as "8GB", "8GiB", "512MiB" or "8Gi"."""
+    if isinstance(value, bool):
+        raise SettingsError(
+            f"{field_name}={value!r} is not a size; use e.g. 16 * 2**30 or '16GiB'."
+        )
+    if isinstance(value, int):
+        if value <= 0:
+            raise SettingsError(f"{field_name}={value!r} must be a positive number of bytes.")
+        return value
+    if isinstance(value, str):
+        match = _MEMORY_RE.match(value)
+        unit = match.group(2).lower() if match else None
+        if match and unit in _MEMORY_UNITS:
+            amount = float(match.group(1)) * _MEMORY_UNITS[unit]
+            if amount >= 1:
+                return int(amount)
+    raise SettingsError(
+        f"{field_name}={value!r} is not a size. Use an int of bytes or a string like '8GB' "
+        "(powers of 1000), '8GiB' / '8Gi' (powers of 1024) or '512MiB'."
+    )
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SettingsError(f"ResourceSettings.{name}={value!r} must be a whole number >= 1.")
+
+
+@dataclass(frozen=True)
+class ResourceSettings:
+    """Hardware for one step, in the same words on every service.
+
+    ``gpu_type`` is a GPU model such as "A100", "H100", "L4", "T4" or "A10G"; each backend maps
+    the whole request to its cheapest fitting instance or machine type.
+    """
+
+    cpu_count: int | None = None
+    gpu_count: int | None = None
+    gpu_type: str | None = None
+    memory: int | str | None = None
+
+    def __post_init__(self) -> None:
+        _positive_int("cpu_count", self.cpu_count)
+        if self.gpu_count is not None and (
+            isinstance(self.gpu_count, bool)
+            or not isinstance(self.gpu_count, int)
+            or self.gpu_count < 0
+        ):
+            raise SettingsError(
+                f"ResourceSettings.gpu_count={self.gpu_count!r} must be a whole number >= 0."
+            )
+        if self.gpu_type is not None:
+            if not isinstance(self.gpu_type, str) or not re.fullmatch(
+                r"[A-Za-z0-9_-]+", self.gpu_type
+            ):
+                raise SettingsError(
+                    f"ResourceSettings.gpu_type={self.gpu_type!r} must be a GPU model name such "
+                    "as 'A100', 'H100', 'L4' or 'T4'."
+                )
+            if self.gpu_count == 0:
+                raise SettingsError(
+                    f"ResourceSettings.gpu_type={self.gpu_type!r} with gpu_count=0 asks for no "
+                    "GPU of that type; set gpu_count >= 1 or drop gpu_type."
+                )
+        if self.memory is not None:
+            object.__setattr__(self, "memory", parse_memory(self.memory, "ResourceSettings.memory"))
+
+    @property
+    def memory_bytes(self) -> int | None:
+        return self.memory  # type: ignore[return-value]  # normalized to bytes above
+
+    @property
+    def wants_gpu(self) -> bool:
+        return bool(self.gpu_count) or self.gpu_type is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cpu_count": self.cpu_count,
+            "gpu_count": self.gpu_count,
+            "gpu_type": self.gpu_type,
+            "memory": self.memory,
+        }
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_APT_NAME = re.compile(r"^[a-z0-9][a-z0-9+.\-]*(=[A-Za-z0-9.+~:\-]+)?$")
+
+
+def _string_tuple(owner: str, name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise SettingsError(
+            f"{owner}.{name}={value!r} must be a list of strings, e.g. [{value!r}]."
+            if isinstance(value, str)
+            else f"{owner}.{name}={value!r} must be a list of strings."
+        )
+    for item in value:
+        if not isinstance(item, str) or not item.strip():
+            raise SettingsError(
+                f"{owner}.{name} has {item!r}; every entry must be a non-empty string."
+            )
+    return tuple(value)
+
+
+def _string_map(owner: str, name: str, value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise SettingsError(f"{owner}.{name}={value!r} must be a dict of str -> str.")
+    out: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise SettingsError(
+                f"{owner}.{name} has the key {key!r}; keys must be names like MY_VAR "
+                "(letters, digits and _, not starting with a digit)."
+            )
+        if not isinstance(item, (str, int, float, bool)):
+            raise SettingsError(f"{owner}.{name}[{key!r}]={item!r} must be a string.")
+        out[key] = str(item)
+    return out
+
+
+@dataclass(frozen=True)
+class DockerSettings:
+    """The step's environment image; its tag is a hash of everything that shapes it.
+
+    ``parent_image`` alone (no requirements, apt packages, environment or Dockerfile) is used
+    as it is, with no build. Code never goes into the image: it travels in the code bundle.
+    """
+
+    parent_image: str | None = None
+    requirements: Sequence[str] = ()
+    apt_packages: Sequence[str] = ()
+    environment: Mapping[str, str] = field(default_factory=dict)
+    dockerfile: str | None = None
+    build_args: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        owner = "DockerSettings"
+        if self.parent_image is not None and (
+            not isinstance(self.parent_image, str)
+            or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@\-]*", self.parent_image)
+        ):
+            raise SettingsError(
+                f"{owner}.parent_image={self.parent_image!r} is not an image reference; use e.g. "
+                "'pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime'."
+            )
+        object.__setattr__(
+            self, "requirements", _string_tuple(owner, "requirements", self.requirements)
+        )
+        apt = _string_tuple(owner, "apt_packages", self.apt_packages)
+        for package in apt:
+            if not _APT_NAME.match(package):
+                raise SettingsError(
+                    f"{owner}.apt_packages has {package!r}, which is not a Debian package name "
+                    "(lowercase letters, digits, '+', '-', '.', optionally '=version')."
+                )
+        object.__setattr__(self, "apt_packages", apt)
+        object.__setattr__(self, "environment", _string_map(owner, "environment", self.environment))
+        object.__setattr__(self, "build_args", _string_map(owner, "build_args", self.build_args))
+        if self.dockerfile is not None and (
+            not isinstance(self.dockerfile, str) or not Path(self.dockerfile).is_file()
+        ):
+            raise SettingsError(
+                f"{owner}.dockerfile={self.dockerfile!r} is not an existing file; give the "
+                "path of a Dockerfile (its directory is the build context)."
+            )
+
+    @property
+    def needs_build(self) -> bool:
+        return bool(self.requirements or self.apt_packages or self.environment or self.dockerfile)
+
+    def content_hash(self, parent_image: str, recipe_version: str) -> str:
+        """Hash of everything that shapes the image: same hash, same image, no rebuild."""
+        document = {
+            "parent_image": parent_image,
+            "requirements": list(self.requirements),
+            "apt_packages": list(self.apt_packages),
+            "environment": dict(sorted(self.environment.items())),
+            "build_args": dict(sorted(self.build_args.items())),
+            "dockerfile": (
+                hashlib.sha256(Path(self.dockerfile).read_bytes()).hexdigest()
+                if self.dockerfile
+                else None
+            ),
+            "recipe": recipe_version,
+        }
+        return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,1 @@
+"""The one trigger, generic over backends."""

@@ -1,0 +1,118 @@
+"""StepJobTrigger: waits for a step's job in the triggerer, relaying its log into the task log.
+
+Generic over backends: it rebuilds the backend from its import path and keyword arguments and
+only calls the async half of the StepBackend contract. It holds a wall-clock deadline (the
+task's ``execution_timeout``), never an attempt counter; on the deadline it stops the job. On a
+user kill (mark failed/success, clear) Airflow awaits ``on_kill``, which stops the job; a
+triggerer restart does not stop it. ``run()`` has no side effect that cannot be repeated, so a
+second copy under triggerer HA is harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import random
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_stepop.backends.base import StepBackend
+
+LOG_TAIL_LINES = 40
+MAX_BACKOFF_SECONDS = 60.0
+
+
+def load_backend(path: str, kwargs: dict[str, Any]) -> StepBackend:
+    from airflow.sdk.module_loading import import_string
+
+    return import_string(path)(**kwargs)
+
+
+class StepJobTrigger(BaseTrigger):
+    def __init__(
+        self,
+        backend_path: str,
+        backend_kwargs: dict[str, Any],
+        handle: dict[str, Any],
+        poll_interval: float = 5.0,
+        deadline: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.backend_path = backend_path
+        self.backend_kwargs = backend_kwargs
+        self.handle = handle
+        self.poll_interval = poll_interval
+        self.deadline = deadline
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "backend_path": self.backend_path,
+                "backend_kwargs": self.backend_kwargs,
+                "handle": self.handle,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+            },
+        )
+
+    @property
+    def backend(self) -> StepBackend:
+        return load_backend(self.backend_path, self.backend_kwargs)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        backend = self.backend
+        job_id = self.handle["job_id"]
+        tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        cursor: Any = None
+        delay = self.poll_interval
+        self.log.info("Waiting for job %s", job_id)
+        while True:
+            try:
+                lines, cursor = await backend.alogs(self.handle, cursor)
+                for line in lines:
+                    self.log.info("[%s] %s", job_id, line)
+                tail.extend(lines)
+                status = await backend.astatus(self.handle)
+                delay = self.poll_interval
+            except Exception as exc:
+                if not backend.is_transient(exc):
+                    raise
+                delay = min(delay * 2, MAX_BACKOFF_SECONDS) * random.uniform(0.5, 1.0)
+                self.log.warning("Polling %s failed (%s); retrying in %.0fs", job_id, exc, delay)
+                await asyncio.sleep(delay)
+                continue
+            if status.terminal:
+                lines, cursor = await backend.alogs(self.handle, cursor)  # the last words
+                for line in lines:
+                    self.log.info("[%s] %s", job_id, line)
+                tail.extend(lines)
+                yield TriggerEvent(
+                    {
+                        "status": status.state,
+                        "reason": status.reason,
+                        "handle": self.handle,
+                        "log_tail": list(tail),
+                    }
+                )
+                return
+            if self.deadline is not None and time.time() >= self.deadline:
+                self.log.error("Job %s passed the task's execution_timeout; stopping it", job_id)
+                await backend.astop(self.handle)
+                yield TriggerEvent(
+                    {
+                        "status": "timeout",
+                        "reason": "execution_timeout reached",
+                        "handle": self.handle,
+                        "log_tail": list(tail),
+                    }
+                )
+                return
+            await asyncio.sleep(delay)
+
+    async def on_kill(self) -> None:
+        self.log.info("Task killed by a user: stopping job %s", self.handle["job_id"])
+        await self.backend.astop(self.handle)
