@@ -1159,9 +1159,43 @@ def _seconds(duration: str | None) -> float | None:
 
 
 # --- entry points ------------------------------------------------------------------------------
-def serve(host: str = "127.0.0.1", port: int = 0, **settings: Any) -> FakeServer:
-    """Start the fake in background threads; returns the server (``.url``, ``.shutdown()``)."""
-    return FakeServer(VertexService(**settings), host, port)
+def settings_from_env(env: dict[str, str]) -> dict[str, Any]:
+    """Settings from the stack's env (``cloud.stack``): storage emulator and state directory."""
+    settings: dict[str, Any] = {}
+    if env.get("STORAGE_EMULATOR_HOST"):
+        settings["gcs_emulator_host"] = env["STORAGE_EMULATOR_HOST"]
+    if env.get("STEPOP_CLOUD_DIR"):
+        # job roots under .cloud/jobs, where `cloud.stack down` looks for leftover job PIDs
+        jobs = os.path.join(env["STEPOP_CLOUD_DIR"], "jobs", "vertex")
+        os.makedirs(jobs, exist_ok=True)
+        settings["tmp_base"] = jobs
+    if env.get("STEPOP_FAKE_MODE"):
+        settings["mode"] = env["STEPOP_FAKE_MODE"]
+    return settings
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    env: dict[str, str] | None = None,
+    **settings: Any,
+) -> FakeServer:
+    """Start the fake; returns the server (``.url``, ``.port``, ``.shutdown()``).
+
+    Without ``env`` it runs in background threads and returns at once (tests, scripts).
+    With ``env`` (the contract of ``python -m cloud.serve``, used by ``cloud.stack``) settings
+    come from that env, explicit ``settings`` win, and the call blocks until SIGTERM/SIGINT.
+    """
+    if env is None:
+        return FakeServer(VertexService(**settings), host, port)
+    server = FakeServer(VertexService(**{**settings_from_env(env), **settings}), host, port)
+    server.serve_until_interrupted()
+    return server
+
+
+def stack_env(url: str, env: dict[str, str]) -> dict[str, str]:
+    """Extra ``.cloud/env`` lines: the Cloud Logging endpoint is this same server."""
+    return {"STEPOP_VERTEX_LOGGING_ENDPOINT": url}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -76,8 +76,7 @@ class LocalBackend(StepBackend):
     def _submit_process(self, request: JobRequest, job_dir: Path, bundle: Path) -> dict[str, Any]:
         command = [
             self.python,
-            "-m",
-            supervisor.__name__,
+            supervisor.__file__,  # by path: it imports nothing, whatever PYTHONPATH says
             str(job_dir),
             "--",
             self.python,
@@ -85,15 +84,16 @@ class LocalBackend(StepBackend):
             "airflow_stepop.runtime",
             request.spec_uri,
         ]
-        process = subprocess.Popen(
-            command,
-            env=_job_environment(request, str(bundle)),
-            cwd=job_dir,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        with open(job_dir / supervisor.OUTPUT_LOG, "ab") as output:
+            process = subprocess.Popen(
+                command,
+                env=_job_environment(request, str(bundle)),
+                cwd=job_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         return {
             "job_id": request.job_name,
             "task_key": request.task_key,

@@ -20,7 +20,7 @@ from airflow_stepop.artifacts.ref import ArtifactRef, as_record
 from airflow_stepop.artifacts.storage import worker_storage
 from airflow_stepop.backends.base import JobRequest, StepBackend
 from airflow_stepop.backends.naming import job_name, task_key
-from airflow_stepop.links.job import LINKS, persist_links
+from airflow_stepop.links.job import persist_links
 from airflow_stepop.runtime import spec as specs
 from airflow_stepop.runtime import values
 from airflow_stepop.runtime.storage import Storage, join
@@ -41,7 +41,8 @@ class BaseStepOperator(BaseOperator):
     """Run ``python_callable`` as a job on a step backend; see the README for the arguments."""
 
     template_fields = ("op_args", "op_kwargs", "environment")
-    operator_extra_links = tuple(link() for link in LINKS)
+    # Cloud operators show links to the job's console page and logs (see links/job.py).
+    operator_extra_links: tuple = ()
     ui_color = "#c8e6f5"
 
     # A backend's limits on job names (service rules).
@@ -89,8 +90,8 @@ class BaseStepOperator(BaseOperator):
         self.python_callable = python_callable
         self.op_args = list(op_args or [])
         self.op_kwargs = dict(op_kwargs or {})
-        self.resources = resources
-        self.docker = docker
+        self.resource_settings = resources
+        self.docker_settings = docker
         self.artifact_root = artifact_root
         self.deferrable = deferrable
         self.poll_interval = poll_interval
@@ -195,8 +196,8 @@ class BaseStepOperator(BaseOperator):
             spec_uri=spec_uri,
             run_uri=run_uri,
             code_uri=code_uri,
-            resources=self.resources,
-            docker=self.docker,
+            resources=self.resource_settings,
+            docker=self.docker_settings,
             environment=self.environment,
             labels={"dag_id": ti.dag_id, "task_id": ti.task_id},
         )

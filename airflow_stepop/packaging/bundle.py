@@ -189,13 +189,14 @@ def _package_files(package: types.ModuleType) -> list[Path]:
 
 
 def build_bundle(function: Callable[..., Any]) -> CodeBundle:
-    if function.__module__ == "__main__":
-        raise PackagingError(
-            f"The callable {function.__qualname__!r} is defined in __main__ (a script run "
-            "directly or an interactive session), which the job cannot import. Move it into a "
-            "module file in the DAGs folder (or your own package) and import it from there."
-        )
     module = sys.modules.get(function.__module__)
+    if function.__module__ == "__main__" and _module_file(module) is None:
+        raise PackagingError(
+            f"The callable {function.__qualname__!r} is defined in __main__ without a source "
+            "file (an interactive session, a notebook or `python -c`), so the job cannot get "
+            "its code or the local modules it imports. Move it into a module file in the DAGs "
+            "folder (or your own package) and import it from there."
+        )
     entry = _callable_entry(function)
     files: dict[str, bytes] = {}
 
