@@ -7,7 +7,6 @@ A service's operator is a thin subclass that says which backend runs the job. Ev
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Callable, Collection, Mapping
 from datetime import timedelta
@@ -16,7 +15,7 @@ from typing import Any, ClassVar
 from airflow.sdk import BaseOperator
 
 from airflow_stepop import config
-from airflow_stepop.artifacts.ref import ArtifactRef, as_record
+from airflow_stepop.artifacts.ref import ArtifactRef
 from airflow_stepop.artifacts.storage import worker_storage
 from airflow_stepop.backends.base import JobRequest, StepBackend
 from airflow_stepop.backends.naming import job_name, task_key
@@ -30,11 +29,6 @@ from airflow_stepop.triggers.step_job import StepJobTrigger
 
 class StepFailedError(RuntimeError):
     """The step's job failed; the message carries the remote exception and the job's log tail."""
-
-
-def _segment(value: object) -> str:
-    """A path segment that is safe on every object store."""
-    return re.sub(r"[^A-Za-z0-9._=-]+", "_", str(value)).strip("_") or "_"
 
 
 class BaseStepOperator(BaseOperator):
@@ -63,7 +57,7 @@ class BaseStepOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        name = type(self).__name__
+        name = getattr(self, "custom_operator_name", None) or type(self).__name__
         if not callable(python_callable):
             raise SettingsError(f"{name}.python_callable={python_callable!r} is not callable.")
         if resources is not None and not isinstance(resources, ResourceSettings):
@@ -148,54 +142,25 @@ class BaseStepOperator(BaseOperator):
 
     def _prepare(self, context: Any, key: str) -> JobRequest:
         """Upload code and inputs, write the spec: everything the job reads."""
+        from airflow_stepop.packaging.staging import StepIdentity, stage_step
+
         ti = context["ti"]
-        from airflow_stepop.packaging.bundle import build_bundle
-
-        root = self.artifact_root or config.artifact_root()
-        storage = worker_storage(self.storage_conn_id)
-        run_uri = join(
-            root,
-            *map(_segment, (ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number)),
+        staged = stage_step(
+            self.python_callable,
+            self.op_args,
+            self.op_kwargs,
+            root=self.artifact_root or config.artifact_root(),
+            step=StepIdentity(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number),
+            storage=worker_storage(self.storage_conn_id),
+            multiple_outputs=bool(self.multiple_outputs),
+            inline_limit=config.get_int("inline_result_max_bytes"),
         )
-        bundle = build_bundle(self.python_callable)
-        code_uri = join(root, "code", f"{bundle.sha256}.zip")
-        if not storage.exists(code_uri):
-            storage.write_bytes(code_uri, bundle.data)
-        limit = config.get_int("inline_result_max_bytes")
-
-        def write_input(value: Any, name: str) -> dict[str, Any]:
-            return values.write_artifact(value, join(run_uri, specs.INPUTS_DIR, name), storage)
-
-        def encode(value: Any, name: str) -> dict[str, Any]:
-            return values.encode(
-                value, name=name, inline_limit=limit, write=write_input, as_ref=as_record
-            )
-
-        spec = {
-            "spec_version": specs.SPEC_VERSION,
-            "python": specs.python_version(),
-            "step": {
-                "dag_id": ti.dag_id,
-                "run_id": ti.run_id,
-                "task_id": ti.task_id,
-                "map_index": ti.map_index,
-                "try_number": ti.try_number,
-            },
-            "code": {"uri": code_uri, "sha256": bundle.sha256},
-            "callable": bundle.callable_entry,
-            "args": [encode(v, f"arg{i}") for i, v in enumerate(self.op_args)],
-            "kwargs": {k: encode(v, f"kwarg-{k}") for k, v in self.op_kwargs.items()},
-            "multiple_outputs": bool(self.multiple_outputs),
-            "inline_limit_bytes": limit,
-        }
-        spec_uri = join(run_uri, specs.SPEC_NAME)
-        storage.write_json(spec_uri, spec)
         return JobRequest(
             job_name=job_name(key, ti.try_number, max_length=self.job_name_max_length),
             task_key=key,
-            spec_uri=spec_uri,
-            run_uri=run_uri,
-            code_uri=code_uri,
+            spec_uri=staged.spec_uri,
+            run_uri=staged.run_uri,
+            code_uri=staged.code_uri,
             resources=self.resource_settings,
             docker=self.docker_settings,
             environment=self.environment,

@@ -1,0 +1,89 @@
+"""Stages one step in object storage: code bundle, inputs and the spec the job will read."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_stepop.artifacts.ref import as_record
+from airflow_stepop.packaging.bundle import build_bundle
+from airflow_stepop.runtime import spec as specs
+from airflow_stepop.runtime import values
+from airflow_stepop.runtime.storage import Storage, join
+
+
+@dataclass(frozen=True)
+class StepIdentity:
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    try_number: int
+
+
+@dataclass(frozen=True)
+class StagedStep:
+    spec_uri: str
+    run_uri: str
+    code_uri: str
+
+
+def _segment(value: object) -> str:
+    """A path segment that is safe on every object store."""
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", str(value)).strip("_") or "_"
+
+
+def run_uri_for(root: str, step: StepIdentity) -> str:
+    """The run directory of one attempt: <root>/<dag>/<run>/<task>/<map_index>/<try>."""
+    parts = (step.dag_id, step.run_id, step.task_id, step.map_index, step.try_number)
+    return join(root, *map(_segment, parts))
+
+
+def stage_step(
+    function: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    root: str,
+    step: StepIdentity,
+    storage: Storage,
+    multiple_outputs: bool = False,
+    inline_limit: int = 64 * 1024,
+) -> StagedStep:
+    """Upload the code bundle (once per content) and the inputs, then write the spec."""
+    run_uri = run_uri_for(root, step)
+    bundle = build_bundle(function)
+    code_uri = join(root, "code", f"{bundle.sha256}.zip")
+    if not storage.exists(code_uri):
+        storage.write_bytes(code_uri, bundle.data)
+
+    def write_input(value: Any, name: str) -> dict[str, Any]:
+        return values.write_artifact(value, join(run_uri, specs.INPUTS_DIR, name), storage)
+
+    def encode(value: Any, name: str) -> dict[str, Any]:
+        return values.encode(
+            value, name=name, inline_limit=inline_limit, write=write_input, as_ref=as_record
+        )
+
+    spec = {
+        "spec_version": specs.SPEC_VERSION,
+        "python": specs.python_version(),
+        "step": {
+            "dag_id": step.dag_id,
+            "run_id": step.run_id,
+            "task_id": step.task_id,
+            "map_index": step.map_index,
+            "try_number": step.try_number,
+        },
+        "code": {"uri": code_uri, "sha256": bundle.sha256},
+        "callable": bundle.callable_entry,
+        "args": [encode(v, f"arg{i}") for i, v in enumerate(args)],
+        "kwargs": {k: encode(v, f"kwarg-{k}") for k, v in kwargs.items()},
+        "multiple_outputs": multiple_outputs,
+        "inline_limit_bytes": inline_limit,
+    }
+    spec_uri = join(run_uri, specs.SPEC_NAME)
+    storage.write_json(spec_uri, spec)
+    return StagedStep(spec_uri=spec_uri, run_uri=run_uri, code_uri=code_uri)

@@ -1,0 +1,46 @@
+"""Test-wide set-up: a private AIRFLOW_HOME with its own SQLite metadata DB, made once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+# Must happen before anything imports airflow.
+_HOME = Path(os.environ.get("STEPOP_TEST_AIRFLOW_HOME") or tempfile.mkdtemp(prefix="stepop-af-"))
+os.environ["AIRFLOW_HOME"] = str(_HOME)
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).parent / "e2e" / "dags")
+os.environ.setdefault("STEPOP_CACHE_DIR", str(_HOME / "cache"))
+
+DAGS_FOLDER = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+if str(DAGS_FOLDER) not in sys.path:
+    sys.path.insert(0, str(DAGS_FOLDER))  # as Airflow does for DAG files
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """An initialized metadata DB (dag.test() needs one)."""
+    marker = _HOME / ".db-ready"
+    if not marker.exists():
+        subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"],
+            check=True,
+            capture_output=True,
+        )
+        marker.touch()
+    return _HOME
+
+
+@pytest.fixture
+def artifact_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh file:// artifact root and local jobs dir for one test."""
+    root = tmp_path / "artifacts"
+    monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", f"file://{root}")
+    monkeypatch.setenv("AIRFLOW__STEPOP__LOCAL_JOBS_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("AIRFLOW__STEPOP__POLL_INTERVAL", "0.2")
+    return root

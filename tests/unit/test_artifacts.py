@@ -1,0 +1,157 @@
+"""Materializers and value nodes: what a step returns comes back equal, and verified."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from airflow_stepop import ArtifactRef
+from airflow_stepop.artifacts.ref import as_record
+from airflow_stepop.runtime import values
+from airflow_stepop.runtime.materializers import NoMaterializerError, is_strict_json
+from airflow_stepop.runtime.storage import Storage
+
+
+@pytest.fixture
+def storage() -> Storage:
+    return Storage()
+
+
+def _roundtrip(value, tmp_path, storage):
+    ref = values.write_artifact(value, f"file://{tmp_path}/out/value", storage)
+    return ref, values.read_artifact(ref, storage, tmp_path / "cache")
+
+
+@pytest.mark.parametrize(
+    ("value", "materializer"),
+    [
+        ({"a": [1, 2.5, None, True]}, "json"),
+        ("héllo" * 10, "str"),
+        (b"\x00\x01binary", "bytes"),
+        ((1, "tuple", {2, 3}), "cloudpickle"),
+    ],
+)
+def test_builtins_roundtrip(value, materializer, tmp_path, storage):
+    ref, back = _roundtrip(value, tmp_path, storage)
+    assert ref["materializer"] == materializer
+    assert back == value
+
+
+def test_numpy_arrays_are_npy_files(tmp_path, storage):
+    array = np.random.default_rng(0).normal(size=(100, 7)).astype("float32")
+    ref, back = _roundtrip(array, tmp_path, storage)
+    assert ref["materializer"] == "numpy" and ref["uri"].endswith(".npy")
+    assert ref["type_name"] == "numpy.ndarray"
+    np.testing.assert_array_equal(back, array)
+    assert back.dtype == np.float32
+
+
+def test_dataframes_are_parquet(tmp_path, storage):
+    frame = pd.DataFrame({"x": [1, 2, 3], "y": ["a", "b", "c"]})
+    ref, back = _roundtrip(frame, tmp_path, storage)
+    assert ref["materializer"] == "pandas-parquet" and ref["uri"].endswith(".parquet")
+    pd.testing.assert_frame_equal(back, frame)
+
+
+def test_a_returned_directory_travels_as_a_tree(tmp_path, storage):
+    model = tmp_path / "model"
+    (model / "weights").mkdir(parents=True)
+    (model / "config.json").write_text('{"layers": 2}')
+    (model / "weights" / "w.bin").write_bytes(b"\x01" * 1000)
+    ref, back = _roundtrip(model, tmp_path, storage)
+    assert ref["materializer"] == "path"
+    assert isinstance(back, pathlib.Path) and back.is_dir()
+    assert (back / "weights" / "w.bin").read_bytes() == b"\x01" * 1000
+    assert ref["size"] == 1000 + len('{"layers": 2}')
+
+
+def test_a_value_nothing_can_write_is_refused_with_the_fix(tmp_path, storage):
+    generator = (i for i in range(3))
+    with pytest.raises(NoMaterializerError) as err:
+        values.write_artifact(generator, f"file://{tmp_path}/out/value", storage)
+    assert "generator" in str(err.value)
+    assert "return its Path" in str(err.value)
+    assert not list((tmp_path / "out").glob("value*"))  # nothing half-written left behind
+
+
+def test_tampered_artifact_is_refused_before_deserializing(tmp_path, storage):
+    ref = values.write_artifact(list(range(10)), f"file://{tmp_path}/out/v", storage)
+    path = pathlib.Path(ref["uri"].removeprefix("file://"))
+    path.write_text(json.dumps(list(range(11))))
+    with pytest.raises(values.ArtifactIntegrityError, match="does not match the sha256"):
+        values.read_artifact(ref, storage, tmp_path / "cache")
+
+
+def test_tampered_pickle_is_never_unpickled(tmp_path, storage):
+    ref = values.write_artifact({1, 2}, f"file://{tmp_path}/out/v", storage)
+    path = pathlib.Path(ref["uri"].removeprefix("file://"))
+    path.write_bytes(b"cos\nsystem\n(S'echo owned'\ntR.")  # a malicious pickle
+    with pytest.raises(values.ArtifactIntegrityError):
+        values.read_artifact(ref, storage, tmp_path / "cache")
+
+
+def test_missing_artifact_says_so(tmp_path, storage):
+    ref = values.write_artifact([1], f"file://{tmp_path}/out/v", storage)
+    pathlib.Path(ref["uri"].removeprefix("file://")).unlink()
+    with pytest.raises(values.ArtifactMissingError, match="does not exist"):
+        values.read_artifact(ref, storage, tmp_path / "cache")
+
+
+def test_pickles_from_another_python_are_refused(tmp_path, storage):
+    ref = values.write_artifact({1, 2}, f"file://{tmp_path}/out/v", storage)
+    ref["python"] = "3.9"
+    with pytest.raises(values.PythonVersionMismatchError, match="Python 3.9"):
+        values.read_artifact(ref, storage, tmp_path / "cache")
+
+
+def test_encode_inlines_small_json_and_writes_the_rest(tmp_path, storage):
+    written = []
+
+    def write(value, name):
+        written.append(name)
+        return values.write_artifact(value, f"file://{tmp_path}/{name}", storage)
+
+    assert values.encode({"k": 1}, name="r", inline_limit=100, write=write) == {"inline": {"k": 1}}
+    big = values.encode(list(range(1000)), name="r", inline_limit=100, write=write)
+    assert big["ref"]["materializer"] == "json" and written == ["r"]
+    # a tuple is not JSON: inlining it would come back as a list
+    assert "ref" in values.encode((1, 2), name="t", inline_limit=100, write=write)
+
+
+def test_references_nested_in_containers_pass_by_reference(tmp_path, storage):
+    record = values.write_artifact(np.arange(3), f"file://{tmp_path}/a", storage)
+    ref = ArtifactRef.from_record(record)
+    node = values.encode(
+        {"model": ref, "lr": 0.1},
+        name="kw",
+        inline_limit=100,
+        write=lambda v, n: pytest.fail("nothing should be written"),
+        as_ref=as_record,
+    )
+    assert node == {"dict": {"model": {"ref": record}, "lr": {"inline": 0.1}}}
+    decoded = values.decode(node, lambda r: values.read_artifact(r, storage, tmp_path / "c"))
+    np.testing.assert_array_equal(decoded["model"], np.arange(3))
+
+
+def test_strict_json_rejects_what_json_would_change():
+    assert is_strict_json({"a": [1, "x", None, 2.5]})
+    assert not is_strict_json((1, 2))
+    assert not is_strict_json({1: "int key"})
+    assert not is_strict_json(float("nan"))
+    assert not is_strict_json(np.int64(3))
+
+
+def test_artifact_ref_roundtrips_through_xcom_serialization(tmp_path, storage):
+    from airflow.sdk.serde import deserialize, serialize
+
+    record = values.write_artifact(np.ones(4), f"file://{tmp_path}/a", storage)
+    ref = ArtifactRef.from_record(record)
+    encoded = serialize(ref)
+    assert len(json.dumps(encoded)) < 1024
+    back = deserialize(json.loads(json.dumps(encoded)))
+    assert back == ref
+    np.testing.assert_array_equal(back.load(), np.ones(4))

@@ -1,0 +1,115 @@
+"""ResourceSettings and DockerSettings refuse wrong values at construction (DAG parse time)."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_stepop import DockerSettings, ResourceSettings
+from airflow_stepop.settings import SettingsError, parse_memory
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("8GB", 8 * 10**9),
+        ("8GiB", 8 * 2**30),
+        ("8Gi", 8 * 2**30),
+        ("512MiB", 512 * 2**20),
+        ("1.5GiB", int(1.5 * 2**30)),
+        (4096, 4096),
+        (" 16 gib ", 16 * 2**30),
+    ],
+)
+def test_memory_accepts_the_documented_forms(text, expected):
+    assert parse_memory(text) == expected
+    assert ResourceSettings(memory=text).memory == expected
+
+
+@pytest.mark.parametrize("bad", ["8 parsecs", "", "GiB", -1, 0, True, "0.1B", 3.5])
+def test_memory_refuses_other_values_naming_field_and_fix(bad):
+    with pytest.raises(SettingsError) as err:
+        ResourceSettings(memory=bad)
+    assert "ResourceSettings.memory" in str(err.value)
+    assert repr(bad) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"cpu_count": 0}, "cpu_count"),
+        ({"cpu_count": 2.5}, "cpu_count"),
+        ({"gpu_count": -1}, "gpu_count"),
+        ({"gpu_count": "1"}, "gpu_count"),
+        ({"gpu_type": "A100 80GB"}, "gpu_type"),
+        ({"gpu_type": "A100", "gpu_count": 0}, "gpu_type"),
+    ],
+)
+def test_resource_settings_refuse_wrong_values(kwargs, field):
+    with pytest.raises(SettingsError, match=f"ResourceSettings.{field}"):
+        ResourceSettings(**kwargs)
+
+
+def test_resource_settings_keep_valid_values():
+    settings = ResourceSettings(cpu_count=4, gpu_count=1, gpu_type="A100", memory="16GiB")
+    assert settings.to_dict() == {
+        "cpu_count": 4,
+        "gpu_count": 1,
+        "gpu_type": "A100",
+        "memory": 16 * 2**30,
+    }
+    assert settings.wants_gpu
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"requirements": "numpy"}, "requirements"),
+        ({"requirements": ["numpy", ""]}, "requirements"),
+        ({"apt_packages": ["Bad Name"]}, "apt_packages"),
+        ({"environment": {"1BAD": "x"}}, "environment"),
+        ({"environment": {"OK": object()}}, "environment"),
+        ({"build_args": ["A=1"]}, "build_args"),
+        ({"parent_image": "not an image"}, "parent_image"),
+        ({"dockerfile": "/nonexistent/Dockerfile"}, "dockerfile"),
+    ],
+)
+def test_docker_settings_refuse_wrong_values(kwargs, field):
+    with pytest.raises(SettingsError, match=f"DockerSettings.{field}"):
+        DockerSettings(**kwargs)
+
+
+def test_docker_settings_hash_follows_content_not_order_of_env():
+    a = DockerSettings(
+        parent_image="img:1", requirements=["numpy"], environment={"A": "1", "B": "2"}
+    )
+    b = DockerSettings(
+        parent_image="img:1", requirements=["numpy"], environment={"B": "2", "A": "1"}
+    )
+    c = DockerSettings(parent_image="img:1", requirements=["numpy==2.0"], environment={"A": "1"})
+    assert a.content_hash("img:1", "1") == b.content_hash("img:1", "1")
+    assert a.content_hash("img:1", "1") != c.content_hash("img:1", "1")
+    assert a.content_hash("img:1", "1") != a.content_hash("img:2", "1")
+
+
+def test_parent_image_alone_needs_no_build():
+    assert not DockerSettings(parent_image="pytorch/pytorch:2.4.0").needs_build
+    assert DockerSettings(parent_image="x", apt_packages=["git"]).needs_build
+
+
+def test_settings_are_checked_when_a_dag_declares_a_step():
+    from airflow.sdk import dag, task
+
+    with pytest.raises(
+        SettingsError,
+        match=r"@task.local_step.resources=\{.gpu_count.: 1\} must be a ResourceSettings",
+    ):
+
+        @dag(schedule=None)
+        def wrong():
+            @task.local_step(resources={"gpu_count": 1})
+            def step():
+                return 1
+
+            step()
+
+        wrong()
