@@ -10,6 +10,7 @@ requested when ``gpu_count`` is set. Job records live under ``[stepop] local_job
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 STOP_GRACE_SECONDS = 10.0
 TASK_KEY_LABEL = "airflow-stepop.task-key"
+LOCK_FILE = "lock"
 
 
 def _job_environment(request: JobRequest, bundle_path: str) -> dict[str, str]:
@@ -84,16 +86,24 @@ class LocalBackend(StepBackend):
             "airflow_stepop.runtime",
             request.spec_uri,
         ]
-        with open(job_dir / supervisor.OUTPUT_LOG, "ab") as output:
-            process = subprocess.Popen(
-                command,
-                env=_job_environment(request, str(bundle)),
-                cwd=job_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        # The supervisor inherits a held lock on job_dir/lock: while any process holds it, the
+        # job is alive; the kernel releases it however the supervisor ends (even SIGKILL).
+        lock = os.open(job_dir / LOCK_FILE, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            with open(job_dir / supervisor.OUTPUT_LOG, "ab") as output:
+                process = subprocess.Popen(
+                    command,
+                    env=_job_environment(request, str(bundle)),
+                    cwd=job_dir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    pass_fds=(lock,),
+                )
+        finally:
+            os.close(lock)
         return {
             "job_id": request.job_name,
             "task_key": request.task_key,
@@ -177,13 +187,13 @@ class LocalBackend(StepBackend):
                 _container(client, handle).stop(timeout=int(STOP_GRACE_SECONDS))
             return
         pid = handle["pid"]
-        if not _alive(pid, job_dir):
+        if not _alive(job_dir):  # alive means the pid is still our supervisor's
             return
         os.kill(pid, signal.SIGTERM)  # the supervisor forwards it to the step
         deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while time.monotonic() < deadline and _alive(pid, job_dir):
+        while time.monotonic() < deadline and _alive(job_dir):
             time.sleep(0.1)
-        if _alive(pid, job_dir):
+        if _alive(job_dir):
             os.killpg(pid, signal.SIGKILL)
 
     # ---- state and logs ------------------------------------------------------------------
@@ -196,7 +206,7 @@ class LocalBackend(StepBackend):
         exit_file = job_dir / supervisor.EXIT_CODE
         if exit_file.exists():
             return _exit_status(int(exit_file.read_text()), stopped)
-        if _alive(handle["pid"], job_dir):
+        if _alive(job_dir):
             return JobStatus("running")
         if exit_file.exists():  # ended between the two checks
             return _exit_status(int(exit_file.read_text()), stopped)
@@ -263,19 +273,19 @@ def _exit_status(code: int, stopped: bool) -> JobStatus:
     return JobStatus("failed", f"the step process exited with code {code}")
 
 
-def _alive(pid: int, job_dir: Path) -> bool:
-    """Is ``pid`` still this job's supervisor (not a recycled pid)?"""
+def _alive(job_dir: Path) -> bool:
+    """Is the job's supervisor still running? (It holds the job's lock until it ends.)"""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+        fd = os.open(job_dir / LOCK_FILE, os.O_RDWR)
+    except FileNotFoundError:
         return False
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":  # a zombie has finished
-            return False
-    except (OSError, IndexError):
-        return False
-    return str(job_dir).encode() in cmdline
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops the lock if we just took it
+    return False
 
 
 def _docker_client() -> Any | None:

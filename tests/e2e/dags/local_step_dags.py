@@ -1,0 +1,137 @@
+"""DAGs the end-to-end tests run with dag.test() on the local backend."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from airflow.sdk import dag, task
+from step_helpers import make_array, record_pid, wait_for_file
+
+from airflow_stepop import LocalStepOperator, ResourceSettings
+
+RESULTS = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
+
+
+def _remember_failure(context):
+    with open(f"{RESULTS}/failure.txt", "w") as handle:
+        handle.write(f"{type(context['exception']).__name__}: {context['exception']}")
+
+
+@dag(schedule=None)
+def pass_big_array():
+    @task.local_step(resources=ResourceSettings(cpu_count=1, memory="2GiB"))
+    def prepare(megabytes: int):
+        return make_array(megabytes)
+
+    @task.local_step
+    def summarize(array):
+        return {"n": int(array.size), "sum": float(array.sum())}
+
+    @task
+    def check(summary, array_ref):
+        import json
+
+        array = array_ref.load()
+        with open(f"{RESULTS}/check.json", "w") as handle:
+            json.dump({"summary": summary, "loaded_size": int(array.size)}, handle)
+
+    array = prepare(50)
+    check(summarize(array), array)
+
+
+pass_big_array()
+
+
+@dag(schedule=None)
+def step_raises():
+    @task.local_step(on_failure_callback=_remember_failure)
+    def explode(value: int):
+        raise ValueError(f"bad value {value}")
+
+    explode(42)
+
+
+step_raises()
+
+
+@dag(schedule=None)
+def mapped_steps():
+    @task.local_step
+    def square(x: int) -> int:
+        return x * x
+
+    @task
+    def total(values):
+        with open(f"{RESULTS}/total.txt", "w") as handle:
+            handle.write(str(sum(values)))
+
+    total(square.expand(x=[1, 2, 3]))
+
+
+mapped_steps()
+
+
+@dag(schedule=None)
+def multiple_outputs_step():
+    @task.local_step(multiple_outputs=True, deferrable=False)
+    def split(n: int):
+        return {"count": n, "items": make_array(1)[:n]}
+
+    @task
+    def check(count, items):
+        with open(f"{RESULTS}/split.txt", "w") as handle:
+            handle.write(f"{count} {len(items.load())} {type(items).__name__}")
+
+    out = split(5)
+    check(out["count"], out["items"])
+
+
+multiple_outputs_step()
+
+
+@dag(schedule=None)
+def step_times_out():
+    @task.local_step(execution_timeout=timedelta(seconds=3), on_failure_callback=_remember_failure)
+    def sleepy(pid_file: str):
+        record_pid(pid_file)
+        wait_for_file("/nonexistent/never", timeout=600)
+
+    sleepy(f"{RESULTS}/sleepy.pid")
+
+
+step_times_out()
+
+
+class LosesWorkerAfterSubmit(LocalStepOperator):
+    """Simulates a worker that dies after submitting a job and before deferring (try 1)."""
+
+    def execute(self, context):
+        self._try = context["ti"].try_number
+        return super().execute(context)
+
+    def defer(self, **kwargs):
+        if self._try == 1:
+            raise RuntimeError("simulated: worker lost between submit and defer")
+        open(f"{RESULTS}/release", "w").close()  # only now may the try-1 job finish
+        super().defer(**kwargs)
+
+
+def held_step(pid_file: str, release: str) -> str:
+    record_pid(pid_file)
+    wait_for_file(release)
+    return "done by the first job"
+
+
+@dag(schedule=None)
+def retry_reattaches():
+    LosesWorkerAfterSubmit(
+        task_id="held",
+        python_callable=held_step,
+        op_args=[f"{RESULTS}/held.pid", f"{RESULTS}/release"],
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+    )
+
+
+retry_reattaches()

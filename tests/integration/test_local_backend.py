@@ -1,0 +1,183 @@
+"""The local backend under the trigger: logs relayed, user kill stops the job, containers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+from airflow_stepop import DockerSettings, ResourceSettings
+from airflow_stepop.backends.base import JobRequest
+from airflow_stepop.backends.local import LocalBackend
+from airflow_stepop.backends.naming import job_name, task_key
+from airflow_stepop.packaging.staging import StepIdentity, stage_step
+from airflow_stepop.runtime.storage import Storage
+from airflow_stepop.triggers.step_job import StepJobTrigger
+
+
+@pytest.fixture
+def steps(tmp_path, monkeypatch):
+    """A module of step functions, importable by name (no Airflow import in it)."""
+    code = tmp_path / "code"
+    code.mkdir()
+    name = f"steps_{uuid.uuid4().hex[:8]}"
+    (code / f"{name}.py").write_text(
+        textwrap.dedent(
+            """
+            import os, sys, time
+            from pathlib import Path
+
+            def chatty(n):
+                for i in range(n):
+                    print(f"line {i}", flush=True)
+                return n
+
+            def held(pid_file, release):
+                Path(pid_file).write_text(str(os.getpid()))
+                print("holding", flush=True)
+                while not Path(release).exists():
+                    time.sleep(0.05)
+                return "released"
+
+            def where():
+                return {"python": sys.executable, "greeting": os.environ.get("GREETING")}
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(code))
+    module = __import__(name)
+    yield module
+    sys.modules.pop(name, None)
+
+
+def _submit(tmp_path, function, args, *, docker=None, resources=None, try_number=1):
+    storage = Storage()
+    identity = StepIdentity("dag", "run1", function.__name__, -1, try_number)
+    staged = stage_step(
+        function, args, {}, root=f"file://{tmp_path}/root", step=identity, storage=storage
+    )
+    key = task_key(identity.dag_id, identity.run_id, identity.task_id, identity.map_index)
+    backend = LocalBackend(jobs_dir=str(tmp_path / "jobs"))
+    handle = backend.submit(
+        JobRequest(
+            job_name=job_name(key, try_number),
+            task_key=key,
+            spec_uri=staged.spec_uri,
+            run_uri=staged.run_uri,
+            code_uri=staged.code_uri,
+            docker=docker,
+            resources=resources,
+            environment={"GREETING": "hello"},
+        )
+    )
+    trigger = StepJobTrigger(
+        backend_path="airflow_stepop.backends.local.LocalBackend",
+        backend_kwargs=backend.serialize(),
+        handle=handle,
+        poll_interval=0.1,
+    )
+    return backend, handle, trigger, storage
+
+
+async def _first(trigger):
+    async for event in trigger.run():
+        return event.payload
+
+
+def test_trigger_relays_job_log_lines_into_the_task_log(tmp_path, steps, capfd):
+    _, handle, trigger, storage = _submit(tmp_path, steps.chatty, [5])
+    event = asyncio.run(_first(trigger))
+    assert event["status"] == "succeeded"
+    logged = capfd.readouterr().out  # the triggerer's log records (structlog writes stdout)
+    for i in range(5):
+        assert f"[{handle['job_id']}] line {i}" in logged
+    assert storage.read_json(handle["run_uri"] + "/result.json")["outputs"] == {"inline": 5}
+
+
+def test_user_kill_stops_the_job(tmp_path, steps):
+    pid_file, release = tmp_path / "pid", tmp_path / "never"
+    backend, handle, trigger, storage = _submit(tmp_path, steps.held, [str(pid_file), str(release)])
+
+    async def kill_when_running():
+        for _ in range(200):
+            if pid_file.exists():
+                break
+            await asyncio.sleep(0.05)
+        await trigger.on_kill()
+
+    asyncio.run(kill_when_running())
+    pid = int(pid_file.read_text())
+    assert not os.path.exists(f"/proc/{pid}") or _zombie(pid)
+    status = asyncio.run(backend.astatus(handle))
+    assert status.state == "stopped"
+    error = storage.read_json(handle["run_uri"] + "/error.json")
+    assert error["type"] == "StepStopped"
+
+
+def test_find_active_sees_a_running_job_and_not_a_finished_one(tmp_path, steps):
+    pid_file, release = tmp_path / "pid", tmp_path / "release"
+    backend, handle, trigger, _ = _submit(tmp_path, steps.held, [str(pid_file), str(release)])
+    assert backend.find_active(handle["task_key"])["job_id"] == handle["job_id"]
+    release.touch()
+    assert asyncio.run(_first(trigger))["status"] == "succeeded"
+    assert backend.find_active(handle["task_key"]) is None
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.container
+def test_container_mode_builds_once_and_runs_the_step(
+    tmp_path, steps, docker_client, build_settings
+):
+    from tests.integration.conftest import BASE_IMAGE, remove_images
+
+    settings = DockerSettings(parent_image=BASE_IMAGE, environment={"STEP_ENV": str(uuid.uuid4())})
+    _, handle, trigger, storage = _submit(
+        tmp_path, steps.where, [], docker=settings, resources=ResourceSettings(cpu_count=1)
+    )
+    try:
+        assert handle["mode"] == "container" and handle["image_built"] is True
+        event = asyncio.run(_first(trigger))
+        assert event["status"] == "succeeded", event
+        result = storage.read_json(handle["run_uri"] + "/result.json")["outputs"]["inline"]
+        assert result == {"python": "/usr/bin/python3", "greeting": "hello"}  # in the image
+
+        # an edited step (another function, same environment) reuses the image
+        _, again, trigger2, _ = _submit(tmp_path, steps.chatty, [2], docker=settings, try_number=2)
+        assert again["image_built"] is False and again["image"] == handle["image"]
+        assert asyncio.run(_first(trigger2))["status"] == "succeeded"
+    finally:
+        remove_images(docker_client, "airflow-stepop-env")
+
+
+@pytest.mark.container
+def test_container_build_installs_requirements_through_the_build_ca(
+    tmp_path, steps, docker_client, build_settings
+):
+    from airflow_stepop.images.builder import BuildOptions, ensure_image
+    from tests.integration.conftest import BASE_IMAGE, remove_images
+
+    settings = DockerSettings(parent_image=BASE_IMAGE, requirements=["six==1.16.0"])
+    options = BuildOptions(
+        network_mode="host", ca_bundle=os.environ.get("AIRFLOW__STEPOP__BUILD_CA_BUNDLE")
+    )
+    try:
+        image, built = ensure_image(settings, docker_client, options=options)
+        assert built
+        output = docker_client.containers.run(
+            image, ["python3", "-c", "import six; print(six.__version__)"], remove=True
+        )
+        assert output.decode().strip() == "1.16.0"
+        assert ensure_image(settings, docker_client, options=options) == (image, False)
+    finally:
+        remove_images(docker_client, "airflow-stepop-env")
