@@ -18,6 +18,8 @@ from airflow_stepop.packaging.staging import StepIdentity, stage_step
 from airflow_stepop.runtime.storage import Storage
 from airflow_stepop.triggers.step_job import StepJobTrigger
 
+RUN_ID = f"run-{uuid.uuid4().hex[:8]}"  # container names are global to the engine
+
 
 @pytest.fixture
 def steps(tmp_path, monkeypatch):
@@ -56,7 +58,7 @@ def steps(tmp_path, monkeypatch):
 
 def _submit(tmp_path, function, args, *, docker=None, resources=None, try_number=1):
     storage = Storage()
-    identity = StepIdentity("dag", "run1", function.__name__, -1, try_number)
+    identity = StepIdentity("dag", RUN_ID, function.__name__, -1, try_number)
     staged = stage_step(
         function, args, {}, root=f"file://{tmp_path}/root", step=identity, storage=storage
     )
