@@ -42,7 +42,10 @@ fires before it retires itself.
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
+import ssl
 import threading
 import time
 from collections import Counter
@@ -66,6 +69,7 @@ class Request:
     headers: dict[str, str]
     body: bytes
     match: re.Match[str] | None = None
+    base_url: str = ""  # scheme://host:port as the client reached us
 
     def json(self) -> Any:
         """The body as JSON (None when empty); raises ValueError on malformed JSON."""
@@ -305,6 +309,9 @@ class _Handler(BaseHTTPRequestHandler):
             query=parse_qs(parts.query, keep_blank_values=True),
             headers={k.lower(): v for k, v in self.headers.items()},
             body=body,
+            base_url=("https" if isinstance(self.connection, ssl.SSLSocket) else "http")
+            + "://"
+            + (self.headers.get("Host") or "{}:{}".format(*self.server.server_address[:2])),
         )
         try:
             resp = self.service.dispatch(req)
@@ -328,17 +335,112 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle
 
 
-class FakeServer:
-    """A running fake: ``.url``, ``.port``, ``.service``, ``.shutdown()``."""
+class _DualServer(ThreadingHTTPServer):
+    """HTTP and, when a TLS context is set, HTTPS on the same port (sniffs the first byte).
 
-    def __init__(self, service: FakeService, host: str, port: int) -> None:
+    The stack health-checks every fake over plain HTTP, while azure-core refuses to send a
+    bearer token over http for some MLClient calls; one port that speaks both keeps both happy.
+    """
+
+    daemon_threads = True
+    ssl_context: ssl.SSLContext | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.ssl_context is not None:
+            try:
+                first = request.recv(1, socket.MSG_PEEK)
+            except OSError:
+                return
+            if first == b"\x16":  # a TLS handshake record
+                try:
+                    request = self.ssl_context.wrap_socket(request, server_side=True)
+                except (ssl.SSLError, OSError):
+                    return
+        super().finish_request(request, client_address)
+
+
+def self_signed_cert(directory: str) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1/localhost: (cert.pem, key.pem) in ``directory``.
+
+    Clients trust it with ``REQUESTS_CA_BUNDLE=<cert.pem>`` or ``connection_verify=<cert.pem>``.
+    Reused when already there.
+    """
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    os.makedirs(directory, exist_ok=True)
+    cert_path = os.path.join(directory, "cert.pem")
+    key_path = os.path.join(directory, "key.pem")
+    if os.path.exists(cert_path) and os.path.exists(key_path):
+        return cert_path, key_path
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "stepop fake cloud")])
+    now = datetime.datetime.now(datetime.UTC)
+    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=3650))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(ski, critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False
+        )
+        .sign(key, hashes.SHA256())
+    )
+    tmp_key = key_path + ".tmp"
+    with open(tmp_key, "wb") as f:
+        f.write(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+    tmp_cert = cert_path + ".tmp"
+    with open(tmp_cert, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    os.replace(tmp_key, key_path)
+    os.replace(tmp_cert, cert_path)
+    return cert_path, key_path
+
+
+class FakeServer:
+    """A running fake: ``.url`` (http), ``.https_url`` (when TLS), ``.port``, ``.shutdown()``."""
+
+    def __init__(
+        self, service: FakeService, host: str, port: int, tls_dir: str | None = None
+    ) -> None:
         handler = type(f"{service.name}Handler", (_Handler,), {"service": service})
         self.service = service
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _DualServer((host, port), handler)
         self.host = host
         self.port = int(self.httpd.server_address[1])
         self.url = f"http://{host}:{self.port}"
+        self.https_url: str | None = None
+        self.ca_bundle: str | None = None
+        if tls_dir is not None:
+            cert, key = self_signed_cert(tls_dir)
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(cert, key)
+            self.httpd.ssl_context = ctx
+            self.https_url = f"https://{host}:{self.port}"
+            self.ca_bundle = cert
         self._thread = threading.Thread(
             target=self.httpd.serve_forever, name=f"{service.name}-http", daemon=True
         )
