@@ -21,7 +21,7 @@ install: $(UV)
 	$(UV) pip install -q --python $(PY) -e '.[all,examples,test,cloud]'
 
 demo: install-core
-	$(PY) -m airflow_stepop.demo
+	scripts/demo.sh
 
 test: install
 	$(PY) -m ruff check airflow_stepop tests bench dags_examples cloud

@@ -23,6 +23,7 @@ from airflow_stepop.backends.base import StepBackend
 
 LOG_TAIL_LINES = 40
 MAX_BACKOFF_SECONDS = 60.0
+FIRST_POLL_SECONDS = 0.25
 
 
 def load_backend(path: str, kwargs: dict[str, Any]) -> StepBackend:
@@ -68,7 +69,7 @@ class StepJobTrigger(BaseTrigger):
         job_id = self.handle["job_id"]
         tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         cursor: Any = None
-        delay = self.poll_interval
+        polls = failures = 0
         self.log.info("Waiting for job %s", job_id)
         while True:
             try:
@@ -77,11 +78,13 @@ class StepJobTrigger(BaseTrigger):
                     self.log.info("[%s] %s", job_id, line)
                 tail.extend(lines)
                 status = await backend.astatus(self.handle)
-                delay = self.poll_interval
+                failures = 0
             except Exception as exc:
                 if not backend.is_transient(exc):
                     raise
-                delay = min(delay * 2, MAX_BACKOFF_SECONDS) * random.uniform(0.5, 1.0)
+                failures += 1
+                delay = min(self.poll_interval * 2**failures, MAX_BACKOFF_SECONDS)
+                delay *= random.uniform(0.5, 1.0)  # jitter: many triggers must not retry in step
                 self.log.warning("Polling %s failed (%s); retrying in %.0fs", job_id, exc, delay)
                 await asyncio.sleep(delay)
                 continue
@@ -111,7 +114,9 @@ class StepJobTrigger(BaseTrigger):
                     }
                 )
                 return
-            await asyncio.sleep(delay)
+            # Short jobs finish fast, long ones are polled at poll_interval.
+            polls += 1
+            await asyncio.sleep(min(self.poll_interval, FIRST_POLL_SECONDS * 2**polls))
 
     async def on_kill(self) -> None:
         self.log.info("Task killed by a user: stopping job %s", self.handle["job_id"])
