@@ -171,18 +171,22 @@ def _log_tail(name: str, lines: int = 20) -> str:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, reaped by us or not yet by init, counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    # A zombie child of ours still "exists"; reap it if it is ours.
     with contextlib.suppress(ChildProcessError):
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
             return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def azurite_bin() -> Path:
@@ -355,6 +359,8 @@ def down() -> None:
                 _stop_group(int(pidfile.read_text().strip()), grace=10)
                 log(f"stopped {pidfile.stem}")
             pidfile.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            pids.rmdir()
     jobs = STATE / "jobs"
     if jobs.exists():
         for pidfile in jobs.rglob("*.pid"):

@@ -1,0 +1,62 @@
+"""`python -m cloud.stack up|down` (`make cloud-up`/`cloud-down`) on a private state dir."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from cloud import stack
+
+
+def _processes_with(marker: bytes) -> list[int]:
+    """PIDs whose environment contains ``marker`` (what the stack's pieces inherit)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _run(args: list[str], state: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "STEPOP_CLOUD_DIR": str(state)}
+    return subprocess.run(
+        [sys.executable, "-m", "cloud.stack", *args],
+        env=env,
+        cwd=stack.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_up_writes_env_reuses_and_down_leaves_nothing(tmp_path: Path) -> None:
+    state = tmp_path / "cloud"
+    marker = f"STEPOP_CLOUD_DIR={state}".encode()
+    try:
+        up = _run(["up"], state)
+        assert up.returncode == 0, up.stderr
+        env = stack.read_env(state / "env")
+        for key in ("AWS_ENDPOINT_URL", "STORAGE_EMULATOR_HOST", "AZURE_STORAGE_CONNECTION_STRING",
+                    "STEPOP_REGISTRY", "AIRFLOW_CONN_AWS_DEFAULT",
+                    "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", "STEPOP_SAGEMAKER_ENDPOINT"):  # fmt: skip
+            assert env.get(key), key
+        assert stack.running(env)
+        pids = [int(p.read_text()) for p in (state / "pids").glob("*.pid")]
+        assert len(pids) >= 4
+        assert set(pids) <= set(_processes_with(marker))
+
+        again = _run(["up"], state)
+        assert again.returncode == 0 and "reusing" in again.stderr
+        assert stack.read_env(state / "env") == env
+    finally:
+        down = _run(["down"], state)
+    assert down.returncode == 0, down.stderr
+    assert not (state / "env").exists()
+    assert _processes_with(marker) == []
