@@ -35,6 +35,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -103,15 +104,27 @@ def answers(url: str, timeout: float = 2.0) -> bool:
 
 
 def read_env(path: Path = ENV_FILE) -> dict[str, str]:
-    """Parse a KEY=VALUE file (no quoting: values run to the end of the line)."""
+    """Parse .cloud/env: KEY=VALUE lines, a value in single quotes when the shell needs them."""
     env: dict[str, str] = {}
     if not path.exists():
         return env
     for line in path.read_text().splitlines():
         if line and not line.startswith("#") and "=" in line:
             key, value = line.split("=", 1)
+            if len(value) >= 2 and value[0] == value[-1] == "'":
+                value = value[1:-1].replace("'\\''", "'")
             env[key] = value
     return env
+
+
+_SHELL_SAFE = re.compile(r"^[A-Za-z0-9_./:@%+,=-]*$")
+
+
+def _quote(value: str) -> str:
+    """Single-quote a value the shell would split or unquote (JSON, `;` in connection strings)."""
+    if _SHELL_SAFE.match(value):
+        return value
+    return "'" + value.replace("'", "'\\''") + "'"
 
 
 def health_urls(env: dict[str, str]) -> list[str]:
@@ -325,7 +338,7 @@ def write_env(env: dict[str, str]) -> None:
     STATE.mkdir(parents=True, exist_ok=True)
     tmp = ENV_FILE.with_suffix(".tmp")
     lines = ["# written by `python -m cloud.stack up`; removed by `down`"]
-    lines += [f"{k}={v}" for k, v in env.items()]
+    lines += [f"{k}={_quote(v)}" for k, v in env.items()]
     tmp.write_text("\n".join(lines) + "\n")
     tmp.replace(ENV_FILE)
 
