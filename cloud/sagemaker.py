@@ -35,7 +35,8 @@ Control API (``/_fake/...``, see :mod:`cloud.control`): the fault rules of
 error -> 500 InternalFailure / 503 ServiceUnavailable; provisioning_delay; job_failure with
 ``reason``; preempt with ``after_seconds`` for managed spot jobs: Interrupted, checkpoints
 uploaded, Restarting, then the job runs again from its checkpoints; log_delay), counters by
-operation, reset, and ``POST /_fake/mode {"mode": "process"|"container"}``.
+operation, reset, and ``POST /_fake/mode {"mode": "process"|"container"}``. The runner mode
+starts as ``STEPOP_SAGEMAKER_MODE`` (default process) or ``python -m cloud.sagemaker --mode``.
 """
 
 from __future__ import annotations
@@ -1014,3 +1015,27 @@ def serve(host: str, port: int, env: dict[str, str]) -> None:
 def start(env: dict[str, str], host: str = "127.0.0.1", port: int = 0) -> FakeServer:
     """Start the fake in this process (tests); ``.shutdown()`` stops it and its jobs."""
     return FakeServer(SageMakerFake({**os.environ, **env}), host, port)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m cloud.sagemaker [--host H] [--port P] [--mode process|container]``.
+
+    Stand-alone, against the stack's moto and registry (read from .cloud/env).
+    """
+    import argparse
+
+    from cloud.stack import read_env
+
+    parser = argparse.ArgumentParser(prog="python -m cloud.sagemaker", description=main.__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--mode", choices=MODES, default=None)
+    args = parser.parse_args(argv)
+    env = read_env()
+    if args.mode:
+        env["STEPOP_SAGEMAKER_MODE"] = args.mode
+    serve(args.host, args.port, env)
+
+
+if __name__ == "__main__":
+    main()
