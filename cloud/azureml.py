@@ -81,7 +81,8 @@ Settings (``serve(**settings)`` / command line / env):
                       tagged ``stepop_fake_mode: container|process`` overrides it.
 ``region``            the workspace location (``eastus``).
 ``phase_seconds``     time spent in each of Starting/Preparing/Queued (0.05 s).
-``lro_retry_after``   ``Retry-After`` seconds on 202 answers (1; tests use 0).
+``lro_retry_after``   ``Retry-After`` seconds on 202 answers (1; azure-core reads 0 as "use
+                      its own polling_interval", 30 s by default, so keep it >= 1).
 ``computes``          named clusters ``{name: vm size}`` (``cpu-cluster``: Standard_DS3_v2,
                       ``gpu-cluster``: Standard_NC6s_v3).
 ``tmp_base``          where per-job directories go.

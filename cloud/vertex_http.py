@@ -17,6 +17,7 @@ HTTP/1.1 and JSON). This module holds what the two have in common:
   ``GET  /_fake/faults``    the rules now in force
   ``DELETE /_fake/faults``  clear the rules
   ``POST /_fake/reset``     clear rules and counters (``{"jobs": true}`` also forgets jobs)
+  ``GET|POST /_fake/mode``  the runner mode of new jobs, ``{"mode": "process"|"container"}``
 
 Fault rules (``kind`` picks the behaviour; unknown kinds are refused with 400):
 
@@ -259,6 +260,19 @@ class FakeService:
                 except (ValueError, KeyError, TypeError) as exc:
                     return Response(400, {"error": str(exc)})
                 return Response(200, {"faults": self.faults.public()})
+        if path == "/_fake/mode":
+            runner = getattr(self, "runner", None)
+            if runner is None:
+                return Response(404, {"error": f"{self.name} has no runner mode"})
+            if req.method == "POST":
+                try:
+                    mode = (req.json() or {}).get("mode")
+                except ValueError:
+                    mode = None
+                if mode not in ("process", "container"):
+                    return Response(400, {"error": f"mode {mode!r}: use process or container"})
+                runner.mode = mode
+            return Response(200, {"mode": runner.mode})
         if path == "/_fake/reset" and req.method == "POST":
             try:
                 body = req.json() or {}
