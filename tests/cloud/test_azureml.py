@@ -676,3 +676,30 @@ def test_container_mode_job(ml: MLClient, blobs: BlobServiceClient) -> None:
     assert wait_done(ml, name, timeout=180).status == "Completed"
     got = blobs.get_blob_client(CONTAINER, f"azureml/{name}/out/upper.txt").download_blob()
     assert got.readall().strip() == b"FROM AZURITE"
+
+
+# --- the fake as `make cloud-up` runs it ---------------------------------------------------------
+def test_stack_fake_runs_a_job(cloud_stack: dict[str, str]) -> None:
+    """What a new user does with only .cloud/env: the stack's fake, Azurite, MLClient."""
+    url = cloud_stack.get("STEPOP_AZUREML_HTTPS_ENDPOINT")
+    if not url:
+        pytest.skip("the stack runs no Azure ML fake")
+    client = MLClient(
+        StaticToken(),
+        cloud_stack["STEPOP_AZUREML_SUBSCRIPTION"],
+        cloud_stack["STEPOP_AZUREML_RESOURCE_GROUP"],
+        cloud_stack["STEPOP_AZUREML_WORKSPACE"],
+        cloud="StepopStackCloud",
+        cloud_metadata=azureml.cloud_metadata(url),
+        connection_verify=cloud_stack["STEPOP_AZUREML_CA_BUNDLE"],
+    )
+    name = unique("stack")
+    job = make_job("echo hi from the stack > ${{outputs.out}}/hello.txt", name=name,
+                   outputs={"out": Output(type="uri_folder")})  # fmt: skip
+    client.jobs.create_or_update(job)
+    assert wait_done(client, name).status == "Completed"
+    service = BlobServiceClient.from_connection_string(
+        cloud_stack["AZURE_STORAGE_CONNECTION_STRING"]
+    )
+    blob = service.get_blob_client(CONTAINER, f"azureml/{name}/out/hello.txt")
+    assert blob.download_blob().readall() == b"hi from the stack\n"

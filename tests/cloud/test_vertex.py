@@ -27,7 +27,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import aiplatform_v1, storage
 from google.cloud.aiplatform_v1.types import JobState
 
-from cloud import vertex
+from cloud import stack, vertex
 
 PARENT = "projects/stepop-test/locations/us-central1"
 BUCKET = "vertex-selftest"
@@ -60,6 +60,10 @@ def gcs_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A gcp-storage-emulator of our own (in memory), or the stack's when one is configured."""
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         yield os.environ["STORAGE_EMULATOR_HOST"]
+        return
+    env = stack.read_env()
+    if env.get("STORAGE_EMULATOR_HOST") and stack.running(env):
+        yield env["STORAGE_EMULATOR_HOST"]
         return
     port = _free_port()
     exe = Path(sys.executable).parent / "gcp-storage-emulator"
@@ -676,3 +680,31 @@ def test_container_mode_job(client: aiplatform_v1.JobServiceClient, bucket: stor
     assert done.state == JobState.JOB_STATE_SUCCEEDED, done.error
     text = bucket.blob("runs/container/model/model.txt").download_as_text()
     assert text == "FROM A CONTAINER hello"
+
+
+# --- the fake as `make cloud-up` runs it ---------------------------------------------------------
+def test_stack_fake_runs_a_job(cloud_stack: dict[str, str]) -> None:
+    """What a new user does with only .cloud/env: the stack's fake, its emulator, the client."""
+    url = cloud_stack.get("STEPOP_VERTEX_ENDPOINT")
+    if not url:
+        pytest.skip("the stack runs no Vertex fake")
+    gcs = storage.Client(
+        project="stepop-local",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": cloud_stack["STORAGE_EMULATOR_HOST"]},
+    )
+    name = f"stack-vertex-{os.getpid()}"
+    try:
+        bkt = gcs.create_bucket(name)
+    except exceptions.Conflict:
+        bkt = gcs.bucket(name)
+    client = aiplatform_v1.JobServiceClient(
+        transport="rest",
+        client_options=ClientOptions(api_endpoint=url),
+        credentials=AnonymousCredentials(),
+    )
+    code = f"open('/gcs/{name}/hello.txt', 'w').write('hi from the stack')"
+    job = client.create_custom_job(parent=PARENT, custom_job=python_job(code, name="stack"))
+    done = wait_done(client, job.name)
+    assert done.state == JobState.JOB_STATE_SUCCEEDED, done.error
+    assert bkt.blob("hello.txt").download_as_text() == "hi from the stack"
