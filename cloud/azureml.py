@@ -319,7 +319,7 @@ class AzureMLService(FakeService):
                 "The request is being throttled as the limit has been reached for operation type "
                 "- Read_ObservationWindow_00:05:00. For more information, refer to - "
                 "https://aka.ms/throttlingWindow",
-                headers={"Retry-After": str(self._retry_after)},
+                headers={"Retry-After": str((self.current_fault() or {}).get("retry_after", 1))},
             )
         if kind == "not_found":
             return arm_error(404, "ResourceNotFound", message)
@@ -330,14 +330,8 @@ class AzureMLService(FakeService):
             )
         return arm_error(status, "UserError", message)
 
-    _retry_after = 1
-
     def dispatch(self, req: Request) -> Response:
         try:
-            if req.path.startswith("/subscriptions/") or req.path.startswith("/history/"):
-                fault_rules = self.faults.public()
-                throttles = [r for r in fault_rules if r["kind"] == "throttle"]
-                self._retry_after = int(throttles[0].get("retry_after", 1)) if throttles else 1
             return super().dispatch(req)
         except ArmError as exc:
             return arm_error(exc.status, exc.code, exc.message, exc.inner)

@@ -76,14 +76,18 @@ Settings (``serve(**settings)`` / command line / env):
 
 Integration notes for cloud-up
 ------------------------------
-* Start with ``python -m cloud.vertex --host 127.0.0.1 --port <p> --gcs-emulator-host
-  <gcs host:port>`` after gcp-storage-emulator; ready when ``GET /_fake/health`` answers 200.
-  SIGTERM stops it and every job process it started.
-* Suggested ``.cloud/env`` lines: ``VERTEX_API_ENDPOINT=http://127.0.0.1:<p>`` (the value for
-  ``client_options.api_endpoint``), ``VERTEX_LOGGING_ENDPOINT=http://127.0.0.1:<p>`` (same
-  server, Cloud Logging ``/v2/entries:list``), ``VERTEX_CONTROL_URL=http://127.0.0.1:<p>/_fake``.
-* The control API is implemented in :mod:`cloud.vertex_http` (same routes as documented
-  there); if part A's helper settles on different routes, tell me and I align.
+* Registered in ``cloud.stack.FAKES`` (``STEPOP_VERTEX_ENDPOINT``); ``serve(host, port, env)``
+  follows the ``cloud.serve`` contract (blocks; reads ``STORAGE_EMULATOR_HOST``,
+  ``STEPOP_CLOUD_DIR`` -> job roots under ``.cloud/jobs/vertex`` where ``stack down`` finds
+  leftover job PIDs, ``STEPOP_FAKE_MODE``). ``stack_env`` adds
+  ``STEPOP_VERTEX_LOGGING_ENDPOINT`` (the same server, Cloud Logging ``/v2/entries:list``).
+  Checked with ``STEPOP_CLOUD_DIR=/tmp/x python -m cloud.stack up``.
+* The control API lives in :mod:`cloud.vertex_http` (shared with the SageMaker and Azure ML
+  fakes; ``cloud.control.FakeControl`` is its client). Keep its ``FakeServer(service, host,
+  port)`` / ``FakeService`` / ``Request`` / ``Response`` names stable: all three fakes use them.
+* docs/testing.md (part A) may quote this docstring for what the fake covers and what not:
+  /gcs is a copy synced at start and end; python_package_spec, persistent resources,
+  tensorboard, PSC/network, hyperparameter tuning and pipelines are not emulated.
 """
 
 from __future__ import annotations

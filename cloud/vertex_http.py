@@ -221,11 +221,16 @@ class FakeService:
         self.faults = FaultBook()
         self.counters: Counter[str] = Counter()
         self._count_lock = threading.Lock()
+        self._local = threading.local()
 
     # --- hooks for the service -------------------------------------------------------------
     def error_response(self, status: int, message: str, kind: str) -> Response:
         """The service's error shape; ``kind`` is "throttle", "error", "not_found", "bad"."""
         return Response(status, {"error": {"code": status, "message": message}})
+
+    def current_fault(self) -> dict[str, Any] | None:
+        """The fault rule that fired for the request this thread is answering, if any."""
+        return getattr(self._local, "fault", None)
 
     def reset(self, jobs: bool) -> None:
         """Forget state (counters and faults are cleared by the caller)."""
@@ -297,6 +302,7 @@ class FakeService:
             return self.error_response(404, f"no such resource: {req.path}", "not_found")
         self.count(route.operation)
         fault = self.faults.request_fault(route.operation)
+        self._local.fault = fault  # error_response() may read the rule (e.g. retry_after)
         if fault is not None:
             if fault["kind"] == "throttle":
                 return self.error_response(429, "throttled (injected)", "throttle")
