@@ -69,7 +69,8 @@ details ``error.error`` ({code: UserError, message: "Execution failed. User proc
 '/bin/bash' exited with status code N. ..."}), which is what MLClient.jobs.stream raises.
 Fault kinds: ``throttle`` (429 ``TooManyRequests`` with ``Retry-After``: rule field
 ``retry_after``, default 1 s; azure-core retries it by itself), ``error`` (5xx, ARM shape),
-``provisioning_delay``, ``job_failure`` (``reason``; ``code`` default ``ServiceError``),
+``provisioning_delay``, ``job_failure`` (``reason``; ``code`` default ``ServiceError``;
+``status`` Failed (default), NotResponding or Paused),
 ``preempt`` (a ``queueSettings.jobTier: Spot`` job is requeued and restarted from scratch;
 other tiers fail), ``log_delay``.
 
@@ -943,11 +944,14 @@ class AzureMLService(FakeService):
                         return self._set_status(job, "Canceled")
             failure = self.faults.take_job_fault("job_failure", job.name)
             if failure is not None:
-                return self._fail(
-                    job,
-                    str(failure.get("code") or "ServiceError"),
-                    str(failure.get("reason") or "The compute could not be allocated."),
-                )
+                code = str(failure.get("code") or "ServiceError")
+                reason = str(failure.get("reason") or "The compute could not be allocated.")
+                status = failure.get("status") or "Failed"
+                if status in ("NotResponding", "Paused"):
+                    with self._lock:
+                        job.error = {"code": code, "message": reason, "details": []}
+                    return self._set_status(job, status)
+                return self._fail(job, code, reason)
             workdir = tempfile.mkdtemp(prefix=f"stepop-azureml-{job.name[:40]}-", dir=self.tmp_base)
             self._run(job, workdir)
         except Exception as exc:  # the fake's own bug: fail the job visibly

@@ -60,9 +60,10 @@ Failures: a non-zero exit gives JOB_STATE_FAILED with ``error`` ``{"code": 3, "m
 JOB_STATE_CANCELLED with ``{"code": 1, "message": "CANCELED"}``, ``scheduling.timeout`` gives
 ``{"code": 4, ...}``. Fault kinds (``/_fake/faults``): ``throttle`` (429 RESOURCE_EXHAUSTED),
 ``error`` (5xx), ``provisioning_delay``, ``job_failure`` (``reason``, ``code``; default 8
-RESOURCE_EXHAUSTED, the stockout shape), ``preempt`` (a SPOT job is restarted from scratch
-while ``scheduling.disableRetries`` is false - resume from AIP_CHECKPOINT_DIR -; otherwise it
-fails with code 14 UNAVAILABLE), ``log_delay``.
+RESOURCE_EXHAUSTED, the stockout shape; ``state`` JOB_STATE_FAILED (default), JOB_STATE_EXPIRED,
+or JOB_STATE_PAUSED, where the job then stays until cancelled), ``preempt`` (a SPOT job is
+restarted from scratch while ``scheduling.disableRetries`` is false - resume from
+AIP_CHECKPOINT_DIR -; otherwise it fails with code 14 UNAVAILABLE), ``log_delay``.
 
 Settings (``serve(**settings)`` / command line / env):
 
@@ -716,7 +717,8 @@ class VertexService(FakeService):
             raise ApiError(400, f"Invalid JSON payload received. {exc}") from exc
         flt = body.get("filter", "")
         clauses = _parse_filter(flt)
-        job_id = next((v for f, op, v in clauses if f == "resource.labels.job_id"), None)
+        ids = {v for g in clauses for f, op, v, neg in g if f == "resource.labels.job_id"}
+        job_id = ids.pop() if len(ids) == 1 and len(clauses) == 1 else None
         with self._lock:
             jobs = [j for j in self.jobs.values() if job_id is None or j.job_id == job_id]
         entries: list[tuple[Job, LogEntry]] = []
@@ -761,9 +763,15 @@ class VertexService(FakeService):
                     "Try a different zone, or try again later."
                 )
                 code = int(failure.get("code", CODE_RESOURCE_EXHAUSTED))
-                return self._set_state(
-                    job, "JOB_STATE_FAILED", error={"code": code, "message": reason}
-                )
+                state = failure.get("state") or "JOB_STATE_FAILED"
+                if state == "JOB_STATE_PAUSED":  # not an end: it sits there until cancelled
+                    self._set_state(job, state)
+                    while not self._wait(job, 3600):
+                        pass
+                    return self._finish_cancel(job)
+                if state not in ("JOB_STATE_FAILED", "JOB_STATE_EXPIRED"):
+                    state = "JOB_STATE_FAILED"
+                return self._set_state(job, state, error={"code": code, "message": reason})
             workdir = tempfile.mkdtemp(prefix=f"stepop-vertex-{job.job_id}-", dir=self.tmp_base)
             self._run_attempts(job, workdir)
         except Exception as exc:  # the fake's own bug: fail the job visibly, not silently
@@ -1038,91 +1046,121 @@ class VertexService(FakeService):
 
 # --- filters and pages -----------------------------------------------------------------------
 _CLAUSE = re.compile(
-    r'\s*(?P<field>[A-Za-z_][\w.]*)\s*(?P<op>!=|>=|<=|=|>|<|:)\s*(?P<value>"(?:[^"\\]|\\.)*"|\S+)'
+    r"\s*(?P<neg>NOT\s+|-)?(?P<field>[A-Za-z_][\w.]*)\s*(?P<op>!=|>=|<=|=|>|<|:)\s*"
+    r'(?P<value>"(?:[^"\\]|\\.)*"|\S+)'
 )
 _FIELD_ALIASES = {
     "displayName": "display_name",
     "createTime": "create_time",
     "updateTime": "update_time",
 }
+_TIME_FIELDS = ("create_time", "update_time", "timestamp")
+
+Clause = tuple[str, str, str, bool]  # field, operator, value, negated
+Filter = list[list[Clause]]  # OR of ANDs
 
 
-def _parse_filter(text: str) -> list[tuple[str, str, str]]:
-    """``a="x" AND b>y`` -> [(field, op, value)]; only AND is understood (enough for polling)."""
-    clauses: list[tuple[str, str, str]] = []
+def _parse_filter(text: str) -> Filter:
+    """AIP-160 filters as list and log polling use them: ``a="x" AND (b>y OR NOT c:z)``.
+
+    Parentheses are dropped and OR binds looser than AND, which is exact for the flat filters
+    a poller writes; nested mixes of AND/OR inside parentheses are not supported.
+    """
     text = text.strip()
     if not text:
-        return clauses
-    for part in re.split(r"\s+AND\s+", text):
-        m = _CLAUSE.fullmatch(part.strip())
-        if m is None:
-            raise ApiError(400, f'Invalid filter: "{text}"')
-        value = m["value"]
-        if value.startswith('"'):
-            value = json.loads(value)
-        field_name = _FIELD_ALIASES.get(m["field"], m["field"])
-        clauses.append((field_name, m["op"], value))
-    return clauses
+        return [[]]
+    groups: Filter = []
+    flat = re.sub(r"[()]", " ", text)
+    for group in re.split(r"\s+OR\s+", flat):
+        clauses: list[Clause] = []
+        for part in re.split(r"\s+AND\s+", group.strip()):
+            m = _CLAUSE.fullmatch(part.strip())
+            if m is None:
+                raise ApiError(400, f'Invalid filter: "{text}"')
+            value = m["value"]
+            if value.startswith('"'):
+                value = json.loads(value)
+            field_name = _FIELD_ALIASES.get(m["field"], m["field"])
+            clauses.append((field_name, m["op"], value, bool(m["neg"])))
+        groups.append(clauses)
+    return groups
 
 
-def _compare(actual: Any, op: str, expected: str) -> bool:
+def _timestamp(value: str) -> float:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError as exc:
+        raise ApiError(400, f'Invalid timestamp "{value}" in filter.') from exc
+
+
+def _compare(actual: Any, op: str, expected: str, is_time: bool = False) -> bool:
     if actual is None:
         return op == "!="
-    actual = str(actual)
+    left: Any = str(actual)
+    right: Any = expected
+    if is_time:
+        left, right = _timestamp(left), _timestamp(right)
     if op in ("=", ":"):
-        return actual == expected
+        return left == right
     if op == "!=":
-        return actual != expected
-    return {
-        ">": actual > expected,
-        "<": actual < expected,
-        ">=": actual >= expected,
-        "<=": actual <= expected,
-    }[op]
+        return left != right
+    return {">": left > right, "<": left < right, ">=": left >= right, "<=": left <= right}[op]
 
 
-def _matches(resource: dict[str, Any], clauses: list[tuple[str, str, str]]) -> bool:
-    for fld, op, value in clauses:
+def _evaluate(flt: Filter, actual_of: Any) -> bool:
+    """Any OR group whose every clause holds; ``actual_of(field)`` gives the value to compare."""
+    for group in flt:
+        ok = True
+        for fld, op, value, negated in group:
+            actual, value = actual_of(fld, value)
+            if fld.startswith("labels.") and op == ":" and value == "*":
+                held = actual is not None
+            else:
+                held = _compare(actual, op, value, fld in _TIME_FIELDS)
+            if held == negated:
+                ok = False
+                break
+        if ok:
+            return True
+    return False
+
+
+def _matches(resource: dict[str, Any], flt: Filter) -> bool:
+    def actual_of(fld: str, value: str) -> tuple[Any, str]:
         if fld == "display_name":
-            actual: Any = resource.get("displayName")
-        elif fld == "state":
-            actual = resource.get("state")
+            return resource.get("displayName"), value
+        if fld == "state":
             if value.isdigit():
                 value = next((k for k, v in ENUMS["JobState"].items() if v == int(value)), value)
-        elif fld.startswith("labels."):
-            actual = (resource.get("labels") or {}).get(fld[len("labels.") :])
-            if op == ":" and value == "*":
-                if actual is None:
-                    return False
-                continue
-        elif fld in ("create_time", "update_time"):
-            actual = resource.get("createTime" if fld == "create_time" else "updateTime")
-        else:
-            raise ApiError(400, f'Unsupported filter field "{fld}".')
-        if not _compare(actual, op, value):
-            return False
-    return True
+            return resource.get("state"), value
+        if fld.startswith("labels."):
+            return (resource.get("labels") or {}).get(fld[len("labels.") :]), value
+        if fld in ("create_time", "update_time"):
+            return resource.get("createTime" if fld == "create_time" else "updateTime"), value
+        raise ApiError(400, f'Unsupported filter field "{fld}".')
+
+    return _evaluate(flt, actual_of)
 
 
-def _log_matches(job: Job, entry: LogEntry, clauses: list[tuple[str, str, str]]) -> bool:
-    for fld, op, value in clauses:
+def _log_matches(job: Job, entry: LogEntry, flt: Filter) -> bool:
+    def actual_of(fld: str, value: str) -> tuple[Any, str]:
         if fld == "resource.type":
-            actual: Any = "ml_job"
-        elif fld == "resource.labels.job_id":
-            actual = job.job_id
-        elif fld == "resource.labels.task_name":
-            actual = entry.task
-        elif fld == "timestamp":
-            actual = rfc3339(entry.ts)
-        elif fld == "severity":
-            actual = "ERROR" if entry.stream == "stderr" else "INFO"
-        elif fld == "logName":
-            actual = f"projects/{job.project}/logs/{entry.task}"
-        else:
-            raise ApiError(400, f'Unsupported filter field "{fld}".')
-        if not _compare(actual, op, value):
-            return False
-    return True
+            return "ml_job", value
+        if fld == "resource.labels.job_id":
+            return job.job_id, value
+        if fld == "resource.labels.task_name":
+            return entry.task, value
+        if fld == "timestamp":
+            return rfc3339(entry.ts), value
+        if fld == "severity":
+            return ("ERROR" if entry.stream == "stderr" else "INFO"), value
+        if fld == "logName":
+            return f"projects/{job.project}/logs/{entry.task}", value
+        raise ApiError(400, f'Unsupported filter field "{fld}".')
+
+    return _evaluate(flt, actual_of)
 
 
 def _log_json(job: Job, entry: LogEntry) -> dict[str, Any]:

@@ -446,6 +446,14 @@ def test_injected_failure_reason(ml: MLClient, fake: Any) -> None:
     assert error == {"code": "ServiceError", "message": "Not enough quota for NCv3.", "details": []}
 
 
+def test_injected_not_responding(ml: MLClient, fake: Any) -> None:
+    name = unique("hung")
+    set_fault(fake, kind="job_failure", match=name, status="NotResponding", reason="Node lost.")
+    ml.jobs.create_or_update(make_job("true", name=name))
+    _wait_for(lambda: ml.jobs.get(name).status == "NotResponding", 30, "NotResponding")
+    assert run_details(fake, name)["error"]["error"]["message"] == "Node lost."
+
+
 def test_slow_provisioning(ml: MLClient, fake: Any) -> None:
     set_fault(fake, kind="provisioning_delay", seconds=1.0)
     name = unique("slow")

@@ -310,6 +310,25 @@ def test_list_filter_and_pagination(client: aiplatform_v1.JobServiceClient) -> N
     assert set(names) <= {j.name for j in succeeded}
 
 
+def test_list_filter_or_not_and_time(client: aiplatform_v1.JobServiceClient) -> None:
+    a = client.create_custom_job(parent=PARENT, custom_job=python_job("pass", name="either-a"))
+    b = client.create_custom_job(parent=PARENT, custom_job=python_job("pass", name="either-b"))
+    for job in (a, b):
+        wait_done(client, job.name)
+    either = 'display_name="either-a" OR display_name="either-b"'
+    got = {j.name for j in client.list_custom_jobs(request={"parent": PARENT, "filter": either})}
+    assert got == {a.name, b.name}
+    flt = f'({either}) AND NOT display_name="either-b"'
+    got = {j.name for j in client.list_custom_jobs(request={"parent": PARENT, "filter": flt})}
+    assert got == {a.name}
+    created = client.get_custom_job(name=a.name).create_time
+    since = created.strftime("%Y-%m-%dT%H:%M:%SZ")  # whole seconds, as people write them
+    flt = f'create_time>="{since}" AND display_name="either-a"'
+    assert [j.name for j in client.list_custom_jobs(request={"parent": PARENT, "filter": flt})] == [
+        a.name
+    ]
+
+
 def test_delete_finished_job(client: aiplatform_v1.JobServiceClient) -> None:
     job = client.create_custom_job(parent=PARENT, custom_job=python_job("pass", name="deleted"))
     wait_done(client, job.name)
@@ -435,6 +454,40 @@ def test_slow_provisioning_keeps_job_pending(
     done = wait_done(client, job.name)
     assert done.state == JobState.JOB_STATE_SUCCEEDED
     assert time.monotonic() - start >= 0.9
+
+
+def test_paused_job_stays_paused_until_cancelled(
+    client: aiplatform_v1.JobServiceClient, fake: Any
+) -> None:
+    set_fault(fake, kind="job_failure", match="paused", state="JOB_STATE_PAUSED")
+    job = client.create_custom_job(parent=PARENT, custom_job=python_job("pass", name="paused"))
+    wait_state(client, job.name, JobState.JOB_STATE_PAUSED)
+    client.cancel_custom_job(name=job.name)
+    assert wait_done(client, job.name).state == JobState.JOB_STATE_CANCELLED
+
+
+def test_log_entries_since_a_timestamp(client: aiplatform_v1.JobServiceClient, fake: Any) -> None:
+    code = "import time\nprint('one', flush=True)\ntime.sleep(1.2)\nprint('two')"
+    job = client.create_custom_job(parent=PARENT, custom_job=python_job(code, name="since"))
+    wait_done(client, job.name)
+    job_id = job.name.rsplit("/", 1)[-1]
+
+    def entries(flt: str) -> list[dict[str, Any]]:
+        body = {"resourceNames": ["projects/stepop-test"], "filter": flt, "pageSize": 1}
+        out: list[dict[str, Any]] = []
+        while True:
+            page = requests.post(f"{fake.url}/v2/entries:list", json=body, timeout=5).json()
+            out += page.get("entries", [])
+            if not page.get("nextPageToken"):
+                return out
+            body["pageToken"] = page["nextPageToken"]
+
+    base = f'resource.type="ml_job" AND resource.labels.job_id="{job_id}"'
+    everything = entries(base)
+    assert [e["textPayload"] for e in everything] == ["one", "two"]
+    first = everything[0]["timestamp"]
+    later = entries(f'{base} AND timestamp>"{first}"')
+    assert [e["textPayload"] for e in later] == ["two"]
 
 
 SPOT_CODE = """
