@@ -984,6 +984,10 @@ class AzureMLService(FakeService):
             if spec["jobInputType"] == "literal":
                 values[("inputs", name)] = str(spec.get("value", ""))
                 continue
+            if spec.get("mode") == "Direct":  # the job gets the URI and reads storage itself
+                values[("inputs", name)] = spec["uri"]
+                env[f"AZURE_ML_INPUT_{name}"] = spec["uri"]
+                continue
             is_file = spec["jobInputType"] == "uri_file"
             container, path = parse_uri(spec["uri"], DATASTORES)
             rel = f"INPUT_{name}"
@@ -1008,6 +1012,10 @@ class AzureMLService(FakeService):
             env[f"AZURE_ML_INPUT_{name}"] = cpath
         outputs: dict[str, tuple[str, str]] = {}
         for name, spec in (props.get("outputs") or {}).items():
+            if spec.get("mode") == "Direct":
+                values[("outputs", name)] = spec["uri"]
+                env[f"AZURE_ML_OUTPUT_{name}"] = spec["uri"]
+                continue
             host = os.path.join(cap_host, name)
             os.makedirs(host, exist_ok=True)
             values[("outputs", name)] = f"{cap}/{name}"

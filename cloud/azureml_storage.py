@@ -4,6 +4,7 @@ Real Azure ML mounts (``ro_mount``/``rw_mount``) or copies (``download``/``uploa
 between the job's datastores and the node. The fake always copies: inputs are downloaded
 before the job starts, outputs uploaded after it exits (whatever the mode). A job that reads
 an output while it is being written, or expects a mount's lazy reads, sees the difference.
+``direct`` inputs and outputs are not copied: the command gets the URI itself.
 
 URIs understood: ``azureml://datastores/<ds>/paths/<p>``, the long form
 ``azureml://subscriptions/.../workspaces/<ws>/datastores/<ds>/paths/<p>``, and

@@ -295,6 +295,20 @@ def test_stream_prints_logs_of_a_running_job(
     assert ml.jobs.get(name).status == "Completed"
 
 
+def test_direct_mode_passes_uris(ml: MLClient, fake: Any) -> None:
+    name = unique("direct")
+    uri = "azureml://datastores/workspaceblobstore/paths/somewhere/"
+    job = make_job(
+        "echo in=${{inputs.data}} out=${{outputs.out}}",
+        name=name,
+        inputs={"data": Input(type="uri_folder", path=uri, mode="direct")},
+        outputs={"out": Output(type="uri_folder", path=uri + "out/", mode="direct")},
+    )
+    ml.jobs.create_or_update(job)
+    assert wait_done(ml, name).status == "Completed"
+    assert f"in={uri} out={uri}out/" in logs(fake, name)
+
+
 def test_distributed_job_gets_ranks(ml: MLClient, blobs: BlobServiceClient) -> None:
     from azure.ai.ml import PyTorchDistribution
 
