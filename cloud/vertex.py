@@ -335,8 +335,9 @@ def validate_custom_job(job: Any) -> dict[str, Any]:
         mtype = _get(machine, "machineType")
         acc_raw = _get(machine, "acceleratorType", 0)
         acc = _enum_name("AcceleratorType", acc_raw, f"{where}.machine_spec.accelerator_type")
-        if "machineSpec" in pool:
-            pool["machineSpec"]["acceleratorType"] = acc
+        if isinstance(machine, dict) and ({"acceleratorType", "accelerator_type"} & set(machine)):
+            machine.pop("accelerator_type", None)
+            machine["acceleratorType"] = acc  # stored by name; answered as the client asks
         count = int(_get(machine, "acceleratorCount", 0) or 0)
         if not mtype:
             problems.append((f"{where}.machine_spec.machine_type", required))
