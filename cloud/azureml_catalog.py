@@ -1,7 +1,8 @@
 """VM sizes Azure ML serverless jobs accept as ``resources.instanceType`` (for refusals).
 
 A subset of the Azure VM sizes offered for Azure ML compute (public "Supported VM series and
-sizes" page, checked 2026-11): the general-purpose and memory-optimized sizes a CPU step
+sizes" page; not re-verified size by size against a live region, so fix entries here when a
+real refusal disagrees): the general-purpose and memory-optimized sizes a CPU step
 uses, and the GPU sizes (NC/ND/NV families) a GPU step uses, with their GPU type and count so
 tests can check a catalog's mapping. Azure compares VM sizes case-insensitively.
 """

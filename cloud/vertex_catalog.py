@@ -1,8 +1,9 @@
 """Vertex AI custom-training machine types and their accelerator pairings (for refusals).
 
-Built from the public page "Configure compute resources for serverless training" and the
-Compute Engine GPU pages (checked 2026-11). The fake refuses what is not here, so a typo in
-the product's catalog (``a2-highgpu-1`` for ``a2-highgpu-1g``, T4 on ``a2``, 3 x V100) fails
+Compiled from the public pages "Configure compute resources for custom training" and the
+Compute Engine GPU pages; the pairings were not re-verified one by one against a live project,
+so when a real refusal disagrees, fix the entry here. The fake refuses what is not here, so a
+typo in the product's catalog (``a2-highgpu-1`` for ``a2-highgpu-1g``, T4 on ``a2``, 3 x V100) fails
 against the fake as it would in production. Accelerator-optimized families come with a fixed
 GPU type and count; ``n1-*`` takes attachable GPUs in the counts Compute Engine allows, up to a
 vCPU ceiling per (GPU, count).
