@@ -135,3 +135,16 @@ def retry_reattaches():
 
 
 retry_reattaches()
+
+
+@dag(schedule=None)
+def held_until_killed():
+    @task.local_step(poll_interval=0.5)
+    def hold(pid_file: str):
+        record_pid(pid_file)
+        wait_for_file("/nonexistent/never", timeout=3600)
+
+    hold(f"{RESULTS}/held-until-killed.pid")
+
+
+held_until_killed()

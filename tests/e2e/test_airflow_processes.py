@@ -1,0 +1,181 @@
+"""End to end with real Airflow processes: `airflow dags test`, and a full standalone stack."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def _env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        PATH=f"{BIN}:{env.get('PATH', '')}",
+        **extra,
+    )
+    return env
+
+
+def test_example_dag_under_airflow_dags_test(tmp_path):
+    """The example DAG, run by the CLI a user would use: references in XCom, values inline."""
+    home = tmp_path / "home"
+    env = _env(home, AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags_examples"))
+    subprocess.run(["airflow", "db", "migrate"], env=env, check=True, capture_output=True)
+    result = subprocess.run(
+        ["airflow", "dags", "test", "stepop_train_pipeline"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "state=success" in result.stdout + result.stderr, result.stdout[-3000:]
+
+    import sqlite3
+
+    with sqlite3.connect(home / "airflow.db") as db:
+        rows = db.execute("SELECT task_id, key, value FROM xcom").fetchall()
+    xcoms = {(task, key): value for task, key, value in rows}
+    train_set = xcoms[("prepare", "train")]
+    assert len(train_set) < 1024 and "ArtifactRef" in train_set
+    metrics = json.loads(xcoms[("evaluate", "return_value")])
+    assert metrics["accuracy"] > 0.8 and metrics["trained_on"] in ("numpy", "cuda")
+    npy = next(
+        (home / "stepop-artifacts").glob("stepop_train_pipeline/*/prepare/-1/1/outputs/train.npy")
+    )
+    assert npy.stat().st_size > 50 * 10**6
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Api:
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.token = self._call("GET", "/auth/token", auth=False)["access_token"]
+
+    def _call(self, method: str, path: str, body: dict | None = None, auth: bool = True):
+        request = urllib.request.Request(
+            self.base + path,
+            method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Content-Type": "application/json"},
+        )
+        if auth:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")
+
+    def get(self, path: str):
+        return self._call("GET", path)
+
+    def post(self, path: str, body: dict):
+        return self._call("POST", path, body)
+
+    def patch(self, path: str, body: dict):
+        return self._call("PATCH", path, body)
+
+
+def _wait(what: str, check, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except Exception:  # the stack may still be starting
+            value = None
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def airflow_stack(tmp_path_factory):
+    """`airflow standalone` (scheduler, triggerer, dag processor, API server) on loopback."""
+    home = tmp_path_factory.mktemp("standalone")
+    results = home / "results"
+    results.mkdir()
+    port = _free_port()
+    env = _env(
+        home,
+        AIRFLOW__CORE__DAGS_FOLDER=str(Path(__file__).parent / "dags"),
+        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
+        AIRFLOW__API__PORT=str(port),
+        AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
+        AIRFLOW__STEPOP__POLL_INTERVAL="0.5",
+        STEPOP_TEST_RESULTS=str(results),
+    )
+    log = open(home / "standalone.log", "wb")  # noqa: SIM115 - open for the stack's lifetime
+    process = subprocess.Popen(
+        ["airflow", "standalone"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        api = _wait("the API server", lambda: Api(f"http://127.0.0.1:{port}"), 180)
+        _wait(
+            "the triggerer and the DAGs",
+            lambda: (
+                api.get("/api/v2/monitor/health")["triggerer"]["status"] == "healthy"
+                and api.get("/api/v2/dags/held_until_killed")
+            ),
+            180,
+        )
+        yield api, home
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_marking_a_deferred_task_failed_stops_its_job(airflow_stack):
+    api, home = airflow_stack
+    results = home / "results"
+    dag = "held_until_killed"
+    api.patch(f"/api/v2/dags/{dag}", {"is_paused": False})
+    run_id = api.post(f"/api/v2/dags/{dag}/dagRuns", {"logical_date": None})["dag_run_id"]
+    ti_path = f"/api/v2/dags/{dag}/dagRuns/{run_id}/taskInstances/hold"
+    pid_file = results / "held-until-killed.pid"
+    _wait("the task to defer", lambda: api.get(ti_path)["state"] == "deferred", 120)
+    _wait("the step process", pid_file.exists, 60)
+    logs = home / "logs"
+    _wait(
+        "the triggerer to run the trigger",
+        lambda: any("Waiting for job" in p.read_text() for p in logs.rglob("*trigger*")),
+        120,
+    )
+    pid = int(pid_file.read_text())
+    assert _alive(pid)
+
+    api.patch(ti_path, {"new_state": "failed"})
+
+    _wait("the step process to be stopped", lambda: not _alive(pid), 60)
+    assert api.get(ti_path)["state"] == "failed"
