@@ -3,7 +3,8 @@
 Worker-side calls are synchronous (``execute()`` must stay short); triggerer-side calls are
 async and must not block the event loop. A job is known by a ``handle``: a small JSON dict the
 backend makes at submit time and the trigger carries (it always has ``job_id`` and
-``run_uri``, the run directory of the attempt that started the job).
+``run_uri``, the run directory of the attempt that started the job; ``output_uri`` when the
+job's results land elsewhere, e.g. where the service uploads its output directory).
 """
 
 from __future__ import annotations

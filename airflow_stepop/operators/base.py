@@ -173,7 +173,7 @@ class BaseStepOperator(BaseOperator):
         handle = event["handle"]
         storage = worker_storage(self.storage_conn_id)
         if event["status"] == "succeeded":
-            manifest = storage.read_json(join(handle["run_uri"], specs.RESULT_NAME))
+            manifest = storage.read_json(join(_output_uri(handle), specs.RESULT_NAME))
             return values.decode(manifest["outputs"], ArtifactRef.from_record)
         raise self._failure(event, storage)
 
@@ -182,7 +182,7 @@ class BaseStepOperator(BaseOperator):
         parts = [f"Step job {handle['job_id']} {event['status']}"]
         if event.get("reason"):
             parts[0] += f": {event['reason']}"
-        error_uri = join(handle["run_uri"], specs.ERROR_NAME)
+        error_uri = join(_output_uri(handle), specs.ERROR_NAME)
         if storage.exists(error_uri):
             error = storage.read_json(error_uri)
             parts.append(f"The step raised {error['type']}: {error['message']}")
@@ -203,6 +203,11 @@ class BaseStepOperator(BaseOperator):
             backend, job = handle
             self.log.info("Stopping job %s", job["job_id"])
             backend.stop(job)
+
+
+def _output_uri(handle: dict[str, Any]) -> str:
+    """Where the job left its results: the run directory unless the backend says otherwise."""
+    return handle.get("output_uri") or handle["run_uri"]
 
 
 async def _first_event(trigger: StepJobTrigger) -> dict[str, Any]:

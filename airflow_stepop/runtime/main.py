@@ -23,6 +23,7 @@ from airflow_stepop.runtime.storage import Storage, join, sha256_file
 BUNDLE_CODE_DIR = "code/"
 BUNDLE_DEPS_DIR = "deps/"
 BUNDLE_CALLABLE = "callable.pkl"
+OUTPUT_URI_ENV = "STEPOP_OUTPUT_URI"
 
 
 class StepStopped(BaseException):  # noqa: N818 - like KeyboardInterrupt, not an error of the step
@@ -40,9 +41,11 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 class StepRun:
     """One execution of a spec: fetch, verify, import, call, write outputs, write the manifest."""
 
-    def __init__(self, spec_uri: str, storage: Storage) -> None:
+    def __init__(self, spec_uri: str, storage: Storage, output_uri: str | None = None) -> None:
         self.spec_uri = spec_uri
-        self.run_uri = spec_uri.rsplit("/", 1)[0]
+        # Where result.json, error.json and outputs/ go: the spec's directory unless the
+        # backend names another place (e.g. a prefix the service uploads at the end).
+        self.output_uri = output_uri or spec_uri.rsplit("/", 1)[0]
         self.storage = storage
         self.cache_dir = Path(os.environ.get("STEPOP_CACHE_DIR") or tempfile.gettempdir())
         self.cache_dir = self.cache_dir / "airflow-stepop-cache"
@@ -69,7 +72,7 @@ class StepRun:
             "outputs": self._encode_outputs(result),
             "duration_s": round(time.monotonic() - started, 3),
         }
-        self.storage.write_json(join(self.run_uri, specs.RESULT_NAME), manifest)
+        self.storage.write_json(join(self.output_uri, specs.RESULT_NAME), manifest)
         return manifest
 
     def write_error(self, exc: BaseException) -> None:
@@ -79,7 +82,7 @@ class StepRun:
             "message": str(exc),
             "traceback": "".join(traceback.format_exception(exc)),
         }
-        self.storage.write_json(join(self.run_uri, specs.ERROR_NAME), document)
+        self.storage.write_json(join(self.output_uri, specs.ERROR_NAME), document)
 
     def _uses_pickle(self) -> bool:
         if self.spec["callable"]["kind"] == "pickle":
@@ -144,7 +147,7 @@ class StepRun:
         return values.read_artifact(ref, self.storage, self.cache_dir / "artifacts")
 
     def _write(self, value: Any, name: str) -> dict[str, Any]:
-        uri = join(self.run_uri, specs.OUTPUTS_DIR, name)
+        uri = join(self.output_uri, specs.OUTPUTS_DIR, name)
         return values.write_artifact(value, uri, self.storage)
 
     def _encode_outputs(self, result: Any) -> dict[str, Any]:
@@ -167,9 +170,14 @@ class StepRun:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m airflow_stepop.runtime")
     parser.add_argument("spec_uri", help="URI of the step spec (spec.json) to run")
+    parser.add_argument(
+        "--output-uri",
+        default=os.environ.get(OUTPUT_URI_ENV),
+        help=f"where results go (default: the spec's directory; env {OUTPUT_URI_ENV})",
+    )
     options = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
-    run = StepRun(options.spec_uri, Storage.from_env())
+    run = StepRun(options.spec_uri, Storage.from_env(), options.output_uri)
     try:
         manifest = run.run()
     except BaseException as exc:  # the error document is the step's failure report
