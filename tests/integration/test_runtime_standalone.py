@@ -43,6 +43,9 @@ def user_module(tmp_path, monkeypatch):
             def count(text, top=2):
                 return dict(collections.Counter(text.split()).most_common(top))
 
+            def repeat(word, n):
+                return [word] * n
+
             def explode(reason):
                 raise ValueError(f"bad input: {reason}")
             """
@@ -138,3 +141,38 @@ def test_a_modified_code_bundle_is_refused(bare_python, user_module, tmp_path):
     error = storage.read_json(staged.run_uri + "/error.json")
     assert error["type"] == "CodeBundleError"
     assert "modified after the step was submitted" in error["message"]
+
+
+def test_mapped_prefixes_and_output_uri_give_results_their_final_uris(
+    bare_python, user_module, tmp_path
+):
+    """How services that stage storage into the container run a step: the job sees local
+    directories only, yet its result records the object-store URIs the service uploads to."""
+    storage = Storage()
+    staged = stage_step(
+        user_module.repeat,
+        ["x", 1000],
+        {},
+        root=f"file://{tmp_path}/root",
+        step=STEP,
+        storage=storage,
+        inline_limit=100,
+    )
+    uploaded = tmp_path / "service-output-dir"  # e.g. /opt/ml/model, uploaded by the service
+    output_uri = "s3://bucket/jobs/job-1/output/model"
+    result = subprocess.run(
+        [bare_python, "-m", "airflow_stepop.runtime", staged.spec_uri, "--output-uri", output_uri],
+        env={
+            "PYTHONPATH": str(storage.local_path(staged.code_uri)),
+            "STEPOP_PATH_MAP": json.dumps({output_uri: str(uploaded)}),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((uploaded / "result.json").read_text())
+    ref = manifest["outputs"]["ref"]
+    assert ref["uri"] == f"{output_uri}/outputs/return_value.json"
+    assert (uploaded / "outputs" / "return_value.json").exists()
+    assert not storage.exists(staged.run_uri + "/result.json")
