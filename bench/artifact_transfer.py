@@ -1,0 +1,67 @@
+"""A 256 MiB numpy array between two steps, against a raw fsspec copy of the same bytes.
+
+Step one materializes its result (.npy, hashed) under the artifact root; step two fetches it,
+verifies the sha256 and loads it. The baseline writes the same bytes with fsspec and reads them
+back, with no hashing and no format. Prints both medians and their ratio.
+
+    .venv/bin/python bench/artifact_transfer.py [--mib 256] [--root file:///tmp/x] [--runs 3]
+
+``--root`` takes any fsspec URL (e.g. s3://bucket/prefix with AWS_ENDPOINT_URL pointing at the
+emulated cloud of `make cloud-up`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import fsspec
+import numpy as np
+
+from airflow_stepop.runtime import values
+from airflow_stepop.runtime.storage import Storage, join
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mib", type=int, default=256)
+    parser.add_argument("--root", default=None)
+    parser.add_argument("--runs", type=int, default=3)
+    options = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="stepop-bench-"))
+    root = options.root or f"file://{scratch}/root"
+    array = np.random.default_rng(0).random(options.mib * 2**20 // 8)
+    raw = array.tobytes()
+    storage = Storage()
+
+    def ours(i: int) -> float:
+        start = time.perf_counter()
+        ref = values.write_artifact(array, join(root, f"ours{i}", "return_value"), storage)
+        back = values.read_artifact(ref, storage, scratch / f"cache{i}")
+        assert back.shape == array.shape
+        return time.perf_counter() - start
+
+    def baseline(i: int) -> float:
+        fs, path = fsspec.core.url_to_fs(join(root, f"raw{i}", "data.bin"))
+        start = time.perf_counter()
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        fs.pipe_file(path, raw)
+        back = fs.cat_file(path)
+        assert len(back) == len(raw)
+        return time.perf_counter() - start
+
+    ours_s = statistics.median(ours(i) for i in range(options.runs))
+    base_s = statistics.median(baseline(i) for i in range(options.runs))
+    print(f"{options.mib} MiB array via {root.split('://')[0]}://")
+    print(f"step -> step (materialize, hash, verify, load): {ours_s:7.3f} s")
+    print(f"raw fsspec write + read of the same bytes:      {base_s:7.3f} s")
+    print(f"ratio ours/raw:                                 {ours_s / base_s:7.2f}x")
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
