@@ -8,6 +8,8 @@ import os
 import sys
 import time
 
+import pytest
+
 
 def _dags(results_dir):
     """Import the DAG file afresh so module-level paths see this test's environment."""
@@ -103,3 +105,24 @@ def test_a_retry_reattaches_to_the_running_job(results, tmp_path, artifact_root)
     assert rows[("held", "return_value", -1)] == "done by the first job"
     assert list(artifact_root.glob("retry_reattaches/*/held/-1/1/result.json"))
     assert not list(artifact_root.glob("retry_reattaches/*/held/-1/2/spec.json"))
+
+
+@pytest.mark.container
+def test_a_step_runs_in_a_container_of_its_environment_image(results, monkeypatch):
+    docker = pytest.importorskip("docker")
+    image = os.environ.get("STEPOP_TEST_BASE_IMAGE", "stepop-base/python:3.11-bookworm")
+    try:
+        docker.from_env(timeout=30).images.get(image)
+    except Exception as exc:
+        pytest.skip(f"no container engine with {image} ({exc}); run scripts/engine.sh up")
+    monkeypatch.setenv("AIRFLOW__STEPOP__BUILD_NETWORK_MODE", "host")
+    run = _dags(results).container_step().test()
+    assert run.state == "success"
+    seen = json.loads((results / "container.json").read_text())
+    size = 2**20 // 8
+    assert seen == {
+        "in_container": True,
+        "flavor": "container",
+        "python": "/usr/bin/python3",  # the image's interpreter, not the worker's
+        "sum": float(size * (size - 1) / 2),
+    }

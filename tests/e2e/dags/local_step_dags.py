@@ -8,7 +8,7 @@ from datetime import timedelta
 from airflow.sdk import dag, task
 from step_helpers import make_array, record_pid, wait_for_file
 
-from airflow_stepop import LocalStepOperator, ResourceSettings
+from airflow_stepop import DockerSettings, LocalStepOperator, ResourceSettings
 
 RESULTS = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
 
@@ -148,3 +148,39 @@ def held_until_killed():
 
 
 held_until_killed()
+
+
+BASE_IMAGE = os.environ.get("STEPOP_TEST_BASE_IMAGE", "stepop-base/python:3.11-bookworm")
+
+
+@dag(schedule=None)
+def container_step():
+    @task.local_step
+    def prepare():
+        return make_array(1)
+
+    @task.local_step(
+        docker=DockerSettings(parent_image=BASE_IMAGE, environment={"STEP_FLAVOR": "container"}),
+        resources=ResourceSettings(cpu_count=1, memory="1GiB"),
+    )
+    def inspect(array):
+        import sys
+
+        return {
+            "in_container": os.path.exists("/.dockerenv"),
+            "flavor": os.environ.get("STEP_FLAVOR"),
+            "python": sys.executable,
+            "sum": float(array.sum()),
+        }
+
+    @task
+    def check(seen):
+        import json
+
+        with open(f"{RESULTS}/container.json", "w") as handle:
+            json.dump(seen, handle)
+
+    check(inspect(prepare()))
+
+
+container_step()
