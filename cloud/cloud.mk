@@ -2,7 +2,7 @@
 # and writes .cloud/env; `down` stops every process `up` started, by PID.
 .PHONY: cloud-up cloud-down cloud-status
 
-cloud-up:
+cloud-up: install
 	$(PY) -m cloud.stack up
 
 cloud-down:
