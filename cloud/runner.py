@@ -313,6 +313,8 @@ class ContainerNode(Node):
             "stepop.fake": self.launch.fake,
             "stepop.job": self.launch.name,
             "stepop.node": self.spec.host,
+            # which stack started it: `cloud-down` of one stack leaves other stacks' jobs alone
+            "stepop.stack": os.environ.get("STEPOP_CLOUD_DIR", ""),
         }
         hosts = {n.host: "127.0.0.1" for n in self.launch.nodes}
         try:

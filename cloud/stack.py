@@ -148,7 +148,7 @@ def _spawn(name: str, argv: list[str], extra_env: dict[str, str] | None = None) 
     (STATE / "pids").mkdir(parents=True, exist_ok=True)
     (STATE / "logs").mkdir(parents=True, exist_ok=True)
     logf = open(STATE / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - child keeps it
-    env = {**os.environ, **(extra_env or {})}
+    env = {**os.environ, "STEPOP_CLOUD_DIR": str(STATE), **(extra_env or {})}
     proc = subprocess.Popen(
         argv,
         stdout=logf,
@@ -384,12 +384,13 @@ def down() -> None:
 
 
 def _remove_containers() -> None:
-    """Remove containers a fake left behind (label stepop.fake), if an engine answers."""
+    """Remove containers this stack's fakes left behind, if an engine answers."""
     try:
         import docker
 
         client = docker.from_env(timeout=5)
-        for container in client.containers.list(all=True, filters={"label": "stepop.fake"}):
+        mine = {"label": f"stepop.stack={STATE}"}
+        for container in client.containers.list(all=True, filters=mine):
             container.remove(force=True)
     except Exception:  # no engine, no containers
         return
