@@ -73,6 +73,10 @@ class StepBackend(abc.ABC):
     @abc.abstractmethod
     async def astop(self, handle: dict[str, Any]) -> None: ...
 
+    def release(self, handle: dict[str, Any]) -> None:
+        """Free what a finished job still holds (e.g. a stopped container); logs were relayed."""
+        return None
+
     def is_transient(self, exc: Exception) -> bool:
         """Whether a failed call is worth retrying after a pause (throttling, 5xx, network)."""
         return isinstance(exc, (ConnectionError, TimeoutError))

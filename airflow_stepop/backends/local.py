@@ -196,6 +196,18 @@ class LocalBackend(StepBackend):
         if _alive(job_dir):
             os.killpg(pid, signal.SIGKILL)
 
+    def release(self, handle: dict[str, Any]) -> None:
+        if handle["mode"] != "container" or (client := _docker_client()) is None:
+            return
+        import docker.errors
+
+        try:
+            _container(client, handle).remove()
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:  # still running (a re-attached try owns it)
+            log.warning("Could not remove container %s: %s", handle["job_id"], exc)
+
     # ---- state and logs ------------------------------------------------------------------
 
     def _status(self, handle: dict[str, Any]) -> JobStatus:

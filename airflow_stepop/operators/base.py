@@ -172,10 +172,13 @@ class BaseStepOperator(BaseOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         handle = event["handle"]
         storage = worker_storage(self.storage_conn_id)
-        if event["status"] == "succeeded":
-            manifest = storage.read_json(join(_output_uri(handle), specs.RESULT_NAME))
-            return values.decode(manifest["outputs"], ArtifactRef.from_record)
-        raise self._failure(event, storage)
+        try:
+            if event["status"] == "succeeded":
+                manifest = storage.read_json(join(_output_uri(handle), specs.RESULT_NAME))
+                return values.decode(manifest["outputs"], ArtifactRef.from_record)
+            raise self._failure(event, storage)
+        finally:
+            self.make_backend().release(handle)
 
     def _failure(self, event: dict[str, Any], storage: Storage) -> Exception:
         handle = event["handle"]
