@@ -16,6 +16,7 @@ _EXPORTS = {
     "DockerSettings": "airflow_stepop.settings",
     "ArtifactRef": "airflow_stepop.artifacts.ref",
     "LocalStepOperator": "airflow_stepop.operators.local",
+    "SageMakerStepOperator": "airflow_stepop.operators.sagemaker",
     "StepFailedError": "airflow_stepop.operators.base",
 }
 
@@ -24,6 +25,7 @@ __all__ = [
     "DockerSettings",
     "LocalStepOperator",
     "ResourceSettings",
+    "SageMakerStepOperator",
     "StepFailedError",
     "get_provider_info",
 ]
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from airflow_stepop.artifacts.ref import ArtifactRef
     from airflow_stepop.operators.base import StepFailedError
     from airflow_stepop.operators.local import LocalStepOperator
+    from airflow_stepop.operators.sagemaker import SageMakerStepOperator
     from airflow_stepop.settings import DockerSettings, ResourceSettings
 
 
@@ -53,6 +56,10 @@ def get_provider_info() -> dict[str, Any]:
         "config": provider_config(),
         "task-decorators": [
             {"name": "local_step", "class-name": "airflow_stepop.decorators.local.local_step_task"},
+            {
+                "name": "sagemaker_step",
+                "class-name": "airflow_stepop.decorators.sagemaker.sagemaker_step_task",
+            },
         ],
         "triggers": [
             {

@@ -39,6 +39,25 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "A CA bundle (PEM file) that pip trusts while building environment images, for "
         "networks whose TLS is re-signed by a corporate proxy. Not part of the image hash.",
     ),
+    "sagemaker_role": (
+        "string",
+        "",
+        "Default execution role (ARN or name) of SageMaker step jobs when the operator's role= "
+        "is not set.",
+    ),
+    "sagemaker_image_repository": (
+        "string",
+        "",
+        "Where SageMaker steps push environment images they build: an ECR repository "
+        "('<account>.dkr.ecr.<region>.amazonaws.com/<name>', created on demand) or any "
+        "'host[:port]/<name>'. Empty means <account>.dkr.ecr.<region>.amazonaws.com/"
+        "airflow-stepop-env of the AWS connection.",
+    ),
+    "sagemaker_default_instance_type": (
+        "string",
+        "ml.m5.large",
+        "SageMaker instance type of a step that gives neither resources= nor instance_type=.",
+    ),
 }
 
 

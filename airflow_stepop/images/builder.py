@@ -132,13 +132,26 @@ def ensure_image(
     repository: str = DEFAULT_REPOSITORY,
     push: bool = False,
     options: BuildOptions | None = None,
+    auth_config: dict[str, str] | None = None,
 ) -> tuple[str, bool]:
-    """The image for these settings, built (and pushed) only if missing. Returns (ref, built)."""
+    """The image for these settings, built (and pushed) only if missing. Returns (ref, built).
+
+    With ``push``, the registry decides: a tag already there means no build; a tag built here
+    before but not pushed is pushed. ``auth_config`` (docker SDK shape) logs in to the registry.
+    """
     options = options or BuildOptions()
     reference = image_reference(settings, repository)
     if not settings.needs_build:
         return reference, False
-    if _image_exists(client, reference, registry_lookup=push):
+    if push:  # the registry is the truth: the job's machine pulls from there
+        if _in_registry(client, reference, auth_config):
+            log.info("Environment image %s is in the registry; no build", reference)
+            return reference, False
+        if _image_exists(client, reference, registry_lookup=False):
+            log.info("Environment image %s was built here before; pushing it", reference)
+            _push(client, reference, auth_config)
+            return reference, False
+    elif _image_exists(client, reference, registry_lookup=False):
         log.info("Environment image %s exists; no build", reference)
         return reference, False
 
@@ -173,12 +186,25 @@ def ensure_image(
         buildargs=dict(settings.build_args) or None,
     )
     if push:
-        _push(client, reference)
+        _push(client, reference, auth_config)
     return reference, True
 
 
-def _push(client: Any, reference: str) -> None:
+def _in_registry(client: Any, reference: str, auth_config: dict[str, str] | None) -> bool:
+    import docker.errors
+
+    try:
+        client.images.get_registry_data(reference, auth_config=auth_config)
+        return True
+    except docker.errors.APIError:
+        return False
+
+
+def _push(client: Any, reference: str, auth_config: dict[str, str] | None = None) -> None:
     repository, _, tag = reference.rpartition(":")
-    for chunk in client.images.push(repository, tag=tag, stream=True, decode=True):
+    log.info("Pushing %s", reference)
+    for chunk in client.images.push(
+        repository, tag=tag, stream=True, decode=True, auth_config=auth_config
+    ):
         if "error" in chunk:
             raise ImageBuildError(f"Pushing {reference} failed: {chunk['error']}")

@@ -1,0 +1,632 @@
+"""The SageMaker backend: a step runs as a SageMaker training job.
+
+Everything SageMaker-specific lives in this module. How a step becomes a job:
+
+* image: ``image_uri`` as given, else the ``DockerSettings`` image (content-hash tag) built and
+  pushed only when the registry lacks the tag (``images.builder`` / ``images.registry``);
+* channels (File mode, S3Prefix): ``code`` = the code bundle object, ``run`` = the attempt's run
+  directory (spec, inputs, the entry script and its launch document), ``in1``.. = the prefixes of
+  upstream ``ArtifactRef`` inputs (grouped so that at most 20 channels are used);
+* ``ContainerEntrypoint`` = ``python3 /opt/ml/input/data/run/stepop_entry.py /opt/ml``
+  (``sagemaker_entry.py``): it exports the path map (S3 prefix -> channel directory, and the
+  output prefix -> /opt/ml/model), rank variables from resourceconfig.json and long environment
+  values, then runs ``python3 -m airflow_stepop.runtime <spec>`` from the bundle. The image needs
+  no AWS SDK: the service downloads channels and uploads /opt/ml/model (CompressionType NONE) to
+  ``<run_uri>/<job>/output/model``, which is where result refs point (the handle's output_uri);
+* the deterministic job name comes from ``naming.job_name``; ``find_active`` re-attaches to an
+  InProgress job of the same task instance (ListTrainingJobs NameContains the key prefix);
+* the triggerer side uses the amazon provider's async hooks (aiobotocore): DescribeTrainingJob,
+  CloudWatch Logs with one cursor (nextForwardToken) per stream and a bounded request rate,
+  StopTrainingJob on kill.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
+from airflow_stepop.backends.naming import key_prefix
+from airflow_stepop.runtime.storage import join
+
+log = logging.getLogger(__name__)
+
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+ENTRY_FILE = "stepop_entry.py"
+LAUNCH_FILE = "stepop_launch.json"
+MAX_CHANNELS = 20
+RESERVED_CHANNELS = ("code", "run")
+ENV_VALUE_MAX = 512
+ENV_ENTRIES_MAX = 100
+CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
+ML_ROOT = "/opt/ml"
+# CloudWatch Logs: at most one DescribeLogStreams per this many seconds per job, and one
+# GetLogEvents per stream per this many seconds (the account-wide quotas are low).
+LOG_STREAMS_INTERVAL = 10.0
+LOG_EVENTS_INTERVAL = 2.0
+TRANSIENT_CODES = frozenset(
+    {
+        "ThrottlingException",
+        "Throttling",
+        "ThrottledException",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "ProvisionedThroughputExceededException",
+        "SlowDown",
+        "InternalFailure",
+        "InternalServerError",
+        "InternalError",
+        "ServiceUnavailable",
+        "ServiceUnavailableException",
+    }
+)
+PENDING_SECONDARY = frozenset(
+    {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading",
+     "DownloadingTrainingImage", "Restarting", "Interrupted"}
+)  # fmt: skip
+TAG_VALUE = re.compile(r"[^\w.:/=+\-@ ]", re.UNICODE)
+
+
+class SageMakerConfigError(ValueError):
+    """A request SageMaker would refuse, caught before any API call."""
+
+
+@dataclass(frozen=True)
+class SageMakerJobConfig:
+    """The training job's settings, validated by the operator at DAG parse time."""
+
+    role: str
+    instance_type: str
+    instance_count: int = 1
+    volume_size_gb: int = 30
+    max_runtime_s: int = 86400
+    spot: bool = False
+    max_wait_s: int | None = None
+    keep_alive_s: int | None = None
+    subnets: tuple[str, ...] = ()
+    security_group_ids: tuple[str, ...] = ()
+    volume_kms_key: str | None = None
+    output_kms_key: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    image_uri: str | None = None
+    image_repository: str | None = None
+    price_per_hour: float | None = None
+
+
+def sanitize_tag(value: str, limit: int = 256) -> str:
+    return TAG_VALUE.sub("_", value)[:limit]
+
+
+def s3_parts(uri: str) -> tuple[str, str]:
+    rest = uri.split("://", 1)[1]
+    bucket, _, key = rest.partition("/")
+    return bucket, key
+
+
+def _refs(node: Any) -> list[str]:
+    """URIs of every artifact reference in a spec value node."""
+    if isinstance(node, dict):
+        if "ref" in node and isinstance(node["ref"], dict):
+            return [node["ref"]["uri"]]
+        out: list[str] = []
+        for key in ("list", "dict"):
+            if key in node:
+                children = node[key].values() if isinstance(node[key], dict) else node[key]
+                for child in children:
+                    out.extend(_refs(child))
+        return out
+    return []
+
+
+def _common_prefix(a: str, b: str) -> str:
+    parts_a, parts_b = a.split("/"), b.split("/")
+    common = []
+    for x, y in zip(parts_a, parts_b, strict=False):
+        if x != y:
+            break
+        common.append(x)
+    return "/".join(common)
+
+
+def group_prefixes(uris: list[str], limit: int) -> list[str]:
+    """Directory prefixes covering ``uris``, merged to common ancestors to stay within ``limit``.
+
+    A merged prefix never goes above its bucket (s3://bucket); fewer, broader channels download
+    more than needed but keep every input readable as a local file.
+    """
+    prefixes = sorted({uri.rstrip("/").rsplit("/", 1)[0] for uri in uris})
+
+    def dedupe(items: list[str]) -> list[str]:
+        kept: list[str] = []
+        for item in sorted(set(items)):
+            if not any(item == k or item.startswith(k + "/") for k in kept):
+                kept.append(item)
+        return kept
+
+    prefixes = dedupe(prefixes)
+    while len(prefixes) > limit:
+        best = max(
+            range(len(prefixes) - 1),
+            key=lambda i: len(_common_prefix(prefixes[i], prefixes[i + 1])),
+        )
+        merged = _common_prefix(prefixes[best], prefixes[best + 1])
+        if merged.count("/") < 2:  # "s3:" + "" + bucket: the bucket itself
+            merged = "/".join(prefixes[best].split("/")[:3])
+        prefixes = dedupe([*prefixes[:best], merged, *prefixes[best + 2 :]])
+    return prefixes
+
+
+def _channel(name: str, s3_uri: str) -> dict[str, Any]:
+    return {
+        "ChannelName": name,
+        "DataSource": {
+            "S3DataSource": {
+                "S3DataType": "S3Prefix",
+                "S3Uri": s3_uri,
+                "S3DataDistributionType": "FullyReplicated",
+            }
+        },
+        "InputMode": "File",
+    }
+
+
+def build_launch(
+    request: JobRequest, spec: dict[str, Any], job_name: str
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, str], str]:
+    """Channels, launch document, service Environment and output URI for one job.
+
+    Pure: no API call (unit-tested). Raises SageMakerConfigError for inputs a job cannot read.
+    """
+    run_uri = request.run_uri.rstrip("/")
+    output_uri = f"{run_uri}/{job_name}/output/model"
+    code_name = request.code_uri.rsplit("/", 1)[1]
+    channels = [_channel("code", request.code_uri), _channel("run", run_uri + "/")]
+    path_map = {
+        request.code_uri: f"input/data/code/{code_name}",
+        run_uri: "input/data/run",
+        output_uri: "model",
+    }
+    inputs = []
+    for uri in _refs({"list": spec.get("args", [])}) + _refs({"dict": spec.get("kwargs", {})}):
+        if uri.startswith(run_uri + "/"):
+            continue  # staged by the worker into this run: the run channel has it
+        if not uri.startswith("s3://"):
+            raise SageMakerConfigError(
+                f"An input of this step is the artifact {uri}, which a SageMaker job cannot "
+                "read (only s3:// artifacts travel as input channels). Give the upstream task an "
+                "s3:// artifact_root, or pass the value itself."
+            )
+        inputs.append(uri)
+    for i, prefix in enumerate(group_prefixes(inputs, MAX_CHANNELS - len(channels)), start=1):
+        channels.append(_channel(f"in{i}", prefix + "/"))
+        path_map[prefix] = f"input/data/in{i}"
+
+    environment: dict[str, str] = {}
+    launch_env: dict[str, str] = {}
+    reserved = 4  # PYTHONPATH, PYTHONUNBUFFERED, STEPOP_CHECKPOINT_DIR, one spare
+    for key, value in request.environment.items():
+        if len(value) > ENV_VALUE_MAX or len(environment) >= ENV_ENTRIES_MAX - reserved:
+            launch_env[key] = value  # travels in the launch document, never chunked
+        else:
+            environment[key] = value
+    environment["PYTHONPATH"] = f"{ML_ROOT}/input/data/code/{code_name}"
+    environment["PYTHONUNBUFFERED"] = "1"
+    launch = {
+        "spec_uri": request.spec_uri,
+        "output_uri": output_uri,
+        "path_map": path_map,
+        "environment": launch_env,
+    }
+    return channels, launch, environment, output_uri
+
+
+def is_transient_error(exc: BaseException) -> bool:
+    """Throttling, 5xx and connection problems, from botocore or aiobotocore."""
+    try:
+        from botocore.exceptions import (
+            ClientError,
+            ConnectionClosedError,
+            ConnectTimeoutError,
+            EndpointConnectionError,
+            ReadTimeoutError,
+        )
+    except ImportError:  # pragma: no cover
+        return False
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        return error.get("Code") in TRANSIENT_CODES or int(status) >= 500
+    if isinstance(
+        exc, (EndpointConnectionError, ConnectionClosedError, ReadTimeoutError, ConnectTimeoutError)
+    ):
+        return True
+    try:
+        import aiohttp
+
+        if isinstance(exc, aiohttp.ClientConnectionError):
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    return isinstance(exc, (ConnectionError, TimeoutError))
+
+
+def _error_code(exc: BaseException) -> str:
+    response = getattr(exc, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+def map_status(description: dict[str, Any]) -> JobStatus:
+    status = description["TrainingJobStatus"]
+    secondary = description.get("SecondaryStatus", "")
+    if status == "Completed":
+        return JobStatus("succeeded")
+    if status == "Failed":
+        return JobStatus("failed", description.get("FailureReason") or "the job failed")
+    if status == "Stopped":
+        if secondary in ("MaxRuntimeExceeded", "MaxWaitTimeExceeded"):
+            limit = "max_runtime" if secondary == "MaxRuntimeExceeded" else "max_wait"
+            return JobStatus("failed", f"{secondary}: the job reached its {limit} and was stopped")
+        return JobStatus("stopped", "the training job was stopped")
+    if status == "InProgress" and secondary in PENDING_SECONDARY:
+        return JobStatus("pending")
+    return JobStatus("running")  # InProgress (Training, Uploading), Stopping
+
+
+def console_links(region: str, job_name: str) -> dict[str, str]:
+    console = f"https://{region}.console.aws.amazon.com"
+    group = quote(quote(LOG_GROUP, safe=""), safe="").replace("%", "$")
+    stream_filter = quote(quote(f"?logStreamNameFilter={job_name}/", safe=""), safe="")
+    return {
+        "job": f"{console}/sagemaker/home?region={region}#/jobs/{job_name}",
+        "logs": f"{console}/cloudwatch/home?region={region}#logsV2:log-groups/log-group/"
+        f"{group}{stream_filter.replace('%', '$')}",
+    }
+
+
+def estimate_cost(description: dict[str, Any], price_per_hour: float | None) -> dict[str, Any]:
+    """Billable seconds and the on-demand cost estimate (price x billable seconds x count)."""
+    billable = int(description.get("BillableTimeInSeconds") or 0)
+    count = int(description.get("ResourceConfig", {}).get("InstanceCount", 1))
+    out: dict[str, Any] = {
+        "job_name": description.get("TrainingJobName"),
+        "instance_type": description.get("ResourceConfig", {}).get("InstanceType"),
+        "instance_count": count,
+        "billable_seconds": billable,
+        "training_seconds": int(description.get("TrainingTimeInSeconds") or 0),
+        "spot": bool(description.get("EnableManagedSpotTraining")),
+        "price_per_hour_usd": price_per_hour,
+        "estimated_cost_usd": None,
+    }
+    if price_per_hour is not None:
+        out["estimated_cost_usd"] = round(price_per_hour / 3600 * billable * count, 6)
+    return out
+
+
+class SageMakerBackend(StepBackend):
+    """Runs steps as SageMaker training jobs through the amazon provider's hooks."""
+
+    def __init__(
+        self,
+        aws_conn_id: str | None = "aws_default",
+        region_name: str | None = None,
+        job: SageMakerJobConfig | None = None,
+    ) -> None:
+        self.aws_conn_id = aws_conn_id
+        self.region_name = region_name
+        self.job = job
+        self._hooks: dict[str, Any] = {}
+        self._log_state: dict[str, dict[str, Any]] = {}
+        self._final: set[str] = set()
+
+    def serialize(self) -> dict[str, Any]:
+        return {"aws_conn_id": self.aws_conn_id, "region_name": self.region_name}
+
+    # ---- hooks -------------------------------------------------------------------------
+
+    def _hook(self, kind: str) -> Any:
+        if kind not in self._hooks:
+            if kind == "sagemaker":
+                from airflow.providers.amazon.aws.hooks.sagemaker import SageMakerHook as cls
+            elif kind == "logs":
+                from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook as cls
+            else:
+                from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+                def cls(**kw: Any) -> Any:
+                    return AwsBaseHook(client_type=kind, **kw)
+
+            self._hooks[kind] = cls(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+        return self._hooks[kind]
+
+    @property
+    def region(self) -> str:
+        return self.region_name or self._hook("sagemaker").conn_region_name or "us-east-1"
+
+    def _storage(self) -> Any:
+        from airflow_stepop.artifacts.storage import worker_storage
+
+        return worker_storage(self.aws_conn_id)
+
+    # ---- worker side -------------------------------------------------------------------
+
+    def submit(self, request: JobRequest) -> dict[str, Any]:
+        if self.job is None:
+            raise RuntimeError("SageMakerBackend.submit needs a job configuration")
+        job = self.job
+        storage = self._storage()
+        spec = storage.read_json(request.spec_uri)
+        channels, launch, environment, output_uri = build_launch(request, spec, request.job_name)
+        if job.spot:
+            environment["STEPOP_CHECKPOINT_DIR"] = CHECKPOINT_LOCAL_PATH
+        image = self._image(request)
+        role = self._role_arn(job.role)
+        entry_source = (Path(__file__).parent / "sagemaker_entry.py").read_bytes()
+        storage.write_bytes(join(request.run_uri, ENTRY_FILE), entry_source)
+        storage.write_json(join(request.run_uri, LAUNCH_FILE), launch)
+
+        body: dict[str, Any] = {
+            "TrainingJobName": request.job_name,
+            "RoleArn": role,
+            "AlgorithmSpecification": {
+                "TrainingImage": image,
+                "TrainingInputMode": "File",
+                "ContainerEntrypoint": ["python3", f"{ML_ROOT}/input/data/run/{ENTRY_FILE}"],
+                "ContainerArguments": [ML_ROOT],
+            },
+            "InputDataConfig": channels,
+            "OutputDataConfig": {"S3OutputPath": request.run_uri, "CompressionType": "NONE"},
+            "ResourceConfig": {
+                "InstanceType": job.instance_type,
+                "InstanceCount": job.instance_count,
+                "VolumeSizeInGB": job.volume_size_gb,
+            },
+            "StoppingCondition": {"MaxRuntimeInSeconds": job.max_runtime_s},
+            "Environment": environment,
+            "Tags": self._tags(request),
+        }
+        if job.keep_alive_s:
+            body["ResourceConfig"]["KeepAlivePeriodInSeconds"] = job.keep_alive_s
+        if job.volume_kms_key:
+            body["ResourceConfig"]["VolumeKmsKeyId"] = job.volume_kms_key
+        if job.output_kms_key:
+            body["OutputDataConfig"]["KmsKeyId"] = job.output_kms_key
+        if job.subnets:
+            body["VpcConfig"] = {
+                "Subnets": list(job.subnets),
+                "SecurityGroupIds": list(job.security_group_ids),
+            }
+        if job.spot:
+            body["EnableManagedSpotTraining"] = True
+            body["StoppingCondition"]["MaxWaitTimeInSeconds"] = job.max_wait_s
+            body["CheckpointConfig"] = {
+                "S3Uri": checkpoint_uri(request.run_uri) + "/",
+                "LocalPath": CHECKPOINT_LOCAL_PATH,
+            }
+        client = self._hook("sagemaker").conn
+        try:
+            client.create_training_job(**body)
+        except Exception as exc:
+            if _error_code(exc) != "ResourceInUse":
+                raise
+            # A retried create whose first answer was lost: the name is this attempt's own.
+            log.info("Training job %s exists already; attaching to it", request.job_name)
+        log.info(
+            "Training job %s: %d x %s, image %s", request.job_name, job.instance_count,
+            job.instance_type, image,
+        )  # fmt: skip
+        return {
+            "job_id": request.job_name,
+            "task_key": request.task_key,
+            "run_uri": request.run_uri,
+            "output_uri": output_uri,
+            "region": self.region,
+        }
+
+    def _image(self, request: JobRequest) -> str:
+        assert self.job is not None
+        if self.job.image_uri:
+            return self.job.image_uri
+        if request.docker is None:
+            raise SageMakerConfigError("SageMaker steps need image_uri= or docker=DockerSettings")
+        from airflow_stepop.images import builder, registry
+
+        if not request.docker.needs_build:
+            return builder.image_reference(request.docker, builder.DEFAULT_REPOSITORY)
+        repository = self.job.image_repository or self._default_repository()
+        target = registry.prepare(
+            repository, aws_conn_id=self.aws_conn_id, region_name=self.region_name
+        )
+        client = _docker_client()
+        from airflow_stepop import config
+
+        options = builder.BuildOptions(
+            network_mode=config.get("build_network_mode") or None,
+            ca_bundle=config.get("build_ca_bundle") or None,
+        )
+        image, built = builder.ensure_image(
+            request.docker,
+            client,
+            repository=target.repository,
+            push=True,
+            options=options,
+            auth_config=target.auth_config,
+        )
+        log.info("Environment image %s (%s)", image, "built and pushed" if built else "no build")
+        return image
+
+    def _default_repository(self) -> str:
+        account = self._hook("sts").conn.get_caller_identity()["Account"]
+        from airflow_stepop.images.builder import DEFAULT_REPOSITORY
+
+        return f"{account}.dkr.ecr.{self.region}.amazonaws.com/{DEFAULT_REPOSITORY}"
+
+    def _role_arn(self, role: str) -> str:
+        if role.startswith("arn:"):
+            return role
+        return self._hook("sagemaker").expand_role(role)
+
+    def _tags(self, request: JobRequest) -> list[dict[str, str]]:
+        assert self.job is not None
+        tags = {f"airflow-{key.replace('_', '-')}": value for key, value in request.labels.items()}
+        tags.update(self.job.tags)
+        return [
+            {"Key": sanitize_tag(key, 128), "Value": sanitize_tag(str(value))}
+            for key, value in sorted(tags.items())
+        ][:50]
+
+    def find_active(self, task_key: str) -> dict[str, Any] | None:
+        prefix = key_prefix(task_key)
+        client = self._hook("sagemaker").conn
+        answer = client.list_training_jobs(
+            NameContains=prefix, StatusEquals="InProgress", MaxResults=10
+        )
+        own = re.compile(rf"^{re.escape(prefix)}-t\d+$")
+        for summary in answer.get("TrainingJobSummaries", []):
+            name = summary["TrainingJobName"]
+            if not own.match(name):
+                continue
+            description = client.describe_training_job(TrainingJobName=name)
+            return self.handle_from_description(description, task_key)
+        return None
+
+    def handle_from_description(self, description: dict[str, Any], task_key: str) -> dict[str, Any]:
+        name = description["TrainingJobName"]
+        run_uri = ""
+        for channel in description.get("InputDataConfig", []):
+            if channel["ChannelName"] == "run":
+                run_uri = channel["DataSource"]["S3DataSource"]["S3Uri"].rstrip("/")
+        output = description["OutputDataConfig"]["S3OutputPath"].rstrip("/")
+        return {
+            "job_id": name,
+            "task_key": task_key,
+            "run_uri": run_uri or output,
+            "output_uri": f"{output}/{name}/output/model",
+            "region": self.region,
+        }
+
+    def describe(self, handle: dict[str, Any]) -> dict[str, Any]:
+        return self._hook("sagemaker").conn.describe_training_job(TrainingJobName=handle["job_id"])
+
+    def stop(self, handle: dict[str, Any]) -> None:
+        try:
+            self._hook("sagemaker").conn.stop_training_job(TrainingJobName=handle["job_id"])
+        except Exception as exc:
+            if _error_code(exc) != "ValidationException":  # already ended: nothing to stop
+                raise
+
+    def links(self, handle: dict[str, Any]) -> dict[str, str]:
+        return console_links(handle.get("region") or self.region, handle["job_id"])
+
+    def is_transient(self, exc: Exception) -> bool:
+        return is_transient_error(exc)
+
+    # ---- triggerer side ----------------------------------------------------------------
+
+    async def _client(self, kind: str) -> Any:
+        return await self._hook(kind).get_async_conn()
+
+    async def adescribe(self, handle: dict[str, Any]) -> dict[str, Any]:
+        async with await self._client("sagemaker") as client:
+            return await client.describe_training_job(TrainingJobName=handle["job_id"])
+
+    async def astatus(self, handle: dict[str, Any]) -> JobStatus:
+        status = map_status(await self.adescribe(handle))
+        if status.terminal:
+            self._final.add(handle["job_id"])  # the next alogs call reads everything left
+        return status
+
+    async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
+        job = handle["job_id"]
+        cursor = dict(cursor or {"streams": {}, "listed": 0.0, "read": 0.0})
+        final = job in self._final
+        now = time.monotonic()
+        if not final and now - cursor["read"] < LOG_EVENTS_INTERVAL:
+            return [], cursor
+        cursor["read"] = now
+        lines: list[str] = []
+        async with await self._client("logs") as client:
+            streams: dict[str, str | None] = dict(cursor["streams"])
+            if final or not streams or now - cursor["listed"] >= LOG_STREAMS_INTERVAL:
+                cursor["listed"] = now
+                try:
+                    answer = await client.describe_log_streams(
+                        logGroupName=LOG_GROUP, logStreamNamePrefix=f"{job}/"
+                    )
+                except Exception as exc:
+                    if _error_code(exc) == "ResourceNotFoundException":
+                        return [], cursor
+                    raise
+                for stream in answer.get("logStreams", []):
+                    streams.setdefault(stream["logStreamName"], None)
+            for name in sorted(streams):
+                token = streams[name]
+                for _ in range(50 if final else 1):
+                    kwargs: dict[str, Any] = {
+                        "logGroupName": LOG_GROUP,
+                        "logStreamName": name,
+                        "startFromHead": True,
+                    }
+                    if token:
+                        kwargs["nextToken"] = token
+                    answer = await client.get_log_events(**kwargs)
+                    events = answer.get("events", [])
+                    prefix = f"{name.split('/', 1)[1].split('-')[0]}: " if len(streams) > 1 else ""
+                    lines.extend(prefix + event["message"] for event in events)
+                    next_token = answer.get("nextForwardToken")
+                    done = not events or next_token == token
+                    token = next_token or token
+                    if done:
+                        break
+                streams[name] = token
+            cursor["streams"] = streams
+        return lines, cursor
+
+    async def astop(self, handle: dict[str, Any]) -> None:
+        async with await self._client("sagemaker") as client:
+            try:
+                await client.stop_training_job(TrainingJobName=handle["job_id"])
+            except Exception as exc:
+                if _error_code(exc) != "ValidationException":
+                    raise
+
+
+def checkpoint_uri(run_uri: str) -> str:
+    """Checkpoints of a task instance: shared by its tries (a retry resumes, too)."""
+    return run_uri.rstrip("/").rsplit("/", 1)[0] + "/checkpoints"
+
+
+def _docker_client() -> Any:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=120)
+        client.ping()
+        return client
+    except Exception as exc:
+        raise SageMakerConfigError(
+            f"Building the step's environment image needs a container engine, and none answers "
+            f"({exc}). Start one, or give a prebuilt image with image_uri=."
+        ) from exc
+
+
+def with_labels(request: JobRequest, **labels: Any) -> JobRequest:
+    return replace(request, labels={**request.labels, **{k: str(v) for k, v in labels.items()}})
+
+
+__all__ = [
+    "SageMakerBackend",
+    "SageMakerConfigError",
+    "SageMakerJobConfig",
+    "build_launch",
+    "checkpoint_uri",
+    "estimate_cost",
+    "group_prefixes",
+    "map_status",
+]

@@ -1,0 +1,159 @@
+"""A machine catalog and the resolver ResourceSettings -> cheapest fitting machine type.
+
+Generic over services: a catalog is a CSV file in this package with the columns
+``instance_type, vcpu, memory_gib, gpu_count, gpu_model, gpu_memory_gib, price_per_hour`` and
+``# key: value`` header lines (``catalog_date``, ``region``, ``currency``). Nothing here knows a
+service's names beyond what its file says.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources as package_files
+from typing import Any
+
+from airflow_stepop.settings import ResourceSettings, SettingsError
+
+GIB = 2**30
+CLOSEST_SHOWN = 3
+
+
+class NoFittingMachineError(SettingsError):
+    """A ResourceSettings that no machine type of a catalog satisfies."""
+
+
+def normalize_gpu(name: str) -> str:
+    """'a100', 'NVIDIA_TESLA_A100', 'nvidia-a100' -> 'A100' (how catalogs name GPU models)."""
+    upper = name.upper().replace("-", "_")
+    for prefix in ("NVIDIA_", "TESLA_"):
+        upper = upper.removeprefix(prefix)
+    return upper.replace("_", "")
+
+
+@dataclass(frozen=True)
+class MachineType:
+    name: str
+    vcpu: int
+    memory_gib: float
+    gpu_count: int
+    gpu_model: str | None
+    gpu_memory_gib: float
+    price_per_hour: float | None
+
+    def describe(self) -> str:
+        gpus = (
+            f", {self.gpu_count} x {self.gpu_model} {self.gpu_memory_gib:g} GiB"
+            if self.gpu_count
+            else ", no GPU"
+        )
+        price = f", ${self.price_per_hour:g}/h" if self.price_per_hour is not None else ""
+        return f"{self.name} ({self.vcpu} vCPU, {self.memory_gib:g} GiB{gpus}{price})"
+
+    def shortfall(self, want: ResourceSettings) -> float:
+        """0 when the machine fits; otherwise how far it falls short (for 'closest')."""
+        miss = 0.0
+        if want.cpu_count and self.vcpu < want.cpu_count:
+            miss += want.cpu_count / self.vcpu - 1
+        if want.memory_bytes and self.memory_gib * GIB < want.memory_bytes:
+            miss += want.memory_bytes / (self.memory_gib * GIB) - 1
+        gpus = want.gpu_count if want.gpu_count is not None else (1 if want.gpu_type else None)
+        if gpus == 0 and self.gpu_count:
+            miss += 1.0
+        elif gpus and self.gpu_count < gpus:
+            miss += (gpus - self.gpu_count) / gpus * 2
+        if want.gpu_type and (
+            not self.gpu_model or normalize_gpu(self.gpu_model) != normalize_gpu(want.gpu_type)
+        ):
+            miss += 1.0
+        return miss
+
+    def fits(self, want: ResourceSettings) -> bool:
+        return self.shortfall(want) == 0.0
+
+
+@dataclass(frozen=True)
+class Catalog:
+    service: str
+    date: str
+    region: str
+    currency: str
+    types: tuple[MachineType, ...]
+
+    def get(self, name: str) -> MachineType | None:
+        for machine in self.types:
+            if machine.name == name:
+                return machine
+        return None
+
+    def resolve(self, want: ResourceSettings, *, owner: str = "resources") -> MachineType:
+        """The cheapest type that fits ``want`` (ties: fewer GPUs, vCPUs, memory, then name)."""
+        fitting = [m for m in self.types if m.fits(want)]
+        if fitting:
+            return min(fitting, key=_cost_order)
+        closest = sorted(self.types, key=lambda m: (m.shortfall(want), _cost_order(m)))
+        shown = "; ".join(m.describe() for m in closest[:CLOSEST_SHOWN])
+        raise NoFittingMachineError(
+            f"{owner}={_show(want)} fits no {self.service} machine type in the catalog "
+            f"(catalog date {self.date}). Closest: {shown}. Ask for less (or more machines with "
+            "instance_count), or name a type explicitly with instance_type=."
+        )
+
+
+def _cost_order(machine: MachineType) -> tuple[Any, ...]:
+    price = machine.price_per_hour if machine.price_per_hour is not None else float("inf")
+    return (price, machine.gpu_count, machine.vcpu, machine.memory_gib, machine.name)
+
+
+def _show(want: ResourceSettings) -> str:
+    fields = []
+    for key, value in want.to_dict().items():
+        if value is None:
+            continue
+        if key == "memory":
+            value = f"{value / GIB:g}GiB"
+        fields.append(f"{key}={value!r}")
+    return f"ResourceSettings({', '.join(fields)})"
+
+
+def parse(text: str, service: str) -> Catalog:
+    meta: dict[str, str] = {}
+    rows: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            match = re.match(r"#\s*([a-z_]+):\s*(.+?)\s*$", line)
+            if match:
+                meta[match.group(1)] = match.group(2)
+        elif line.strip():
+            rows.append(line)
+    types = []
+    for row in csv.DictReader(io.StringIO("\n".join(rows))):
+        price = row["price_per_hour"].strip()
+        types.append(
+            MachineType(
+                name=row["instance_type"].strip(),
+                vcpu=int(row["vcpu"]),
+                memory_gib=float(row["memory_gib"]),
+                gpu_count=int(row["gpu_count"]),
+                gpu_model=row["gpu_model"].strip() or None,
+                gpu_memory_gib=float(row["gpu_memory_gib"] or 0),
+                price_per_hour=float(price) if price else None,
+            )
+        )
+    return Catalog(
+        service=meta.get("service", service),
+        date=meta.get("catalog_date", "unknown"),
+        region=meta.get("region", "unknown"),
+        currency=meta.get("currency", "USD").split()[0],
+        types=tuple(types),
+    )
+
+
+@cache
+def load(name: str) -> Catalog:
+    """The packaged catalog ``<name>.csv`` (e.g. "sagemaker_training")."""
+    text = package_files.files("airflow_stepop.catalog").joinpath(f"{name}.csv").read_text()
+    return parse(text, service=name.replace("_", " "))

@@ -1,0 +1,65 @@
+"""Registries to push environment images to: ECR (repository on demand, token login) or any.
+
+An ECR repository (``<account>.dkr.ecr.<region>.amazonaws.com/<name>``) is created when missing
+and logged in to with a token from ECR's GetAuthorizationToken, through the amazon provider's
+``EcrHook`` (so the connection's endpoint overrides and role assumption apply). Any other
+registry is used as given, with the engine's own credentials.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ECR_HOST = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?$"
+)
+_REPOSITORY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*(:\d+)?(/[a-z0-9][a-z0-9._\-/]*)+$")
+
+
+@dataclass(frozen=True)
+class Registry:
+    repository: str  # host[:port]/name, no tag
+    auth_config: dict[str, str] | None = None  # for the docker SDK; never logged or stored
+
+
+def check_repository(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not _REPOSITORY.match(value) or ":" in value.split("/")[-1]:
+        raise ValueError(
+            f"{field}={value!r} is not an image repository. Use "
+            "'<account>.dkr.ecr.<region>.amazonaws.com/<name>' for ECR or 'host[:port]/<name>' "
+            "for another registry (no tag: the tag is the environment's content hash)."
+        )
+    return value
+
+
+def ecr_match(repository: str) -> re.Match[str] | None:
+    return ECR_HOST.match(repository.split("/", 1)[0])
+
+
+def prepare(repository: str, *, aws_conn_id: str | None, region_name: str | None) -> Registry:
+    """Make ``repository`` ready for a push: for ECR, create it if missing and log in."""
+    match = ecr_match(repository)
+    if match is None:
+        return Registry(repository)
+    from airflow.providers.amazon.aws.hooks.ecr import EcrHook
+
+    hook = EcrHook(aws_conn_id=aws_conn_id, region_name=match.group("region") or region_name)
+    name = repository.split("/", 1)[1]
+    client = hook.conn
+    try:
+        client.describe_repositories(registryId=match.group("account"), repositoryNames=[name])
+    except client.exceptions.RepositoryNotFoundException:
+        log.info("Creating ECR repository %s", name)
+        with contextlib.suppress(client.exceptions.RepositoryAlreadyExistsException):
+            client.create_repository(repositoryName=name, imageTagMutability="IMMUTABLE")
+    credentials = hook.get_temporary_credentials(registry_ids=[match.group("account")])[0]
+    return Registry(
+        repository,
+        auth_config={"username": credentials.username, "password": credentials.password},
+    )
