@@ -21,19 +21,17 @@ _MEMORY_UNITS = {
     "mb": 10**6,
     "gb": 10**9,
     "tb": 10**12,
-    "k": 2**10,
     "ki": 2**10,
     "kib": 2**10,
-    "m": 2**20,
     "mi": 2**20,
     "mib": 2**20,
-    "g": 2**30,
     "gi": 2**30,
     "gib": 2**30,
-    "t": 2**40,
     "ti": 2**40,
     "tib": 2**40,
 }
+# "8G" means 8 GiB to docker and 8 * 10**9 bytes to Kubernetes: refused rather than guessed.
+_AMBIGUOUS_UNITS = {"k", "m", "g", "t"}
 _MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -54,6 +52,13 @@ def parse_memory(value: int | str, field_name: str = "memory") -> int:
     if isinstance(value, str):
         match = _MEMORY_RE.match(value)
         unit = match.group(2).lower() if match else None
+        if match and unit in _AMBIGUOUS_UNITS:
+            number, letter = match.group(1), match.group(2)
+            raise SettingsError(
+                f"{field_name}={value!r} is ambiguous ('{letter}' means powers of 1024 to docker "
+                f"and of 1000 to Kubernetes). Write '{number}{letter.upper()}B' (powers of 1000) "
+                f"or '{number}{letter.upper()}iB' (powers of 1024)."
+            )
         if match and unit in _MEMORY_UNITS:
             amount = float(match.group(1)) * _MEMORY_UNITS[unit]
             if amount >= 1:
@@ -75,8 +80,9 @@ def _positive_int(name: str, value: Any) -> None:
 class ResourceSettings:
     """Hardware for one step, in the same words on every service.
 
-    ``gpu_type`` is a GPU model such as "A100", "H100", "L4", "T4" or "A10G"; each backend maps
-    the whole request to its cheapest fitting instance or machine type.
+    ``gpu_type`` is a GPU model such as "A100", "H100", "L4", "T4" or "A10G"; alone it means one
+    GPU of that model. Each backend maps the whole request to its cheapest fitting instance or
+    machine type.
     """
 
     cpu_count: int | None = None
@@ -107,6 +113,8 @@ class ResourceSettings:
                     f"ResourceSettings.gpu_type={self.gpu_type!r} with gpu_count=0 asks for no "
                     "GPU of that type; set gpu_count >= 1 or drop gpu_type."
                 )
+            if self.gpu_count is None:
+                object.__setattr__(self, "gpu_count", 1)
         if self.memory is not None:
             object.__setattr__(self, "memory", parse_memory(self.memory, "ResourceSettings.memory"))
 

@@ -26,6 +26,8 @@ from airflow_stepop.runtime.storage import Storage, join
 from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
 from airflow_stepop.triggers.step_job import StepJobTrigger
 
+_TRACEBACK = "Traceback (most recent call last):"
+
 
 class StepFailedError(RuntimeError):
     """The step's job failed; the message carries the remote exception and the job's log tail."""
@@ -186,12 +188,17 @@ class BaseStepOperator(BaseOperator):
         if event.get("reason"):
             parts[0] += f": {event['reason']}"
         error_uri = join(_output_uri(handle), specs.ERROR_NAME)
+        error = None
         if storage.exists(error_uri):
             error = storage.read_json(error_uri)
             parts.append(f"The step raised {error['type']}: {error['message']}")
             parts.append("Remote traceback:\n" + error["traceback"].rstrip())
-        if event.get("log_tail"):
-            parts.append("Last lines of the job's log:\n" + "\n".join(event["log_tail"]))
+        tail = event.get("log_tail") or []
+        if error is not None:  # the traceback is above already: keep what the job said before
+            starts = [i for i, line in enumerate(tail) if _TRACEBACK in line]
+            tail = tail[: starts[-1]] if starts else tail
+        if tail:
+            parts.append("Last lines of the job's log:\n" + "\n".join(tail))
         message = "\n\n".join(parts)
         if event["status"] == "timeout":
             from airflow.sdk.exceptions import AirflowTaskTimeout

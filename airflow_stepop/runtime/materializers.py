@@ -175,7 +175,8 @@ class CloudpickleMaterializer(Materializer):
                 f"No materializer can write a value of type {type_name(value)}: it is not JSON, "
                 f"str, bytes, a numpy array, a pandas DataFrame or a pathlib.Path, and "
                 f"cloudpickle refused it ({type(exc).__name__}: {exc}). Return one of those "
-                "types instead, e.g. save the object to a directory and return its Path."
+                "types instead: e.g. list(...) of a generator, or save the object to files in a "
+                "directory and return that Path."
             ) from exc
         path.write_bytes(data)
 

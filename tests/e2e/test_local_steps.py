@@ -57,6 +57,8 @@ def test_a_raising_step_fails_the_task_with_the_remote_exception(results):
     assert failure.startswith("StepFailedError: ")
     assert "The step raised ValueError: bad value 42" in failure
     assert "Remote traceback" in failure and "in explode" in failure
+    assert failure.count("Traceback (most recent call last)") == 1  # not again in the log tail
+    assert "about to fail" in failure  # what the step printed before raising
 
 
 def test_mapped_steps_run_one_job_per_element(results, tmp_path):

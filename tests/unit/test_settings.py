@@ -25,12 +25,24 @@ def test_memory_accepts_the_documented_forms(text, expected):
     assert ResourceSettings(memory=text).memory == expected
 
 
-@pytest.mark.parametrize("bad", ["8 parsecs", "", "GiB", -1, 0, True, "0.1B", 3.5])
+@pytest.mark.parametrize("bad", ["8 parsecs", "", "GiB", -1, 0, True, "0.1B", 3.5, "8 GiBs"])
 def test_memory_refuses_other_values_naming_field_and_fix(bad):
     with pytest.raises(SettingsError) as err:
         ResourceSettings(memory=bad)
     assert "ResourceSettings.memory" in str(err.value)
     assert repr(bad) in str(err.value)
+
+
+@pytest.mark.parametrize(("text", "fix"), [("8G", "'8GB'"), ("512m", "'512MiB'"), ("1T", "'1TB'")])
+def test_memory_refuses_units_that_mean_different_things_to_docker_and_kubernetes(text, fix):
+    with pytest.raises(SettingsError, match="ambiguous") as err:
+        ResourceSettings(memory=text)
+    assert fix in str(err.value)
+
+
+def test_gpu_type_alone_means_one_gpu_of_that_model():
+    assert ResourceSettings(gpu_type="L4").gpu_count == 1
+    assert ResourceSettings(gpu_type="L4", gpu_count=4).gpu_count == 4
 
 
 @pytest.mark.parametrize(

@@ -47,6 +47,7 @@ pass_big_array()
 def step_raises():
     @task.local_step(on_failure_callback=_remember_failure)
     def explode(value: int):
+        print("about to fail", flush=True)
         raise ValueError(f"bad value {value}")
 
     explode(42)
