@@ -44,7 +44,7 @@ Microsoft.MachineLearningServices/workspaces/{ws}``; any ``api-version`` is acce
                                                ``logFiles`` (what ``MLClient.jobs.stream`` reads)
 ``GET /_fake/azureml/logs/{job}/{path}``       one log file (the ``logFiles`` URLs)
 ``GET /_fake/logs/{job}``                      all of a job's log lines as plain text
-plus the control API of :mod:`cloud.vertex_http` (``/_fake/faults``, ``/_fake/counters``...).
+plus the control API of :mod:`cloud.fake_http` (``/_fake/faults``, ``/_fake/counters``...).
 
 How a job runs: statuses NotStarted -> Starting -> Preparing -> Queued -> Running ->
 Finalizing -> Completed | Failed, or CancelRequested -> Canceled. The environment's image
@@ -116,7 +116,7 @@ from typing import Any
 from cloud import runner as runner_mod
 from cloud.azureml_catalog import canonical_instance_type
 from cloud.azureml_storage import blob_service, download, parse_uri, upload, upload_text
-from cloud.vertex_http import FakeServer, FakeService, Request, Response, rfc3339
+from cloud.fake_http import FakeServer, FakeService, Request, Response, rfc3339
 
 PROVIDER = "Microsoft.MachineLearningServices"
 _SEG = r"[^/]+"

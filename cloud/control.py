@@ -1,7 +1,7 @@
 """Client of the fakes' control API (``/_fake/...``), for tests and benchmarks.
 
 Every fake (SageMaker, Vertex AI, Azure ML) answers the same control paths; rule shapes are
-documented in :mod:`cloud.vertex_http`. Example::
+documented in :mod:`cloud.fake_http`. Example::
 
     ctl = FakeControl(env["STEPOP_SAGEMAKER_ENDPOINT"])
     ctl.reset()

@@ -31,7 +31,7 @@ own code must take /opt/ml paths from args or env (see :mod:`cloud.runner`) and 
 do not resolve.
 
 Control API (``/_fake/...``, see :mod:`cloud.control`): the fault rules of
-:mod:`cloud.vertex_http` (throttle -> ``ThrottlingException`` "Rate exceeded", HTTP 400;
+:mod:`cloud.fake_http` (throttle -> ``ThrottlingException`` "Rate exceeded", HTTP 400;
 error -> 500 InternalFailure / 503 ServiceUnavailable; provisioning_delay; job_failure with
 ``reason``; preempt with ``after_seconds`` for managed spot jobs: Interrupted, checkpoints
 uploaded, Restarting, then the job runs again from its checkpoints; log_delay), counters by
@@ -64,8 +64,8 @@ from typing import Any
 import boto3
 import botocore.session
 
+from cloud.fake_http import FakeServer, FakeService, Request, Response
 from cloud.runner import MODES, JobLaunch, JobRun, LaunchError, Mount, NodeSpec, Runner
-from cloud.vertex_http import FakeServer, FakeService, Request, Response
 
 SERVICE = "sagemaker"
 ACCOUNT = "123456789012"

@@ -32,7 +32,7 @@ What it serves (``{p}``/``{l}`` are free-form; the fake keeps jobs per project/l
 ``DELETE /v1/projects/{p}/locations/{l}/customJobs/{id}``     DeleteCustomJob (a done LRO)
 ``POST   /v2/entries:list``                                   Cloud Logging ``entries:list``
 ``GET    /_fake/logs/{id}[?task=workerpool0-0]``               the job's log as plain text
-plus the control API of :mod:`cloud.vertex_http` (``/_fake/faults``, ``/_fake/counters``...).
+plus the control API of :mod:`cloud.fake_http` (``/_fake/faults``, ``/_fake/counters``...).
 
 Enums are answered as numbers when the client asks for ``$alt=json;enum-encoding=int`` (the
 python client always does) and as names otherwise; both are accepted on input.
@@ -83,7 +83,7 @@ Integration notes for cloud-up
   leftover job PIDs, ``STEPOP_FAKE_MODE``). ``stack_env`` adds
   ``STEPOP_VERTEX_LOGGING_ENDPOINT`` (the same server, Cloud Logging ``/v2/entries:list``).
   Checked with ``STEPOP_CLOUD_DIR=/tmp/x python -m cloud.stack up``.
-* The control API lives in :mod:`cloud.vertex_http` (shared with the SageMaker and Azure ML
+* The control API lives in :mod:`cloud.fake_http` (shared with the SageMaker and Azure ML
   fakes; ``cloud.control.FakeControl`` is its client). Keep its ``FakeServer(service, host,
   port)`` / ``FakeService`` / ``Request`` / ``Response`` names stable: all three fakes use them.
 * docs/testing.md (part A) may quote this docstring for what the fake covers and what not:
@@ -108,9 +108,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cloud import runner as runner_mod
+from cloud.fake_http import FakeServer, FakeService, Request, Response, rfc3339
 from cloud.vertex_catalog import check_machine
 from cloud.vertex_gcs import referenced_buckets, storage_client, sync_down, sync_up
-from cloud.vertex_http import FakeServer, FakeService, Request, Response, rfc3339
 
 # google.rpc.Code numbers used in CustomJob.error
 CODE_CANCELLED = 1

@@ -1,7 +1,7 @@
-"""HTTP plumbing shared by the Vertex AI and Azure ML fakes: routing, counters, faults.
+"""HTTP plumbing shared by the service fakes: routing, counters, faults.
 
-Both fakes are plain ``ThreadingHTTPServer``s (no framework: the official clients only need
-HTTP/1.1 and JSON). This module holds what the two have in common:
+The SageMaker, Vertex AI and Azure ML fakes are plain ``ThreadingHTTPServer``s (no framework:
+the official clients only need HTTP/1.1 and JSON). This module holds what they have in common:
 
 * :class:`Router`: ``(method, regex) -> handler`` with an operation name per route, so every
   API call is counted under the service's own operation name (``CreateCustomJob``,
