@@ -62,6 +62,8 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import boto3.exceptions
+import botocore.exceptions
 import botocore.session
 
 from cloud.fake_http import FakeServer, FakeService, Request, Response
@@ -641,7 +643,14 @@ class SageMakerFake(FakeService):
                     break
             if code == 0:
                 job.transition("Uploading", "Uploading generated training model")
-                self._upload(job, Path(workdir))
+                try:
+                    self._upload(job, Path(workdir))
+                except (boto3.exceptions.S3UploadFailedError, botocore.exceptions.ClientError) as e:
+                    output = job.request["OutputDataConfig"]["S3OutputPath"]
+                    raise ClientError(
+                        f"Failed to upload model artifacts to {output}: {e}. Please ensure the "
+                        "bucket exists and the role has s3:PutObject on it."
+                    ) from e
                 job.transition("Completed", "Training job completed", status="Completed")
             else:
                 self._upload_checkpoints(job, Path(workdir))

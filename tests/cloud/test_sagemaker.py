@@ -256,6 +256,20 @@ def test_algorithm_error_reports_the_failure_file(
     assert d["FailureReason"] == "AlgorithmError: ValueError: boom at step 3, exit code: 3"
 
 
+def test_missing_output_bucket_fails_with_a_client_error_that_says_so(
+    sm: Any, request_for: Callable[..., dict[str, Any]]
+) -> None:
+    req = request_for(
+        "ok",
+        OutputDataConfig={"S3OutputPath": "s3://no-such-bucket/out", "CompressionType": "NONE"},
+    )
+    sm.create_training_job(**req)
+    d = finished(sm, req["TrainingJobName"])
+    assert d["TrainingJobStatus"] == "Failed"
+    assert d["FailureReason"].startswith("ClientError: Failed to upload model artifacts")
+    assert "s3://no-such-bucket/out" in d["FailureReason"]
+
+
 def test_stop_sends_sigterm_and_uploads_the_model(
     sm: Any, s3: Any, logs: Any, bucket: str, request_for: Callable[..., dict[str, Any]]
 ) -> None:
