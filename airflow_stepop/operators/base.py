@@ -123,7 +123,7 @@ class BaseStepOperator(BaseOperator):
             backend_kwargs=backend.serialize(),
             handle=handle,
             poll_interval=self.poll_interval or config.get_float("poll_interval"),
-            deadline=self._deadline(ti),
+            deadline=self._deadline(),
         )
         if not self.deferrable:
             self._handle = (backend, handle)
@@ -135,12 +135,11 @@ class BaseStepOperator(BaseOperator):
             return self.execute_complete(context, event)
         self.defer(trigger=trigger, method_name="execute_complete")
 
-    def _deadline(self, ti: Any) -> float | None:
+    def _deadline(self) -> float | None:
+        """execution_timeout as a wall-clock deadline, counted like Airflow's: from execute()."""
         if not isinstance(self.execution_timeout, timedelta):
             return None
-        started = getattr(ti, "start_date", None)
-        start = started.timestamp() if started is not None else time.time()
-        return start + self.execution_timeout.total_seconds()
+        return time.time() + self.execution_timeout.total_seconds()
 
     def _prepare(self, context: Any, key: str) -> JobRequest:
         """Upload code and inputs, write the spec: everything the job reads."""

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import process_alive
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -148,14 +150,6 @@ def airflow_stack(tmp_path_factory):
         log.close()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_marking_a_deferred_task_failed_stops_its_job(airflow_stack):
     api, home = airflow_stack
     results = home / "results"
@@ -173,9 +167,9 @@ def test_marking_a_deferred_task_failed_stops_its_job(airflow_stack):
         120,
     )
     pid = int(pid_file.read_text())
-    assert _alive(pid)
+    assert process_alive(pid)
 
     api.patch(ti_path, {"new_state": "failed"})
 
-    _wait("the step process to be stopped", lambda: not _alive(pid), 60)
+    _wait("the step process to be stopped", lambda: not process_alive(pid), 60)
     assert api.get(ti_path)["state"] == "failed"

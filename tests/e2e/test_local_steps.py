@@ -6,9 +6,10 @@ import importlib
 import json
 import os
 import sys
-import time
 
 import pytest
+
+from tests.processes import wait_until_gone
 
 
 def _dags(results_dir):
@@ -80,22 +81,7 @@ def test_execution_timeout_stops_the_job(results):
     assert run.state == "failed"
     assert (results / "failure.txt").read_text().startswith("AirflowTaskTimeout")
     pid = int((results / "sleepy.pid").read_text())
-    deadline = time.monotonic() + 15
-    while _running(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _running(pid), "the step process outlived its task"
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert wait_until_gone(pid, timeout=15), "the step process outlived its task"
 
 
 def test_a_retry_reattaches_to_the_running_job(results, tmp_path, artifact_root):

@@ -17,6 +17,7 @@ from airflow_stepop.backends.naming import job_name, task_key
 from airflow_stepop.packaging.staging import StepIdentity, stage_step
 from airflow_stepop.runtime.storage import Storage
 from airflow_stepop.triggers.step_job import StepJobTrigger
+from tests.processes import process_alive
 
 RUN_ID = f"run-{uuid.uuid4().hex[:8]}"  # container names are global to the engine
 
@@ -113,7 +114,7 @@ def test_user_kill_stops_the_job(tmp_path, steps):
 
     asyncio.run(kill_when_running())
     pid = int(pid_file.read_text())
-    assert not os.path.exists(f"/proc/{pid}") or _zombie(pid)
+    assert not process_alive(pid)
     status = asyncio.run(backend.astatus(handle))
     assert status.state == "stopped"
     error = storage.read_json(handle["run_uri"] + "/error.json")
@@ -127,14 +128,6 @@ def test_find_active_sees_a_running_job_and_not_a_finished_one(tmp_path, steps):
     release.touch()
     assert asyncio.run(_first(trigger))["status"] == "succeeded"
     assert backend.find_active(handle["task_key"]) is None
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 @pytest.mark.container

@@ -93,7 +93,7 @@ multiple_outputs_step()
 
 @dag(schedule=None)
 def step_times_out():
-    @task.local_step(execution_timeout=timedelta(seconds=3), on_failure_callback=_remember_failure)
+    @task.local_step(execution_timeout=timedelta(seconds=5), on_failure_callback=_remember_failure)
     def sleepy(pid_file: str):
         record_pid(pid_file)
         wait_for_file("/nonexistent/never", timeout=600)
