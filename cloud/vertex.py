@@ -112,6 +112,8 @@ from cloud.fake_http import FakeServer, FakeService, Request, Response, rfc3339
 from cloud.vertex_catalog import check_machine
 from cloud.vertex_gcs import referenced_buckets, storage_client, sync_down, sync_up
 
+MAX_ENV_VARS = 100
+
 # google.rpc.Code numbers used in CustomJob.error
 CODE_CANCELLED = 1
 CODE_INVALID_ARGUMENT = 3
@@ -368,7 +370,16 @@ def validate_custom_job(job: Any) -> dict[str, Any]:
         else:
             if not _get(container, "imageUri"):
                 problems.append((f"{where}.container_spec.image_uri", required))
-            for j, env in enumerate(_get(container, "env") or []):
+            envs = _get(container, "env") or []
+            if len(envs) > MAX_ENV_VARS:  # ContainerSpec.env: "Maximum limit is 100."
+                problems.append(
+                    (
+                        f"{where}.container_spec.env",
+                        f"At most {MAX_ENV_VARS} environment variables are allowed, got "
+                        f"{len(envs)}.",
+                    )
+                )
+            for j, env in enumerate(envs):
                 name = _get(env, "name")
                 if not name:
                     problems.append((f"{where}.container_spec.env[{j}].name", required))

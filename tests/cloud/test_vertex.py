@@ -612,6 +612,12 @@ REFUSALS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         lambda b: _pool(b).update(disk_spec={"boot_disk_type": "pd-fast"}),
         "boot_disk_type",
     ),
+    "more than 100 env vars": (
+        lambda b: _pool(b)["container_spec"].update(
+            env=[{"name": f"V{i}", "value": "v"} for i in range(101)]
+        ),
+        "At most 100 environment variables",
+    ),
     "bad env name": (
         lambda b: _pool(b)["container_spec"].update(env=[{"name": "1X", "value": "v"}]),
         "env[0].name",
