@@ -482,15 +482,17 @@ class SageMakerBackend(StepBackend):
         ][:50]
 
     def find_active(self, task_key: str) -> dict[str, Any] | None:
-        prefix = key_prefix(task_key)
+        # The key's hash is in every try's name; the readable slug before it may be cut
+        # shorter for long ids and many tries, so match on the hash and the try suffix.
+        digest = key_prefix(task_key).rsplit("-", 1)[1]
         client = self._hook("sagemaker").conn
         answer = client.list_training_jobs(
-            NameContains=prefix, StatusEquals="InProgress", MaxResults=10
+            NameContains=f"-{digest}-t", StatusEquals="InProgress", MaxResults=10
         )
-        own = re.compile(rf"^{re.escape(prefix)}-t\d+$")
+        own = re.compile(rf"-{re.escape(digest)}-t\d+$")
         for summary in answer.get("TrainingJobSummaries", []):
             name = summary["TrainingJobName"]
-            if not own.match(name):
+            if not own.search(name):
                 continue
             description = client.describe_training_job(TrainingJobName=name)
             return self.handle_from_description(description, task_key)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
+
+import pytest
 
 from airflow_stepop import ArtifactRef
-from tests.integration.sagemaker.conftest import dags, training_jobs, xcoms
+from tests.integration.sagemaker.conftest import ROLE, dags, training_jobs, wait_until, xcoms
+
+BASE = "127.0.0.1:5000/stepop-base/python:3.11-bookworm"
 
 
 def _read(results, name):
@@ -39,3 +45,124 @@ def test_a_raising_step_fails_with_the_remote_exception_and_the_failure_reason(a
     assert failure.startswith("StepFailedError: Step job ")
     assert "AlgorithmError: ValueError: bad value 42" in failure  # the service's FailureReason
     assert "in explode" in failure  # the traceback, from the job's log tail
+
+
+def test_a_retry_reattaches_to_the_running_job_with_one_create(aws, ctl):
+    run = dags().sm_retry_reattaches().test()
+    assert run.state == "success"
+    assert xcoms(run)[("held", "return_value", -1)] == "done by the first job"
+    counters = ctl.counters()
+    assert counters["CreateTrainingJob"] == 1  # try 2 re-attached instead of submitting
+    assert counters["ListTrainingJobs"] == 2  # one look for a live job per try
+
+
+def test_throttling_on_a_fifth_of_the_calls_still_succeeds(aws, ctl):
+    ctl.add_faults({"kind": "throttle", "operation": "*", "rate": 0.2})
+    run = dags().sm_pipeline().test()
+    assert run.state == "success"
+    assert _read(aws["results"], "check")["loaded"] == float(sum(range(100_000)))
+    counters = ctl.counters()
+    assert sum(counters.values()) >= 10  # enough calls that some were throttled
+
+
+def test_a_spot_interruption_resumes_from_the_checkpoint(aws, ctl):
+    ctl.add_faults({"kind": "preempt", "after_seconds": 1.0, "match": "resumable", "count": 1})
+    run = dags().sm_spot_resumes().test()
+    assert run.state == "success"
+    assert xcoms(run)[("resumable", "return_value", -1)] == "resumed at epoch 7"
+    job = [j for j in training_jobs("resumable") if j["TrainingJobStatus"] == "Completed"][-1]
+    statuses = [t["Status"] for t in job["SecondaryStatusTransitions"]]
+    assert statuses.count("Interrupted") == 1 and statuses.count("Restarting") == 1
+    assert job["EnableManagedSpotTraining"] is True
+    assert job["CheckpointConfig"]["S3Uri"].startswith(aws["root"] + "/")
+
+
+def test_a_two_node_job_gives_each_node_its_rank(aws, ctl):
+    run = dags().sm_two_nodes().test()
+    assert run.state == "success"
+    # Only rank 0 writes the result; its view of the cluster:
+    assert xcoms(run)[("ranks", "return_value", -1)] == {
+        "MASTER_ADDR": "algo-1",
+        "MASTER_PORT": "29500",
+        "WORLD_SIZE": "2",
+        "RANK": "0",
+        "NODE_RANK": "0",
+    }
+    job = [j for j in training_jobs("ranks")][-1]
+    assert job["ResourceConfig"]["InstanceCount"] == 2
+
+
+def test_a_request_nothing_fits_is_refused_before_any_api_call(aws, ctl):
+    from airflow.sdk import DAG
+
+    from airflow_stepop import ResourceSettings, SageMakerStepOperator
+    from airflow_stepop.catalog import NoFittingMachineError
+
+    with pytest.raises(NoFittingMachineError) as err, DAG("sm_refused", schedule=None):
+        SageMakerStepOperator(
+            task_id="huge",
+            python_callable=len,
+            image_uri=BASE,
+            resources=ResourceSettings(gpu_count=16, gpu_type="H100", memory="4TiB"),
+        )
+    assert "Closest: ml.p5.48xlarge" in str(err.value)
+    assert ctl.counters() == {}
+
+
+def _hold(release: str) -> str:
+    import time
+    from pathlib import Path
+
+    deadline = time.monotonic() + 300
+    while not Path(release).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return "released"
+
+
+def test_a_user_kill_stops_the_training_job(aws, ctl):
+    from airflow_stepop.artifacts.storage import worker_storage
+    from airflow_stepop.backends.base import JobRequest
+    from airflow_stepop.backends.naming import job_name, task_key
+    from airflow_stepop.backends.sagemaker import SageMakerBackend, SageMakerJobConfig
+    from airflow_stepop.packaging.staging import StepIdentity, stage_step
+    from airflow_stepop.triggers.step_job import StepJobTrigger
+
+    key = task_key("sm_kill", f"run-{uuid.uuid4().hex[:6]}", "held", -1)
+    staged = stage_step(
+        _hold, [str(aws["results"] / "never")], {}, root=aws["root"],
+        step=StepIdentity("sm_kill", key.split("/")[1], "held", -1, 1),
+        storage=worker_storage("aws_default"),
+    )  # fmt: skip
+    backend = SageMakerBackend(
+        job=SageMakerJobConfig(role=ROLE, instance_type="ml.m5.large", image_uri=BASE)
+    )
+    handle = backend.submit(
+        JobRequest(job_name(key, 1), key, staged.spec_uri, staged.run_uri, staged.code_uri)
+    )
+    trigger = StepJobTrigger(
+        backend_path="airflow_stepop.backends.sagemaker.SageMakerBackend",
+        backend_kwargs=backend.serialize(),
+        handle=handle,
+        poll_interval=0.2,
+    )
+
+    async def user_kills_the_task() -> None:
+        waiting = asyncio.ensure_future(anext(aiter(trigger.run())))
+        await asyncio.to_thread(
+            wait_until,
+            lambda: backend.describe(handle)["SecondaryStatus"] == "Training",
+            60,
+            what="the job to train",
+        )
+        assert not waiting.done()  # deferred: the trigger is waiting for the job
+        await trigger.on_kill()  # what Airflow awaits on mark-failed / clear
+        waiting.cancel()
+
+    asyncio.run(user_kills_the_task())
+    ended = wait_until(
+        lambda: (d := backend.describe(handle))["TrainingJobStatus"] == "Stopped" and d,
+        60,
+        what="the job to stop",
+    )
+    assert ended["SecondaryStatus"] == "Stopped"
+    assert ctl.counters()["StopTrainingJob"] == 1

@@ -59,3 +59,83 @@ def sm_step_raises():
 
 
 sm_step_raises()
+
+
+def wait_for_file(path: str, timeout: float = 120.0) -> None:
+    import time
+    from pathlib import Path
+
+    deadline = time.monotonic() + timeout
+    while not Path(path).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.05)
+
+
+class LosesWorkerAfterSubmit(SageMakerStepOperator):
+    """Simulates a worker that dies after submitting a job and before deferring (try 1)."""
+
+    def execute(self, context):
+        self._try = context["ti"].try_number
+        return super().execute(context)
+
+    def defer(self, **kwargs):
+        if self._try == 1:
+            raise RuntimeError("simulated: worker lost between submit and defer")
+        open(f"{RESULTS}/release", "w").close()  # only now may the try-1 job finish
+        super().defer(**kwargs)
+
+
+def held_step(release: str) -> str:
+    wait_for_file(release)
+    return "done by the first job"
+
+
+@dag(schedule=None)
+def sm_retry_reattaches():
+    LosesWorkerAfterSubmit(
+        task_id="held",
+        python_callable=held_step,
+        op_args=[f"{RESULTS}/release"],
+        docker=PARENT_ONLY,
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+    )
+
+
+sm_retry_reattaches()
+
+
+@dag(schedule=None)
+def sm_spot_resumes():
+    @task.sagemaker_step(docker=PARENT_ONLY, spot=True, max_runtime=600)
+    def resumable():
+        import time
+        from pathlib import Path
+
+        checkpoints = Path(os.environ["STEPOP_CHECKPOINT_DIR"])
+        state = checkpoints / "epoch.txt"
+        if state.exists():
+            return f"resumed at epoch {state.read_text()}"
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        state.write_text("7")
+        time.sleep(120)  # the spot interruption comes before this ends
+        return "never interrupted"
+
+    resumable()
+
+
+sm_spot_resumes()
+
+
+@dag(schedule=None)
+def sm_two_nodes():
+    @task.sagemaker_step(docker=PARENT_ONLY, instance_count=2, instance_type="ml.c5.xlarge")
+    def ranks():
+        names = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK")
+        return {name: os.environ[name] for name in names}
+
+    ranks()
+
+
+sm_two_nodes()

@@ -1,0 +1,226 @@
+"""The SageMaker backend's request building, status mapping and the job's entry script.
+
+No API call here: these are the pure parts (channels, path map, environment limits, names,
+links, cost) and the entry script run as the service would run it, on a local /opt/ml tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_stepop.backends import sagemaker as sm
+from airflow_stepop.backends.base import JobRequest
+from airflow_stepop.backends.naming import job_name, key_prefix, task_key
+from airflow_stepop.packaging.staging import StepIdentity, stage_step
+from airflow_stepop.runtime.storage import Storage
+
+ROOT = "s3://bucket/stepop"
+RUN = f"{ROOT}/dag/manual__2026-01-01T00_00_00_00_00/train/-1/1"
+CODE = f"{ROOT}/code/{'a' * 64}.zip"
+NAME_RULE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+
+
+def _request(**environment: str) -> JobRequest:
+    return JobRequest(
+        job_name="dag-train-0123456789-t1",
+        task_key="dag/run/train/-1",
+        spec_uri=f"{RUN}/spec.json",
+        run_uri=RUN,
+        code_uri=CODE,
+        environment=environment,
+    )
+
+
+def _ref(uri: str) -> dict:
+    return {"ref": {"uri": uri, "sha256": "0" * 64, "size": 1, "materializer": "json"}}
+
+
+def test_channels_carry_code_run_dir_and_upstream_prefixes_with_a_path_map():
+    up = f"{ROOT}/dag/run/prep/-1/1/prep-job-t1/output/model/outputs"
+    spec = {
+        "args": [_ref(f"{up}/a.npy"), _ref(f"{RUN}/inputs/arg1.pkl")],
+        "kwargs": {"more": {"list": [_ref(f"{up}/b.npy")], "tuple": False}},
+    }
+    channels, launch, env, output = sm.build_launch(_request(), spec, "dag-train-0123456789-t1")
+    by_name = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in channels}
+    assert by_name == {"code": CODE, "run": RUN + "/", "in1": up + "/"}
+    assert output == f"{RUN}/dag-train-0123456789-t1/output/model"
+    assert launch["path_map"] == {
+        CODE: f"input/data/code/{'a' * 64}.zip",
+        RUN: "input/data/run",
+        output: "model",
+        up: "input/data/in1",
+    }
+    assert env["PYTHONPATH"] == f"/opt/ml/input/data/code/{'a' * 64}.zip"
+    # the runtime maps a ref URI to the channel's file
+    storage = Storage(path_map={k: f"/opt/ml/{v}" for k, v in launch["path_map"].items()})
+    assert storage.local_path(f"{up}/a.npy") == Path("/opt/ml/input/data/in1/a.npy")
+
+
+def test_many_upstream_prefixes_are_merged_to_fit_twenty_channels():
+    uris = [f"{ROOT}/dag/run/t{i}/-1/1/j{i}/output/model/outputs/x.npy" for i in range(30)]
+    prefixes = sm.group_prefixes(uris, 18)
+    assert len(prefixes) <= 18
+    assert all(any(u.startswith(p + "/") for p in prefixes) for u in uris)
+
+
+def test_an_input_outside_s3_is_refused_with_the_fix():
+    spec = {"args": [_ref("file:///tmp/x.npy")], "kwargs": {}}
+    with pytest.raises(sm.SageMakerConfigError, match="s3:// artifact_root"):
+        sm.build_launch(_request(), spec, "j")
+
+
+def test_environment_values_over_512_chars_travel_in_the_launch_document_whole():
+    long = "x" * 2000
+    _, launch, env, _ = sm.build_launch(_request(SHORT="1", LONG=long), {}, "j")
+    assert env["SHORT"] == "1" and "LONG" not in env
+    assert launch["environment"] == {"LONG": long}
+    assert all(len(v) <= 512 for v in env.values())
+
+
+@pytest.mark.parametrize(
+    ("status", "secondary", "state"),
+    [
+        ("InProgress", "Starting", "pending"),
+        ("InProgress", "Training", "running"),
+        ("Stopping", "Stopping", "running"),
+        ("Completed", "Completed", "succeeded"),
+        ("Stopped", "Stopped", "stopped"),
+        ("Stopped", "MaxRuntimeExceeded", "failed"),
+    ],
+)
+def test_statuses_map_to_job_states(status, secondary, state):
+    description = {"TrainingJobStatus": status, "SecondaryStatus": secondary}
+    assert sm.map_status(description).state == state
+
+
+def test_a_failed_job_carries_its_failure_reason():
+    status = sm.map_status(
+        {"TrainingJobStatus": "Failed", "FailureReason": "CapacityError: no ml.p5 capacity"}
+    )
+    assert status.state == "failed" and status.reason == "CapacityError: no ml.p5 capacity"
+
+
+def test_job_names_are_valid_deterministic_and_share_the_key_hash_across_tries():
+    key = task_key("a" * 200, "manual__2026-01-01T00:00:00+00:00", "t" * 200, 3)
+    names = [job_name(key, n) for n in (1, 2, 10, 100)]
+    assert all(NAME_RULE.match(n) and len(n) <= 63 for n in names)
+    assert job_name(key, 1) == names[0]
+    digest = key_prefix(key).rsplit("-", 1)[1]  # what find_active looks for
+    assert all(re.search(rf"-{digest}-t\d+$", n) for n in names)
+
+
+def test_links_point_at_the_console_and_the_log_streams():
+    links = sm.console_links("eu-west-1", "my-job-t1")
+    assert links["job"] == (
+        "https://eu-west-1.console.aws.amazon.com/sagemaker/home?region=eu-west-1#/jobs/my-job-t1"
+    )
+    assert "$252Faws$252Fsagemaker$252FTrainingJobs" in links["logs"]
+    assert "my-job-t1" in links["logs"]
+
+
+def test_cost_is_price_times_billable_seconds_times_instance_count():
+    description = {
+        "TrainingJobName": "j",
+        "BillableTimeInSeconds": 3600,
+        "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 2},
+    }
+    billing = sm.estimate_cost(description, 1.408)
+    assert billing["estimated_cost_usd"] == pytest.approx(2 * 1.408)
+    assert billing["billable_seconds"] == 3600 and billing["instance_count"] == 2
+
+
+def test_tags_are_sanitized():
+    assert sm.sanitize_tag("manual__2026-01-01T00:00:00+00:00") == (
+        "manual__2026-01-01T00:00:00+00:00"
+    )
+    assert sm.sanitize_tag("a;b|c") == "a_b_c"
+
+
+def test_throttling_and_5xx_are_transient_a_validation_error_is_not():
+    from botocore.exceptions import ClientError
+
+    def error(code, status):
+        return ClientError(
+            {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "Op"
+        )
+
+    assert sm.is_transient_error(error("ThrottlingException", 400))
+    assert sm.is_transient_error(error("InternalFailure", 500))
+    assert not sm.is_transient_error(error("ValidationException", 400))
+
+
+# ---- the entry script, as the service runs it ---------------------------------------------
+
+
+def _step(x):
+    return {"x": x, "rank": os.environ["RANK"], "world": os.environ["WORLD_SIZE"]}
+
+
+def _fail(x):
+    raise ValueError(f"bad {x}")
+
+
+def _job_tree(tmp_path: Path, function, host: str) -> tuple[Path, dict]:
+    """A local /opt/ml as SageMaker lays it out for ``host`` of a two-node job."""
+    root = tmp_path / "artifacts"
+    staged = stage_step(
+        function, [7], {}, root=f"file://{root}",
+        step=StepIdentity("dag", "run", "task", -1, 1), storage=Storage(),
+    )  # fmt: skip
+    ml = tmp_path / "ml"
+    run_dir = ml / "input" / "data" / "run"
+    code_dir = ml / "input" / "data" / "code"
+    run_dir.mkdir(parents=True)
+    code_dir.mkdir(parents=True)
+    (ml / "model").mkdir()
+    (ml / "input" / "config").mkdir()
+    bundle = Storage().local_path(staged.code_uri)
+    (code_dir / bundle.name).write_bytes(bundle.read_bytes())
+    (run_dir / "spec.json").write_bytes(Storage().local_path(staged.spec_uri).read_bytes())
+    entry = Path(sm.__file__).parent / "sagemaker_entry.py"
+    (run_dir / sm.ENTRY_FILE).write_bytes(entry.read_bytes())
+    (ml / "input" / "config" / "resourceconfig.json").write_text(
+        json.dumps({"current_host": host, "hosts": ["algo-1", "algo-2"]})
+    )
+    request = JobRequest("j", "k", staged.spec_uri, staged.run_uri, staged.code_uri)
+    _, launch, env, _ = sm.build_launch(request, {}, "j")
+    (run_dir / sm.LAUNCH_FILE).write_text(json.dumps(launch))
+    env["PYTHONPATH"] = str(code_dir / bundle.name)
+    return ml, env
+
+
+def _run_entry(ml: Path, env: dict) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(ml / "input/data/run" / sm.ENTRY_FILE), str(ml)]
+    clean = {"PATH": os.environ["PATH"], "HOME": str(ml), **env}
+    return subprocess.run(command, env=clean, capture_output=True, text=True, timeout=60)
+
+
+def test_rank_zero_writes_the_result_into_the_model_dir(tmp_path):
+    ml, env = _job_tree(tmp_path, _step, "algo-1")
+    done = _run_entry(ml, env)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((ml / "model" / "result.json").read_text())
+    assert result["outputs"] == {"inline": {"x": 7, "rank": "0", "world": "2"}}
+
+
+def test_other_ranks_run_the_step_but_write_no_result(tmp_path):
+    ml, env = _job_tree(tmp_path, _step, "algo-2")
+    done = _run_entry(ml, env)
+    assert done.returncode == 0, done.stderr
+    assert list((ml / "model").iterdir()) == []
+
+
+def test_a_raising_step_leaves_its_exception_as_the_failure_reason(tmp_path):
+    ml, env = _job_tree(tmp_path, _fail, "algo-1")
+    done = _run_entry(ml, env)
+    assert done.returncode == 1
+    assert (ml / "output" / "failure").read_text() == "ValueError: bad 7"
+    assert "Traceback" in done.stderr
