@@ -365,7 +365,7 @@ class SageMakerBackend(StepBackend):
         channels, launch, environment, output_uri = build_launch(request, spec, request.job_name)
         if job.spot:
             environment["STEPOP_CHECKPOINT_DIR"] = CHECKPOINT_LOCAL_PATH
-        image = self._image(request)
+        image, built = self._image(request)
         role = self._role_arn(job.role)
         entry_source = (Path(__file__).parent / "sagemaker_entry.py").read_bytes()
         storage.write_bytes(join(request.run_uri, ENTRY_FILE), entry_source)
@@ -427,18 +427,21 @@ class SageMakerBackend(StepBackend):
             "run_uri": request.run_uri,
             "output_uri": output_uri,
             "region": self.region,
+            "image": image,
+            "image_built": built,
         }
 
-    def _image(self, request: JobRequest) -> str:
+    def _image(self, request: JobRequest) -> tuple[str, bool]:
+        """The job's image and whether this call built it."""
         assert self.job is not None
         if self.job.image_uri:
-            return self.job.image_uri
+            return self.job.image_uri, False
         if request.docker is None:
             raise SageMakerConfigError("SageMaker steps need image_uri= or docker=DockerSettings")
         from airflow_stepop.images import builder, registry
 
-        if not request.docker.needs_build:
-            return builder.image_reference(request.docker, builder.DEFAULT_REPOSITORY)
+        if not request.docker.needs_build:  # a parent image alone is used as it is
+            return builder.image_reference(request.docker, builder.DEFAULT_REPOSITORY), False
         repository = self.job.image_repository or self._default_repository()
         target = registry.prepare(
             repository, aws_conn_id=self.aws_conn_id, region_name=self.region_name
@@ -459,7 +462,7 @@ class SageMakerBackend(StepBackend):
             auth_config=target.auth_config,
         )
         log.info("Environment image %s (%s)", image, "built and pushed" if built else "no build")
-        return image
+        return image, built
 
     def _default_repository(self) -> str:
         account = self._hook("sts").conn.get_caller_identity()["Account"]

@@ -7,6 +7,7 @@ against the stack's moto and registry, so its counters count only our calls, and
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import sys
@@ -29,6 +30,7 @@ from cloud.pytest_plugin import (  # noqa: F401 - fixtures and the `live` skip h
 
 ROLE = "arn:aws:iam::123456789012:role/stepop-sagemaker"
 DAGS = Path(__file__).parent / "dags"
+CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 BUNDLES = [
     {
         "name": "dags-folder",
@@ -44,7 +46,7 @@ BUNDLES = [
 
 
 @pytest.fixture(scope="session")
-def sagemaker_fake(cloud_stack: dict[str, str]) -> Iterator[Any]:
+def sagemaker_fake(cloud_stack: dict[str, str]) -> Iterator[Any]:  # noqa: F811
     from cloud import sagemaker
 
     server = sagemaker.start(dict(cloud_stack))
@@ -63,7 +65,7 @@ def ctl(sagemaker_fake: Any) -> FakeControl:
 
 
 @pytest.fixture
-def aws(cloud_environ, sagemaker_fake, airflow_db, monkeypatch, tmp_path) -> dict[str, Any]:
+def aws(cloud_environ, sagemaker_fake, airflow_db, monkeypatch, tmp_path) -> dict[str, Any]:  # noqa: F811
     """The emulated AWS as a user's Airflow sees it: connection, bucket, role, artifact root."""
     import boto3
 
@@ -73,14 +75,17 @@ def aws(cloud_environ, sagemaker_fake, airflow_db, monkeypatch, tmp_path) -> dic
     monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER", sagemaker_fake.url)
     bucket = "stepop-it"
     s3 = boto3.client("s3", endpoint_url=cloud_environ["AWS_ENDPOINT_URL"])
-    try:
+    with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
         s3.create_bucket(Bucket=bucket)
-    except s3.exceptions.BucketAlreadyOwnedByYou:
-        pass
     root = f"s3://{bucket}/{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", root)
     monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ROLE", ROLE)
     monkeypatch.setenv("AIRFLOW__STEPOP__POLL_INTERVAL", "0.3")
+    registry = cloud_environ.get("STEPOP_REGISTRY", "127.0.0.1:5000")
+    monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_IMAGE_REPOSITORY", f"{registry}/stepop-it-env")
+    monkeypatch.setenv("AIRFLOW__STEPOP__BUILD_NETWORK_MODE", "host")  # the engine has no bridge
+    if Path(CA_BUNDLE).exists():
+        monkeypatch.setenv("AIRFLOW__STEPOP__BUILD_CA_BUNDLE", CA_BUNDLE)
     monkeypatch.setenv("STEPOP_TEST_RESULTS", str(tmp_path))
     monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps(BUNDLES))
     monkeypatch.syspath_prepend(str(DAGS))

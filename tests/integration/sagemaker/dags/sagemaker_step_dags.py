@@ -139,3 +139,55 @@ def sm_two_nodes():
 
 
 sm_two_nodes()
+
+# An environment with one extra requirement on a parent image; the salt makes each test
+# session's image new, so the first run really builds.
+ENVIRONMENT = DockerSettings(
+    parent_image=BASE,
+    requirements=["six==1.17.0"],
+    environment={"STEPOP_IT_SALT": os.environ.get("STEPOP_TEST_IMAGE_SALT", "none")},
+)
+
+
+@dag(schedule=None)
+def sm_gpu_step_v1():
+    @task.sagemaker_step(
+        docker=ENVIRONMENT, resources=ResourceSettings(gpu_count=1, memory="16GiB")
+    )
+    def fit(n: int):
+        import numpy
+        import six
+
+        return {"weights": numpy.ones(n), "six": six.__version__}
+
+    @task
+    def check(result):
+        value = result.load()
+        _remember("v1", {"sum": float(value["weights"].sum()), "six": value["six"]})
+
+    check(fit(1000))
+
+
+sm_gpu_step_v1()
+
+
+@dag(schedule=None)
+def sm_gpu_step_v2():
+    @task.sagemaker_step(
+        docker=ENVIRONMENT, resources=ResourceSettings(gpu_count=1, memory="16GiB")
+    )
+    def fit(n: int):  # the same step with an edited body: same environment, no build
+        import numpy
+        import six
+
+        return {"weights": numpy.ones(n) * 2, "six": six.__version__}
+
+    @task
+    def check(result):
+        value = result.load()
+        _remember("v2", {"sum": float(value["weights"].sum()), "six": value["six"]})
+
+    check(fit(1000))
+
+
+sm_gpu_step_v2()
