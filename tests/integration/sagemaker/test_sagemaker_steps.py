@@ -22,7 +22,7 @@ def test_a_step_runs_as_a_training_job_and_a_plain_task_loads_its_result(aws, ct
     run = dags().sm_pipeline().test()
     assert run.state == "success"
     assert _read(aws["results"], "check") == {
-        "summary": {"sum": float(sum(range(100_000))), "n": 100_000},
+        "summary": {"sum": float(sum(range(100_000))), "n": 100_000, "env": [1500, "s"]},
         "loaded": float(sum(range(100_000))),
     }
     rows = xcoms(run)
@@ -36,6 +36,22 @@ def test_a_step_runs_as_a_training_job_and_a_plain_task_loads_its_result(aws, ct
     assert billing["instance_type"] == "ml.t3.medium"  # the cheapest with 2 vCPU and 4 GiB
     assert billing["billable_seconds"] >= 1 and billing["estimated_cost_usd"] > 0
     assert ctl.counters().get("CreateTrainingJob") == 2
+    # links were stored for the UI (before deferring: the operator pushes them at submit)
+    link = rows[("train", "_link_StepJobLink", -1)]
+    assert link.startswith("https://us-east-1.console.aws.amazon.com/sagemaker/home")
+    assert "logsV2:log-groups" in rows[("train", "_link_StepLogsLink", -1)]
+    # the long value travelled whole in the launch document, the short one as Environment
+    job = [j for j in training_jobs("total") if j["TrainingJobName"].startswith("sm-pipeline")]
+    environment = job[-1]["Environment"]
+    assert environment["SHORT_SETTING"] == "s" and "LONG_SETTING" not in environment
+    # no credential anywhere the job, the UI or the logs can see
+    secret = aws["env"]["AWS_SECRET_ACCESS_KEY"]
+    seen = json.dumps([list(rows.values()), [j["Environment"] for j in job]], default=str)
+    run_key = ref.uri.split("/output/model/")[0].rsplit("/", 1)[0].split("/", 3)[3]
+    for name in ("spec.json", "stepop_launch.json"):
+        answer = aws["s3"].get_object(Bucket=aws["bucket"], Key=f"{run_key}/{name}")
+        seen += answer["Body"].read().decode()
+    assert secret not in seen and "AIRFLOW_CONN" not in seen and "AWS_SECRET" not in seen
 
 
 def test_a_raising_step_fails_with_the_remote_exception_and_the_failure_reason(aws, ctl):

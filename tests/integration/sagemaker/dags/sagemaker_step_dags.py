@@ -33,9 +33,12 @@ def sm_pipeline():
 
         return numpy.arange(n, dtype="float64")
 
-    @task.sagemaker_step(docker=PARENT_ONLY)
+    @task.sagemaker_step(
+        docker=PARENT_ONLY, environment={"LONG_SETTING": "y" * 1500, "SHORT_SETTING": "s"}
+    )
     def total(weights):
-        return {"sum": float(weights.sum()), "n": int(weights.size)}
+        settings = (len(os.environ["LONG_SETTING"]), os.environ["SHORT_SETTING"])
+        return {"sum": float(weights.sum()), "n": int(weights.size), "env": list(settings)}
 
     @task
     def check(summary, weights_ref):

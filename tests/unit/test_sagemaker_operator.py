@@ -1,0 +1,98 @@
+"""SageMakerStepOperator's arguments: each wrong value is refused at DAG parse time, by name."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from airflow.sdk import DAG
+
+from airflow_stepop import ResourceSettings, SageMakerStepOperator
+from airflow_stepop.settings import SettingsError
+
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1"
+
+
+def _op(**kwargs):
+    kwargs.setdefault("image_uri", IMAGE)
+    with DAG("sm_args", schedule=None):
+        return SageMakerStepOperator(task_id="t", python_callable=len, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"role": "not a role!"}, ["role='not a role!'", "ARN"]),
+        ({"aws_conn_id": "bad id"}, ["aws_conn_id='bad id'", "aws_default"]),
+        ({"region_name": "Mars"}, ["region_name='Mars'", "us-east-1"]),
+        ({"instance_type": "p3.2xlarge"}, ["instance_type='p3.2xlarge'", "ml."]),
+        ({"instance_count": 0}, ["instance_count=0", "1 to 100"]),
+        ({"instance_count": True}, ["instance_count=True"]),
+        ({"volume_size_gb": 0}, ["volume_size_gb=0", "1 to 16384"]),
+        ({"max_runtime": "2h"}, ["max_runtime='2h'", "timedelta"]),
+        ({"max_runtime": timedelta(days=40)}, ["max_runtime=", "1..2419200"]),
+        ({"spot": "yes"}, ["spot='yes'", "True or False"]),
+        ({"max_wait": 3600}, ["max_wait=3600", "spot=True"]),
+        (
+            {"spot": True, "max_runtime": 7200, "max_wait": 3600},
+            ["max_wait=3600", "max_runtime=7200"],
+        ),
+        ({"keep_alive": 7200}, ["keep_alive=7200", "0..3600"]),
+        ({"subnets": "subnet-0123abcd"}, ["subnets='subnet-0123abcd'", "list"]),
+        ({"subnets": ["subnet-0123abcd"]}, ["security_group_ids=None", "both"]),
+        (
+            {"subnets": ["subnet-0123abcd"], "security_group_ids": ["group"]},
+            ["security_group_ids has 'group'", "sg-"],
+        ),
+        ({"volume_kms_key": "bad key!"}, ["volume_kms_key='bad key!'", "alias/"]),
+        ({"output_kms_key": 5}, ["output_kms_key=5", "KMS"]),
+        ({"tags": ["a"]}, ["tags=['a']", "dict"]),
+        ({"tags": {"aws:x": "1"}}, ["'aws:x'", "may not start with 'aws:'"]),
+        ({"tags": {"team": 1}}, ["tags['team']=1", "string"]),
+        ({"image_uri": "bad image!"}, ["image_uri='bad image!'", "dkr.ecr"]),
+        ({"image_uri": None}, ["needs an image", "image_uri=", "docker=DockerSettings"]),
+        ({"image_repository": "noslash"}, ["image_repository='noslash'", "dkr.ecr"]),
+        ({"image_repository": "reg:5000/repo:tag"}, ["image_repository=", "no tag"]),
+        ({"artifact_root": "gs://bucket/x"}, ["artifact_root='gs://bucket/x'", "s3://"]),
+    ],
+)
+def test_a_wrong_argument_is_refused_naming_field_value_and_fix(kwargs, words):
+    with pytest.raises(SettingsError) as err:
+        _op(**kwargs)
+    message = str(err.value)
+    for word in words:
+        assert word in message, message
+
+
+def test_resources_resolve_to_the_cheapest_type_and_an_explicit_type_wins():
+    assert _op(resources=ResourceSettings(gpu_count=1, memory="16GiB")).instance_type == (
+        "ml.g4dn.xlarge"
+    )
+    explicit = _op(resources=ResourceSettings(gpu_count=1), instance_type="ml.p3.2xlarge")
+    assert explicit.instance_type == "ml.p3.2xlarge"
+
+
+def test_max_runtime_defaults_to_execution_timeout_and_spot_waits_twice_as_long(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ROLE", "stepop-role")
+    monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", "s3://bucket/stepop")
+    job = _op(execution_timeout=timedelta(minutes=90), spot=True)._job_config()
+    assert job.max_runtime_s == 5400 and job.max_wait_s == 10800
+    assert job.instance_type == "ml.m5.large"  # [stepop] sagemaker_default_instance_type
+    assert job.role == "stepop-role"
+
+
+def test_a_missing_role_or_a_non_s3_root_is_refused_before_any_call(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ROLE", "")
+    monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", "s3://bucket/stepop")
+    with pytest.raises(SettingsError, match=r"role is not set.*sagemaker_role"):
+        _op()._job_config()
+    monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ROLE", "r")
+    monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", "file:///tmp/x")
+    with pytest.raises(SettingsError, match=r"s3:// artifact root, but it is 'file:///tmp/x'"):
+        _op()._job_config()
+
+
+def test_the_decorator_is_registered_with_airflow():
+    from airflow.sdk import task
+
+    assert callable(task.sagemaker_step)
