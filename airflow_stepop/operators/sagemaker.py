@@ -225,9 +225,9 @@ class SageMakerStepOperator(BaseStepOperator):
                         f"{owner}.tags[{key!r}]={value!r} must be a string of at most 256 chars."
                     )
                 tag_map[key] = value
-        if image_uri is not None and (
-            not isinstance(image_uri, str)
-            or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@\-]*", image_uri)
+        if image_uri is not None and not (
+            isinstance(image_uri, str)
+            and ("{{" in image_uri or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@\-]*", image_uri))
         ):
             raise SettingsError(
                 f"{owner}.image_uri={image_uri!r} is not an image reference; use e.g. "

@@ -182,3 +182,24 @@ def test_a_user_kill_stops_the_training_job(aws, ctl):
     )
     assert ended["SecondaryStatus"] == "Stopped"
     assert ctl.counters()["StopTrainingJob"] == 1
+
+
+def test_every_job_option_reaches_the_training_job_request(aws, ctl):
+    run = dags().sm_all_options().test()
+    assert run.state == "success"
+    job = [j for j in training_jobs("configured") if j["TrainingJobName"].startswith("sm-all")][-1]
+    assert job["ResourceConfig"] == {
+        "InstanceType": "ml.c5.xlarge",
+        "InstanceCount": 1,
+        "VolumeSizeInGB": 50,
+        "KeepAlivePeriodInSeconds": 600,
+        "VolumeKmsKeyId": "alias/stepop-volume",
+    }
+    assert job["StoppingCondition"] == {"MaxRuntimeInSeconds": 1200}
+    assert job["VpcConfig"] == {
+        "Subnets": ["subnet-0123456789abcdef0"],
+        "SecurityGroupIds": ["sg-0123456789abcdef0"],
+    }
+    assert job["OutputDataConfig"]["KmsKeyId"].startswith("arn:aws:kms:us-east-1:")
+    assert job["OutputDataConfig"]["CompressionType"] == "NONE"
+    assert job["EnableManagedSpotTraining"] is False

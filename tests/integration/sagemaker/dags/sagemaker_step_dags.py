@@ -194,3 +194,26 @@ def sm_gpu_step_v2():
 
 
 sm_gpu_step_v2()
+
+
+@dag(schedule=None)
+def sm_all_options():
+    @task.sagemaker_step(
+        docker=PARENT_ONLY,
+        instance_type="ml.c5.xlarge",
+        volume_size_gb=50,
+        max_runtime=timedelta(minutes=20),
+        keep_alive=timedelta(minutes=10),
+        subnets=["subnet-0123456789abcdef0"],
+        security_group_ids=["sg-0123456789abcdef0"],
+        volume_kms_key="alias/stepop-volume",
+        output_kms_key="arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+        tags={"team": "ml", "cost-center": "42"},
+    )
+    def configured():
+        return "ok"
+
+    configured()
+
+
+sm_all_options()
