@@ -45,9 +45,10 @@ ENV_VALUE_MAX = 512
 ENV_ENTRIES_MAX = 100
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 ML_ROOT = "/opt/ml"
-# CloudWatch Logs: at most one DescribeLogStreams per this many seconds per job, and one
-# GetLogEvents per stream per this many seconds (the account-wide quotas are low).
-LOG_STREAMS_INTERVAL = 10.0
+# CloudWatch Logs (account-wide quotas are low): no log call while the job is still being
+# provisioned; DescribeLogStreams when the job (re)enters a phase that opens streams, else at
+# most once per LOG_STREAMS_INTERVAL; one GetLogEvents per stream per LOG_EVENTS_INTERVAL.
+LOG_STREAMS_INTERVAL = 60.0
 LOG_EVENTS_INTERVAL = 2.0
 TRANSIENT_CODES = frozenset(
     {
@@ -322,7 +323,7 @@ class SageMakerBackend(StepBackend):
         self.region_name = region_name
         self.job = job
         self._hooks: dict[str, Any] = {}
-        self._log_state: dict[str, dict[str, Any]] = {}
+        self._phase: dict[str, str] = {}  # job -> last SecondaryStatus seen by astatus
         self._final: set[str] = set()
 
     def serialize(self) -> dict[str, Any]:
@@ -542,24 +543,36 @@ class SageMakerBackend(StepBackend):
             return await client.describe_training_job(TrainingJobName=handle["job_id"])
 
     async def astatus(self, handle: dict[str, Any]) -> JobStatus:
-        status = map_status(await self.adescribe(handle))
+        description = await self.adescribe(handle)
+        status = map_status(description)
+        self._phase[handle["job_id"]] = description.get("SecondaryStatus", "")
         if status.terminal:
             self._final.add(handle["job_id"])  # the next alogs call reads everything left
         return status
 
     async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
         job = handle["job_id"]
-        cursor = dict(cursor or {"streams": {}, "listed": 0.0, "read": 0.0})
+        cursor = dict(cursor or {"streams": {}, "listed": 0.0, "read": 0.0, "phase": ""})
         final = job in self._final
+        phase = self._phase.get(job, "")
         now = time.monotonic()
+        if not final and phase in ("", *PENDING_SECONDARY):
+            cursor["phase"] = phase  # provisioning (again): new streams may follow
+            return [], cursor
         if not final and now - cursor["read"] < LOG_EVENTS_INTERVAL:
             return [], cursor
         cursor["read"] = now
         lines: list[str] = []
         async with await self._client("logs") as client:
             streams: dict[str, str | None] = dict(cursor["streams"])
-            if final or not streams or now - cursor["listed"] >= LOG_STREAMS_INTERVAL:
+            if (
+                final
+                or not streams
+                or phase != cursor.get("phase")  # e.g. Training again after a spot restart
+                or now - cursor["listed"] >= LOG_STREAMS_INTERVAL
+            ):
                 cursor["listed"] = now
+                cursor["phase"] = phase
                 try:
                     answer = await client.describe_log_streams(
                         logGroupName=LOG_GROUP, logStreamNamePrefix=f"{job}/"
