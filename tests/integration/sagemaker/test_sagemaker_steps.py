@@ -203,3 +203,10 @@ def test_every_job_option_reaches_the_training_job_request(aws, ctl):
     assert job["OutputDataConfig"]["KmsKeyId"].startswith("arn:aws:kms:us-east-1:")
     assert job["OutputDataConfig"]["CompressionType"] == "NONE"
     assert job["EnableManagedSpotTraining"] is False
+
+
+def test_without_deferral_the_worker_waits_and_gets_the_same_result(aws, ctl):
+    run = dags().sm_not_deferred().test()
+    assert run.state == "success"
+    assert xcoms(run)[("blocking", "return_value", -1)] == 144
+    assert ctl.counters()["CreateTrainingJob"] == 1

@@ -217,3 +217,16 @@ def sm_all_options():
 
 
 sm_all_options()
+
+
+@dag(schedule=None)
+def sm_not_deferred():
+    @task.sagemaker_step(docker=PARENT_ONLY, deferrable=False)
+    def blocking(x: int):
+        print(f"computing {x} squared")
+        return x * x
+
+    blocking(12)
+
+
+sm_not_deferred()
