@@ -568,7 +568,7 @@ class SageMakerBackend(StepBackend):
             if (
                 final
                 or not streams
-                or phase != cursor.get("phase")  # e.g. Training again after a spot restart
+                or (phase == "Training" != cursor.get("phase"))  # (re)started: new streams
                 or now - cursor["listed"] >= LOG_STREAMS_INTERVAL
             ):
                 cursor["listed"] = now
