@@ -210,3 +210,17 @@ def test_without_deferral_the_worker_waits_and_gets_the_same_result(aws, ctl):
     assert run.state == "success"
     assert xcoms(run)[("blocking", "return_value", -1)] == 144
     assert ctl.counters()["CreateTrainingJob"] == 1
+
+
+def test_a_run_of_5xx_answers_longer_than_the_client_retries_is_waited_out(aws, ctl, capfd):
+    # Six 503s in a row: more than botocore's own retries, so the trigger sees the error,
+    # judges it transient and backs off instead of failing the task.
+    ctl.add_faults({"kind": "error", "status": 503, "operation": "DescribeTrainingJob", "count": 6})
+    run = dags().sm_not_deferred().test()
+    assert run.state == "success"
+    assert xcoms(run)[("blocking", "return_value", -1)] == 144
+    assert ctl.counters()["DescribeTrainingJob"] >= 7
+    out, err = capfd.readouterr()
+    assert (
+        "(ServiceUnavailable)" in out + err and "retrying in" in out + err
+    )  # the trigger's backoff
