@@ -211,19 +211,20 @@ def build_launch(
 
     environment: dict[str, str] = {}
     launch_env: dict[str, str] = {}
-    reserved = 4  # PYTHONPATH, PYTHONUNBUFFERED, STEPOP_CHECKPOINT_DIR, one spare
+    reserved = 3  # PYTHONUNBUFFERED, STEPOP_CHECKPOINT_DIR, one spare
     for key, value in request.environment.items():
         if len(value) > ENV_VALUE_MAX or len(environment) >= ENV_ENTRIES_MAX - reserved:
             launch_env[key] = value  # travels in the launch document, never chunked
         else:
             environment[key] = value
-    environment["PYTHONPATH"] = f"{ML_ROOT}/input/data/code/{code_name}"
     environment["PYTHONUNBUFFERED"] = "1"
     launch = {
         "spec_uri": request.spec_uri,
         "output_uri": output_uri,
         "path_map": path_map,
         "environment": launch_env,
+        # put in front of the image's own PYTHONPATH by the entry script, not replacing it
+        "code_path": f"input/data/code/{code_name}",
     }
     return channels, launch, environment, output_uri
 

@@ -6,6 +6,7 @@ Standard library only; the backend uploads this file into the job's run channel 
 * ``environment``: values the service's Environment cannot carry (longer than 512 characters);
 * ``path_map``: URI prefix -> path relative to /opt/ml (channels, the model directory), exported
   as ``STEPOP_PATH_MAP`` so the runtime reads and writes those URIs as local files;
+* ``code_path``: the code bundle (relative to /opt/ml), put in front of ``PYTHONPATH``;
 * ``spec_uri`` and ``output_uri``.
 
 From ``/opt/ml/input/config/resourceconfig.json`` it exports torch-style MASTER_ADDR,
@@ -55,6 +56,8 @@ def main(argv: list) -> int:
         with open(config_file) as handle:
             resource_config = json.load(handle)
     env.update(rank_environment(resource_config))
+    code = os.path.join(ml, launch["code_path"])  # the bundle: the runtime and the step's code
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (code, env.get("PYTHONPATH")) if p)
     path_map = {prefix: os.path.join(ml, rel) for prefix, rel in launch["path_map"].items()}
     output_dir = os.path.join(ml, "model")
     if env["RANK"] == "0":

@@ -58,7 +58,8 @@ def test_channels_carry_code_run_dir_and_upstream_prefixes_with_a_path_map():
         output: "model",
         up: "input/data/in1",
     }
-    assert env["PYTHONPATH"] == f"/opt/ml/input/data/code/{'a' * 64}.zip"
+    assert launch["code_path"] == f"input/data/code/{'a' * 64}.zip"
+    assert "PYTHONPATH" not in env  # the image's own PYTHONPATH stays; the entry script prepends
     # the runtime maps a ref URI to the channel's file
     storage = Storage(path_map={k: f"/opt/ml/{v}" for k, v in launch["path_map"].items()})
     assert storage.local_path(f"{up}/a.npy") == Path("/opt/ml/input/data/in1/a.npy")
@@ -161,7 +162,9 @@ def test_throttling_and_5xx_are_transient_a_validation_error_is_not():
 
 
 def _step(x):
-    return {"x": x, "rank": os.environ["RANK"], "world": os.environ["WORLD_SIZE"]}
+    path = os.environ["PYTHONPATH"].split(os.pathsep)
+    kept = path[0].endswith(".zip") and path[-1].endswith("image-site")
+    return {"x": x, "rank": os.environ["RANK"], "world": os.environ["WORLD_SIZE"], "path": kept}
 
 
 def _fail(x):
@@ -193,7 +196,7 @@ def _job_tree(tmp_path: Path, function, host: str) -> tuple[Path, dict]:
     request = JobRequest("j", "k", staged.spec_uri, staged.run_uri, staged.code_uri)
     _, launch, env, _ = sm.build_launch(request, {}, "j")
     (run_dir / sm.LAUNCH_FILE).write_text(json.dumps(launch))
-    env["PYTHONPATH"] = str(code_dir / bundle.name)
+    env["PYTHONPATH"] = str(tmp_path / "image-site")  # an image's own path is kept
     return ml, env
 
 
@@ -208,7 +211,7 @@ def test_rank_zero_writes_the_result_into_the_model_dir(tmp_path):
     done = _run_entry(ml, env)
     assert done.returncode == 0, done.stderr
     result = json.loads((ml / "model" / "result.json").read_text())
-    assert result["outputs"] == {"inline": {"x": 7, "rank": "0", "world": "2"}}
+    assert result["outputs"] == {"inline": {"x": 7, "rank": "0", "world": "2", "path": True}}
 
 
 def test_other_ranks_run_the_step_but_write_no_result(tmp_path):
