@@ -137,9 +137,10 @@ def test_container_mode_builds_once_and_runs_the_step(
     from tests.integration.conftest import BASE_IMAGE, remove_images
 
     settings = DockerSettings(parent_image=BASE_IMAGE, environment={"STEP_ENV": str(uuid.uuid4())})
-    _, handle, trigger, storage = _submit(
+    backend, handle, trigger, storage = _submit(
         tmp_path, steps.where, [], docker=settings, resources=ResourceSettings(cpu_count=1)
     )
+    handles = [handle]
     try:
         assert handle["mode"] == "container" and handle["image_built"] is True
         event = asyncio.run(_first(trigger))
@@ -149,10 +150,15 @@ def test_container_mode_builds_once_and_runs_the_step(
 
         # an edited step (another function, same environment) reuses the image
         _, again, trigger2, _ = _submit(tmp_path, steps.chatty, [2], docker=settings, try_number=2)
+        handles.append(again)
         assert again["image_built"] is False and again["image"] == handle["image"]
         assert asyncio.run(_first(trigger2))["status"] == "succeeded"
     finally:
+        for finished in handles:
+            backend.release(finished)
         remove_images(docker_client, "airflow-stepop-env")
+    names = {c.name for c in docker_client.containers.list(all=True)}
+    assert not names & {h["job_id"] for h in handles}  # released
 
 
 @pytest.mark.container
