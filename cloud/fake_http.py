@@ -36,8 +36,9 @@ Fault rules (``kind`` picks the behaviour; unknown kinds are refused with 400):
 ``{"kind": "log_delay", "seconds": 2}``
     log lines become readable only that long after they were written.
 
-``operation`` is an operation name or ``"*"``; ``count`` (optional) is how many times the rule
-fires before it retires itself.
+``operation`` is an operation name or ``"*"``; ``count`` is how many times the rule fires before
+it retires itself (default: no limit; 1 for ``job_failure`` and ``preempt``; ``null`` for no
+limit).
 """
 
 from __future__ import annotations
@@ -150,6 +151,8 @@ class FaultBook:
         clean = dict(rule)
         clean["rate"] = rate
         clean.setdefault("operation", "*")
+        if kind in ("job_failure", "preempt"):  # "the next matching job": once, unless told
+            clean.setdefault("count", 1)
         clean["_acc"] = 0.0
         return clean
 

@@ -304,10 +304,10 @@ class Job:
                 out["TrainingStartTime"] = self.training_start
             if self.training_end is not None:
                 out["TrainingEndTime"] = self.training_end
-                count = int(r.get("ResourceConfig", {}).get("InstanceCount", 1))
                 seconds = max(1, math.ceil(self.billable))
                 out["TrainingTimeInSeconds"] = seconds
-                out["BillableTimeInSeconds"] = seconds * count
+                # per instance, as AWS documents it: multiply by InstanceCount for the total
+                out["BillableTimeInSeconds"] = seconds
             return out
 
     def summary(self) -> dict[str, Any]:

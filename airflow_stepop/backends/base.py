@@ -38,6 +38,9 @@ class JobRequest:
 class JobStatus:
     state: JobState
     reason: str | None = None  # the service's own words for a failure (capacity, OOM, ...)
+    # Small JSON facts of a finished job that the operator reports (e.g. billable seconds):
+    # they ride in the trigger's event, so the worker needs no call of its own to get them.
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def terminal(self) -> bool:
@@ -46,6 +49,10 @@ class JobStatus:
 
 class StepBackend(abc.ABC):
     """A service that runs step jobs."""
+
+    # The trigger's first poll comes this soon, then the wait doubles up to poll_interval:
+    # short local jobs finish fast; services that take minutes to start get fewer calls.
+    first_poll_seconds: float = 0.25
 
     @abc.abstractmethod
     def serialize(self) -> dict[str, Any]:

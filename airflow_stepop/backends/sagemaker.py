@@ -292,6 +292,21 @@ def console_links(region: str, job_name: str) -> dict[str, str]:
     }
 
 
+def billing_facts(description: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a DescribeTrainingJob answer that estimate_cost reads (small, JSON)."""
+    resources = description.get("ResourceConfig", {})
+    return {
+        "TrainingJobName": description.get("TrainingJobName"),
+        "BillableTimeInSeconds": description.get("BillableTimeInSeconds"),
+        "TrainingTimeInSeconds": description.get("TrainingTimeInSeconds"),
+        "EnableManagedSpotTraining": description.get("EnableManagedSpotTraining", False),
+        "ResourceConfig": {
+            "InstanceType": resources.get("InstanceType"),
+            "InstanceCount": resources.get("InstanceCount", 1),
+        },
+    }
+
+
 def estimate_cost(description: dict[str, Any], price_per_hour: float | None) -> dict[str, Any]:
     """Billable seconds and the on-demand cost estimate (price x billable seconds x count)."""
     billable = int(description.get("BillableTimeInSeconds") or 0)
@@ -313,6 +328,9 @@ def estimate_cost(description: dict[str, Any], price_per_hour: float | None) -> 
 
 class SageMakerBackend(StepBackend):
     """Runs steps as SageMaker training jobs through the amazon provider's hooks."""
+
+    # A training job takes minutes to provision: 5, 10, 20 s... then poll_interval.
+    first_poll_seconds = 5.0
 
     def __init__(
         self,
@@ -549,6 +567,8 @@ class SageMakerBackend(StepBackend):
         self._phase[handle["job_id"]] = description.get("SecondaryStatus", "")
         if status.terminal:
             self._final.add(handle["job_id"])  # the next alogs call reads everything left
+            # what the operator reports (billing) rides in the event: no Describe on the worker
+            status = replace(status, details=billing_facts(description))
         return status
 
     async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:

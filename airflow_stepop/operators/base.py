@@ -179,7 +179,14 @@ class BaseStepOperator(BaseOperator):
                 return values.decode(manifest["outputs"], ArtifactRef.from_record)
             raise self._failure(event, storage)
         finally:
+            self._release(handle)
+
+    def _release(self, handle: dict[str, Any]) -> None:
+        """Free the finished job's resources; never hides the step's own result or error."""
+        try:
             self.make_backend().release(handle)
+        except Exception as exc:
+            self.log.warning("Could not release job %s: %s", handle["job_id"], exc)
 
     def _failure(self, event: dict[str, Any], storage: Storage) -> Exception:
         handle = event["handle"]

@@ -337,16 +337,14 @@ class SageMakerStepOperator(BaseStepOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         result = super().execute_complete(context, event)
-        self._report_billing(context, event["handle"])
+        self._report_billing(context, event)
         return result
 
-    def _report_billing(self, context: Any, handle: dict[str, Any]) -> None:
+    def _report_billing(self, context: Any, event: dict[str, Any]) -> None:
         """Billable seconds and estimated cost: in the task log and XCom 'sagemaker_billing'."""
-        backend = SageMakerBackend(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
-        try:
-            description = backend.describe(handle)
-        except Exception as exc:  # billing is information: never fail a finished step over it
-            self.log.warning("Could not read the billing of job %s: %s", handle["job_id"], exc)
+        handle, description = event["handle"], event.get("details") or {}
+        if not description.get("BillableTimeInSeconds"):
+            self.log.warning("Job %s reported no billable time", handle["job_id"])
             return
         instance_type = description.get("ResourceConfig", {}).get("InstanceType", "")
         machine = load_catalog("sagemaker_training").get(instance_type)

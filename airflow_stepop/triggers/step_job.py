@@ -23,7 +23,6 @@ from airflow_stepop.backends.base import StepBackend
 
 LOG_TAIL_LINES = 40
 MAX_BACKOFF_SECONDS = 60.0
-FIRST_POLL_SECONDS = 0.25
 
 
 def load_backend(path: str, kwargs: dict[str, Any]) -> StepBackend:
@@ -97,6 +96,7 @@ class StepJobTrigger(BaseTrigger):
                     {
                         "status": status.state,
                         "reason": status.reason,
+                        "details": status.details,
                         "handle": self.handle,
                         "log_tail": list(tail),
                     }
@@ -115,8 +115,8 @@ class StepJobTrigger(BaseTrigger):
                 )
                 return
             # Short jobs finish fast, long ones are polled at poll_interval.
+            await asyncio.sleep(min(self.poll_interval, backend.first_poll_seconds * 2**polls))
             polls += 1
-            await asyncio.sleep(min(self.poll_interval, FIRST_POLL_SECONDS * 2**polls))
 
     async def on_kill(self) -> None:
         self.log.info("Task killed by a user: stopping job %s", self.handle["job_id"])

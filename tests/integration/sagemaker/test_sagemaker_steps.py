@@ -78,7 +78,8 @@ def test_throttling_on_a_fifth_of_the_calls_still_succeeds(aws, ctl):
     assert run.state == "success"
     assert _read(aws["results"], "check")["loaded"] == float(sum(range(100_000)))
     counters = ctl.counters()
-    assert sum(counters.values()) >= 10  # enough calls that some were throttled
+    # the fake's rates are deterministic: every fifth call was throttled
+    assert sum(counters.values()) >= 5
 
 
 def test_a_spot_interruption_resumes_from_the_checkpoint(aws, ctl):
