@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -26,6 +25,7 @@ from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.storage.blob import BlobServiceClient
 
 from cloud import azureml, stack
+from tests.waiting import free_port, wait_for
 
 RG = "stepop-rg"
 WS = "stepop-ws"
@@ -38,23 +38,6 @@ CONTAINER = "azureml-blobstore"
 IMAGE = "127.0.0.1:5000/stepop-base/python:3.11-bookworm"
 AZURITE_KEY = stack.AZURITE_KEY
 TERMINAL = ("Completed", "Failed", "Canceled")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class StaticToken:
@@ -78,7 +61,7 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         binary = stack.azurite_bin()
     except Exception as exc:
         pytest.skip(f"Azurite is not available (npm): {exc}")
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path_factory.mktemp("azurite") / "azurite.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [str(binary), "--blobHost", "127.0.0.1", "--blobPort", str(port),
@@ -98,7 +81,7 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             return proc.poll() is not None
         return True
 
-    _wait_for(answers, 60, "Azurite")
+    wait_for(answers, 60, "Azurite")
     assert proc.poll() is None, "Azurite exited"
     yield (
         f"DefaultEndpointsProtocol=http;AccountName={stack.AZURITE_ACCOUNT};"
@@ -177,11 +160,11 @@ def wait_done(ml: MLClient, name: str, timeout: float = 60) -> Any:
         job = ml.jobs.get(name)
         return job if job.status in TERMINAL else None
 
-    return _wait_for(done, timeout, f"{name} to end")
+    return wait_for(done, timeout, f"{name} to end")
 
 
 def wait_status(ml: MLClient, name: str, status: str) -> Any:
-    return _wait_for(
+    return wait_for(
         lambda: job if (job := ml.jobs.get(name)).status == status else None,
         60,
         f"{name} to be {status}",
@@ -361,7 +344,7 @@ def test_cancel_with_lro(ml: MLClient, fake: Any) -> None:
     name = unique("cancel")
     ml.jobs.create_or_update(make_job("echo started; sleep 120", name=name))
     wait_status(ml, name, "Running")
-    _wait_for(lambda: "started" in logs(fake, name), 30, "the first log line")
+    wait_for(lambda: "started" in logs(fake, name), 30, "the first log line")
     poller = ml.jobs.begin_cancel(name)
     poller.result(timeout=30)
     assert poller.done()
@@ -464,7 +447,7 @@ def test_injected_not_responding(ml: MLClient, fake: Any) -> None:
     name = unique("hung")
     set_fault(fake, kind="job_failure", match=name, status="NotResponding", reason="Node lost.")
     ml.jobs.create_or_update(make_job("true", name=name))
-    _wait_for(lambda: ml.jobs.get(name).status == "NotResponding", 30, "NotResponding")
+    wait_for(lambda: ml.jobs.get(name).status == "NotResponding", 30, "NotResponding")
     assert run_details(fake, name)["error"]["error"]["message"] == "Node lost."
 
 
@@ -513,7 +496,7 @@ def test_delayed_logs(ml: MLClient, fake: Any) -> None:
     wait_done(ml, name)
     assert "late line" not in logs(fake, name)
     assert "user_logs/std_log.txt" not in run_details(fake, name)["logFiles"]
-    _wait_for(lambda: "late line" in logs(fake, name), 10, "the delayed log line")
+    wait_for(lambda: "late line" in logs(fake, name), 10, "the delayed log line")
 
 
 # --- refusals --------------------------------------------------------------------------------

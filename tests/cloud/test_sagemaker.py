@@ -22,22 +22,12 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from cloud.control import FakeControl
+from tests.waiting import wait_for
 
 JOB_SCRIPT = Path(__file__).with_name("sagemaker_job.py")
 ROLE = "arn:aws:iam::123456789012:role/stepop-selftest"
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 TERMINAL = ("Completed", "Failed", "Stopped")
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
-    """Poll until ``predicate`` returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from google.cloud import aiplatform_v1, storage
 from google.cloud.aiplatform_v1.types import JobState
 
 from cloud import stack, vertex
+from tests.waiting import free_port, wait_for
 
 PARENT = "projects/stepop-test/locations/us-central1"
 BUCKET = "vertex-selftest"
@@ -36,23 +36,6 @@ TERMINAL = {
     JobState.JOB_STATE_FAILED,
     JobState.JOB_STATE_CANCELLED,
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +48,7 @@ def gcs_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if env.get("STORAGE_EMULATOR_HOST") and stack.running(env):
         yield env["STORAGE_EMULATOR_HOST"]
         return
-    port = _free_port()
+    port = free_port()
     exe = Path(sys.executable).parent / "gcp-storage-emulator"
     log = open(tmp_path_factory.mktemp("gcs") / "emulator.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
@@ -83,7 +66,7 @@ def gcs_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except OSError:
             return proc.poll() is not None
 
-    _wait_for(answers, 30, "gcp-storage-emulator")
+    wait_for(answers, 30, "gcp-storage-emulator")
     assert proc.poll() is None, "gcp-storage-emulator exited"
     yield host
     proc.terminate()
@@ -165,7 +148,7 @@ def wait_done(client: aiplatform_v1.JobServiceClient, name: str, timeout: float 
         job = client.get_custom_job(name=name)
         return job if job.state in TERMINAL else None
 
-    return _wait_for(done, timeout, f"{name} to end")
+    return wait_for(done, timeout, f"{name} to end")
 
 
 def wait_state(client: aiplatform_v1.JobServiceClient, name: str, state: JobState) -> Any:
@@ -173,7 +156,7 @@ def wait_state(client: aiplatform_v1.JobServiceClient, name: str, state: JobStat
         job = client.get_custom_job(name=name)
         return job if job.state == state else None
 
-    return _wait_for(reached, 60, f"{name} to reach {state.name}")
+    return wait_for(reached, 60, f"{name} to reach {state.name}")
 
 
 def set_fault(fake: Any, **rule: Any) -> None:
@@ -365,7 +348,7 @@ def test_cancel_running_job(client: aiplatform_v1.JobServiceClient, fake: Any) -
     code = "import time\nprint('started', flush=True)\ntime.sleep(120)"
     job = client.create_custom_job(parent=PARENT, custom_job=python_job(code, name="cancelled"))
     wait_state(client, job.name, JobState.JOB_STATE_RUNNING)
-    _wait_for(lambda: "started" in fake_logs(fake, job.name), 30, "the job's first log line")
+    wait_for(lambda: "started" in fake_logs(fake, job.name), 30, "the job's first log line")
     client.cancel_custom_job(name=job.name)
     state = client.get_custom_job(name=job.name).state
     assert state in (JobState.JOB_STATE_CANCELLING, JobState.JOB_STATE_CANCELLED)
@@ -535,7 +518,7 @@ def test_delayed_logs(client: aiplatform_v1.JobServiceClient, fake: Any) -> None
     wait_done(client, job.name)
     ended = time.monotonic()
     assert "late line" not in fake_logs(fake, job.name)
-    _wait_for(lambda: "late line" in fake_logs(fake, job.name), 10, "the delayed log line")
+    wait_for(lambda: "late line" in fake_logs(fake, job.name), 10, "the delayed log line")
     assert time.monotonic() - ended > 0.3
 
 

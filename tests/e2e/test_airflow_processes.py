@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.processes import process_alive
+from tests.waiting import free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -60,12 +59,6 @@ def test_example_dag_under_airflow_dags_test(tmp_path):
     assert npy.stat().st_size > 50 * 10**6
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Api:
     def __init__(self, base: str) -> None:
         self.base = base
@@ -93,17 +86,9 @@ class Api:
         return self._call("PATCH", path, body)
 
 
-def _wait(what: str, check, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except Exception:  # the stack may still be starting
-            value = None
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+def wait_for_ok(what: str, check, timeout: float):
+    """Poll a check of the Airflow stack; errors while it starts count as "not yet"."""
+    return wait_for(check, timeout, what, tolerate=(Exception,), interval=0.5)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +97,7 @@ def airflow_stack(tmp_path_factory):
     home = tmp_path_factory.mktemp("standalone")
     results = home / "results"
     results.mkdir()
-    port = _free_port()
+    port = free_port()
     env = _env(
         home,
         AIRFLOW__CORE__DAGS_FOLDER=str(Path(__file__).parent / "dags"),
@@ -131,8 +116,8 @@ def airflow_stack(tmp_path_factory):
         start_new_session=True,
     )
     try:
-        api = _wait("the API server", lambda: Api(f"http://127.0.0.1:{port}"), 180)
-        _wait(
+        api = wait_for_ok("the API server", lambda: Api(f"http://127.0.0.1:{port}"), 180)
+        wait_for_ok(
             "the triggerer and the DAGs",
             lambda: (
                 api.get("/api/v2/monitor/health")["triggerer"]["status"] == "healthy"
@@ -158,10 +143,10 @@ def test_marking_a_deferred_task_failed_stops_its_job(airflow_stack):
     run_id = api.post(f"/api/v2/dags/{dag}/dagRuns", {"logical_date": None})["dag_run_id"]
     ti_path = f"/api/v2/dags/{dag}/dagRuns/{run_id}/taskInstances/hold"
     pid_file = results / "held-until-killed.pid"
-    _wait("the task to defer", lambda: api.get(ti_path)["state"] == "deferred", 120)
-    _wait("the step process", pid_file.exists, 60)
+    wait_for_ok("the task to defer", lambda: api.get(ti_path)["state"] == "deferred", 120)
+    wait_for_ok("the step process", pid_file.exists, 60)
     logs = home / "logs"
-    _wait(
+    wait_for_ok(
         "the triggerer to run the trigger",
         lambda: any("Waiting for job" in p.read_text() for p in logs.rglob("*trigger*")),
         120,
@@ -171,5 +156,5 @@ def test_marking_a_deferred_task_failed_stops_its_job(airflow_stack):
 
     api.patch(ti_path, {"new_state": "failed"})
 
-    _wait("the step process to be stopped", lambda: not process_alive(pid), 60)
+    wait_for_ok("the step process to be stopped", lambda: not process_alive(pid), 60)
     assert api.get(ti_path)["state"] == "failed"
