@@ -122,10 +122,6 @@ class ResourceSettings:
     def memory_bytes(self) -> int | None:
         return self.memory  # type: ignore[return-value]  # normalized to bytes above
 
-    @property
-    def wants_gpu(self) -> bool:
-        return bool(self.gpu_count) or self.gpu_type is not None
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "cpu_count": self.cpu_count,

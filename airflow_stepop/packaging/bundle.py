@@ -42,7 +42,6 @@ class CodeBundle:
     data: bytes
     sha256: str
     callable_entry: dict[str, Any]
-    modules: tuple[str, ...]
 
 
 def _stdlib_and_site_dirs() -> tuple[Path, ...]:
@@ -228,7 +227,6 @@ def build_bundle(function: Callable[..., Any]) -> CodeBundle:
         data=data,
         sha256=hashlib.sha256(data).hexdigest(),
         callable_entry=entry,
-        modules=tuple(sorted(local)),
     )
 
 
