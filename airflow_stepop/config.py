@@ -73,11 +73,27 @@ def get(name: str) -> str:
 
 
 def get_float(name: str) -> float:
-    return float(get(name))
+    return _number(name, float)
 
 
 def get_int(name: str) -> int:
-    return int(get(name))
+    return _number(name, int)
+
+
+def _number(name: str, kind: type) -> Any:
+    value = get(name)
+    try:
+        number = kind(value)
+    except ValueError:
+        number = None
+    # a float is a duration (> 0); an int is a size (0 allowed: e.g. never inline a result)
+    if number is None or number < 0 or (kind is float and number == 0):
+        wanted = "a whole number >= 0" if kind is int else "a number > 0"
+        raise ValueError(
+            f"[{SECTION}] {name}={value!r} (AIRFLOW__{SECTION.upper()}__{name.upper()}) must be "
+            f"{wanted}; the default is {OPTIONS[name][1]}."
+        )
+    return number
 
 
 def airflow_home() -> str:

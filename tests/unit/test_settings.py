@@ -124,3 +124,15 @@ def test_settings_are_checked_when_a_dag_declares_a_step():
             step()
 
         wrong()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("poll_interval", "soon"), ("inline_result_max_bytes", "-1")]
+)
+def test_a_wrong_config_value_names_the_option_and_the_fix(monkeypatch, option, value):
+    from airflow_stepop import config
+
+    monkeypatch.setenv(f"AIRFLOW__STEPOP__{option.upper()}", value)
+    getter = config.get_float if option == "poll_interval" else config.get_int
+    with pytest.raises(ValueError, match=rf"\[stepop\] {option}='{value}'.*must be"):
+        getter(option)
