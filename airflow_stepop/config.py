@@ -16,6 +16,18 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "gs://, abfs://). Empty means file://$AIRFLOW_HOME/stepop-artifacts.",
     ),
     "poll_interval": ("float", "5.0", "Seconds between two job-state polls of a trigger."),
+    "list_calls_per_second": (
+        "float",
+        "1.0",
+        "List calls per second that one process makes to one service account and region (the "
+        "batched poller's and re-attach checks'); services throttle List calls account-wide.",
+    ),
+    "log_calls_per_second": (
+        "float",
+        "5.0",
+        "Log-service calls per second that one triggerer process makes for all the steps of one "
+        "service account and region; with many steps, each step's lines arrive less often.",
+    ),
     "inline_result_max_bytes": (
         "integer",
         "65536",

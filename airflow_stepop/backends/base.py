@@ -5,6 +5,17 @@ async and must not block the event loop. A job is known by a ``handle``: a small
 backend makes at submit time and the trigger carries (it always has ``job_id`` and
 ``run_uri``, the run directory of the attempt that started the job; ``output_uri`` when the
 job's results land elsewhere, e.g. where the service uploads its output directory).
+
+How the calls scale with many steps (services rate-limit per account and region):
+
+* re-attach: the operator keeps each submitted handle in Airflow's task state store, so a retry
+  asks ``status(handle)`` (one describe) of exactly the earlier job; ``find_active`` (a List
+  call) is only the fallback for a worker lost between submit and that record;
+* polling: every trigger of one ``poll_group()`` in a triggerer process shares one poller that
+  calls ``astatuses`` with all watched handles (one List answers for many jobs); a job it
+  reports terminal gets one ``astatus`` (a describe) for its final facts;
+* List calls of one poll group (the poller's and ``find_active``'s) share one rate limit:
+  :func:`airflow_stepop.backends.ratelimit.list_limiter`.
 """
 
 from __future__ import annotations
@@ -64,14 +75,54 @@ class StepBackend(abc.ABC):
 
     @abc.abstractmethod
     def find_active(self, task_key: str) -> dict[str, Any] | None:
-        """The handle of a job of this task instance that is still alive, if any."""
+        """The handle of a job of this task instance that is still alive, if any.
+
+        A fallback that may cost a List call: take a token of ``list_limiter(self.poll_group())``
+        before each one.
+        """
+
+    def status(self, handle: dict[str, Any]) -> JobStatus:
+        """The job's state, from the worker (a retry deciding to re-attach, reuse or re-run)."""
+        import asyncio
+
+        return asyncio.run(self.astatus(handle))
+
+    def poll_group(self) -> str:
+        """Triggers whose backends share a poll group share one poller and one List rate limit.
+
+        The service plus whatever scopes its List calls and quotas (account and region, project
+        and location, workspace). The default, this backend's own arguments, never over-shares.
+        """
+        import json
+
+        return f"{type(self).__module__}.{type(self).__qualname__}:" + json.dumps(
+            self.serialize(), sort_keys=True, default=str
+        )
 
     @abc.abstractmethod
     def stop(self, handle: dict[str, Any]) -> None:
         """Stop the job (idempotent)."""
 
     @abc.abstractmethod
-    async def astatus(self, handle: dict[str, Any]) -> JobStatus: ...
+    async def astatus(self, handle: dict[str, Any]) -> JobStatus:
+        """One job's state from one describe; a terminal answer carries the final ``details``."""
+
+    async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:
+        """The states of many jobs (job_id -> status) in as few calls as the service allows.
+
+        A job the answer leaves out is asked with ``astatus`` by the poller. Terminal states may
+        come without ``details``: the poller asks ``astatus`` once more for those. The default
+        asks each job on its own.
+        """
+        import asyncio
+
+        answers = await asyncio.gather(*(self.astatus(h) for h in handles), return_exceptions=True)
+        out: dict[str, JobStatus] = {}
+        for handle, answer in zip(handles, answers, strict=True):
+            if isinstance(answer, BaseException):
+                raise answer
+            out[handle["job_id"]] = answer
+        return out
 
     @abc.abstractmethod
     async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
