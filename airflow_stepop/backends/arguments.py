@@ -1,0 +1,151 @@
+"""Checks that every backend's argument rules share: each refusal names the argument, the value
+and a valid example (``SettingsError``), at DAG parse time.
+
+A backend module turns its operator's keyword arguments into its own job configuration with
+these (e.g. ``SageMakerJobConfig.from_arguments``); operators only declare the arguments.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow_stepop.settings import SettingsError
+
+CONN_ID = re.compile(r"^[\w.\-]+$")
+
+
+def is_templated(value: Any) -> bool:
+    """A Jinja value that only gets its real value at run time: checked then, not now."""
+    return isinstance(value, str) and "{{" in value
+
+
+def whole_number(owner: str, name: str, value: Any, *, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise SettingsError(
+            f"{owner}.{name}={value!r} must be a whole number from {low} to {high}."
+        )
+    return value
+
+
+def boolean(owner: str, name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SettingsError(f"{owner}.{name}={value!r} must be True or False.")
+    return value
+
+
+def seconds(owner: str, name: str, value: Any, *, low: int, high: int, service: str) -> int:
+    """A duration given as a timedelta or whole seconds, within the service's bounds."""
+    if isinstance(value, timedelta):
+        result = math.ceil(value.total_seconds())
+    elif isinstance(value, int) and not isinstance(value, bool):
+        result = value
+    else:
+        raise SettingsError(
+            f"{owner}.{name}={value!r} must be a timedelta or whole seconds, "
+            "e.g. timedelta(hours=2) or 7200."
+        )
+    if not low <= result <= high:
+        raise SettingsError(
+            f"{owner}.{name}={value!r} is {result} s; {service} takes {low}..{high} s."
+        )
+    return result
+
+
+def conn_id(owner: str, name: str, value: Any, example: str) -> str | None:
+    if value is not None and (not isinstance(value, str) or not CONN_ID.match(value)):
+        raise SettingsError(
+            f"{owner}.{name}={value!r} must be an Airflow connection id such as {example!r}."
+        )
+    return value
+
+
+def matching(
+    owner: str, name: str, value: Any, pattern: re.Pattern[str], what: str, example: str
+) -> str | None:
+    """An optional string that must match ``pattern`` (templated values pass until run time)."""
+    if value is None or is_templated(value):
+        return value
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise SettingsError(f"{owner}.{name}={value!r} is not {what}; use e.g. {example!r}.")
+    return value
+
+
+def id_list(
+    owner: str,
+    name: str,
+    value: Any,
+    pattern: re.Pattern[str],
+    example: str,
+    *,
+    limit: int,
+    service: str,
+) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise SettingsError(f"{owner}.{name}={value!r} must be a list of ids, e.g. [{example!r}].")
+    for item in value:
+        if not isinstance(item, str) or not pattern.match(item):
+            raise SettingsError(
+                f"{owner}.{name} has {item!r}, which is not an id like {example!r}."
+            )
+    if len(value) > limit:
+        raise SettingsError(
+            f"{owner}.{name} has {len(value)} ids; {service} takes at most {limit}."
+        )
+    return tuple(value)
+
+
+def string_map(
+    owner: str,
+    name: str,
+    value: Any,
+    *,
+    key_pattern: re.Pattern[str],
+    key_rule: str,
+    value_pattern: re.Pattern[str] | None = None,
+    value_rule: str = "",
+    limit: int | None = None,
+) -> dict[str, str]:
+    """A dict of str -> str (tags, labels) whose keys and values follow the service's rules."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SettingsError(f"{owner}.{name}={value!r} must be a dict of str -> str.")
+    if limit is not None and len(value) > limit:
+        raise SettingsError(
+            f"{owner}.{name} has {len(value)} entries; at most {limit} are allowed."
+        )
+    out: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key_pattern.fullmatch(key):
+            raise SettingsError(f"{owner}.{name} has the key {key!r}; {key_rule}")
+        if not isinstance(item, str) or (value_pattern and not value_pattern.fullmatch(item)):
+            raise SettingsError(f"{owner}.{name}[{key!r}]={item!r} is refused; {value_rule}")
+        out[key] = item
+    return out
+
+
+def image_uri(owner: str, value: Any, example: str) -> str | None:
+    if value is not None and not (
+        is_templated(value)
+        or (isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@\-]*", value))
+    ):
+        raise SettingsError(
+            f"{owner}.image_uri={value!r} is not an image reference; use e.g. {example!r}."
+        )
+    return value
+
+
+def artifact_root(owner: str, value: str | None, schemes: Sequence[str], example: str) -> None:
+    """The operator's artifact_root, when given, must be a URL the service's jobs can read."""
+    if value is not None and not value.startswith(tuple(f"{s}://" for s in schemes)):
+        shown = " or ".join(f"{s}://" for s in schemes)
+        raise SettingsError(
+            f"{owner}.artifact_root={value!r} must be a {shown} URL such as {example!r} (the "
+            "service's jobs read inputs and write results there)."
+        )
