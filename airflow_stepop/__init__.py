@@ -70,5 +70,6 @@ def get_provider_info() -> dict[str, Any]:
         "extra-links": [
             "airflow_stepop.links.job.StepJobLink",
             "airflow_stepop.links.job.StepLogsLink",
+            "airflow_stepop.links.job.StepExperimentLink",
         ],
     }

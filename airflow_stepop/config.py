@@ -65,6 +65,43 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "'host[:port]/<name>'. Empty means <account>.dkr.ecr.<region>.amazonaws.com/"
         "airflow-stepop-env of the AWS connection.",
     ),
+    "vertex_location": (
+        "string",
+        "us-central1",
+        "Vertex AI region of step jobs when neither the operator's location= nor the Google "
+        "connection names one.",
+    ),
+    "vertex_image_repository": (
+        "string",
+        "",
+        "Where Vertex steps push environment images they build: an Artifact Registry "
+        "repository 'LOCATION-docker.pkg.dev/PROJECT/REPOSITORY' or any 'host[:port]/<name>'. "
+        "Empty means <location>-docker.pkg.dev/<project>/airflow-stepop-env.",
+    ),
+    "vertex_default_machine_type": (
+        "string",
+        "n1-standard-4",
+        "Vertex machine type of a step that gives neither resources= nor machine_type=.",
+    ),
+    "azureml_image_repository": (
+        "string",
+        "",
+        "Where Azure ML steps push environment images they build: an Azure Container Registry "
+        "repository '<registry>.azurecr.io/<name>' or any 'host[:port]/<name>'. Empty means "
+        "the workspace's own container registry.",
+    ),
+    "azureml_image_build": (
+        "string",
+        "auto",
+        "Who builds an Azure ML step's environment image: 'engine' (a container engine on the "
+        "worker, pushed to the registry), 'service' (Azure ML builds it from the Dockerfile), "
+        "or 'auto' (the engine when one answers, else the service).",
+    ),
+    "azureml_default_instance_type": (
+        "string",
+        "Standard_DS3_v2",
+        "Azure ML VM size of a serverless step that gives neither resources= nor instance_type=.",
+    ),
     "sagemaker_default_instance_type": (
         "string",
         "ml.m5.large",

@@ -29,7 +29,14 @@ class StepLogsLink(_StoredLink):
     kind = "logs"
 
 
-LINKS: tuple[type[_StoredLink], ...] = (StepJobLink, StepLogsLink)
+class StepExperimentLink(_StoredLink):
+    """The experiment (Vertex AI Experiments, an Azure ML experiment) the step's run is under."""
+
+    name = "Step experiment"
+    kind = "experiment"
+
+
+LINKS: tuple[type[_StoredLink], ...] = (StepJobLink, StepLogsLink, StepExperimentLink)
 
 
 def persist_links(context: Any, links: dict[str, str]) -> None:
