@@ -23,9 +23,10 @@ install: $(UV)
 demo: install-core
 	scripts/demo.sh
 
+# Starts what the suite needs and is not running yet (engine, registry, base image, emulated
+# clouds; Chromium and PostgreSQL from Debian), runs ruff and pytest, stops what it started.
 test: install
-	$(PY) -m ruff check airflow_stepop tests bench dags_examples cloud
-	$(PY) -m pytest $(PYTEST_ARGS)
+	scripts/test.sh $(PYTEST_ARGS)
 
 lint: install
 	$(PY) -m ruff check airflow_stepop tests bench dags_examples cloud

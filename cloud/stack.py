@@ -13,6 +13,11 @@ Pieces:
 * Azurite's blob service from npm, in memory (``AZURE_STORAGE_CONNECTION_STRING``);
 * the job-service fakes of :data:`FAKES`.
 
+Once every piece answers, ``up`` creates the bucket :data:`DEMO_BUCKET` in S3, in GCS and as an
+Azure Blob container (``STEPOP_DEMO_BUCKET``), so the docs' "try it" blocks need no set-up of
+their own. The base image the docs name is pushed to the registry by ``scripts/engine.sh up``
+(which ``make cloud-up`` runs first).
+
 Adding a fake is one :class:`Fake` entry. Its module provides::
 
     def serve(host: str, port: int, env: dict[str, str]) -> None:
@@ -62,6 +67,8 @@ AZURITE_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
 START_TIMEOUT = 60.0
+# The bucket (S3, GCS) and Blob container the docs' "try it" blocks use.
+DEMO_BUCKET = "stepop-demo"
 
 
 @dataclass(frozen=True)
@@ -328,9 +335,52 @@ def up() -> dict[str, str]:
         env["AWS_ENDPOINT_URL_SAGEMAKER"] = env["STEPOP_SAGEMAKER_ENDPOINT"]
     env["AIRFLOW_CONN_AWS_DEFAULT"] = aws_connection(moto, env.get("STEPOP_SAGEMAKER_ENDPOINT"))
     env.setdefault("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", google_connection("stepop-local"))
+    env["STEPOP_DEMO_BUCKET"] = DEMO_BUCKET
+    create_buckets(env, DEMO_BUCKET)
     write_env(env)
     log(f"wrote {ENV_FILE}")
     return env
+
+
+def create_buckets(env: dict[str, str], name: str) -> None:
+    """Create ``name`` in S3 (moto), GCS (the emulator) and Azurite, with the official clients.
+
+    Each client is imported here: the stack itself needs only what the ``cloud`` extra has, and
+    a store whose client is not installed (no ``gcp``/``azure`` extra) gets no bucket.
+    """
+    import boto3
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=env["STEPOP_MOTO_ENDPOINT"],
+        region_name=REGION,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    s3.create_bucket(Bucket=name)
+    made = ["S3"]
+    try:
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+    except ImportError:
+        log(f"google-cloud-storage is not installed: no gs://{name}")
+    else:
+        gcs = storage.Client(
+            project=env["GOOGLE_CLOUD_PROJECT"],
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": env["STORAGE_EMULATOR_HOST"]},
+        )
+        gcs.create_bucket(name)
+        made.append("GCS")
+    try:
+        from azure.storage.blob import BlobServiceClient
+    except ImportError:
+        log(f"azure-storage-blob is not installed: no Blob container {name}")
+    else:
+        blobs = BlobServiceClient.from_connection_string(env["AZURE_STORAGE_CONNECTION_STRING"])
+        blobs.create_container(name)
+        made.append("Azure Blob")
+    log(f"created the bucket {name} ({', '.join(made)})")
 
 
 def write_env(env: dict[str, str]) -> None:

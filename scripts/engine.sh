@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # A local container engine, a registry and an offline-built Python base image, for the tests.
 #
-#   scripts/engine.sh up     install (Debian packages) and start dockerd + registry, build the base image
-#   scripts/engine.sh down   stop what `up` started (by PID)
-#   scripts/engine.sh env    print the settings tests read (KEY=VALUE)
+#   scripts/engine.sh up            install (Debian packages), start dockerd + registry if they do not
+#                                   answer, build the base image and push it to the registry; prints
+#                                   the pieces this call started (`dockerd`, `registry`) on stdout
+#   scripts/engine.sh down [PIECE]  stop the named pieces (default: both) if `up` started them (by PID)
+#   scripts/engine.sh env           print the settings tests read (KEY=VALUE)
+#
+# So a caller can stop exactly what it started and leave a running engine alone:
+#   started=$(scripts/engine.sh up); ...; [[ -z $started ]] || scripts/engine.sh down $started
 #
 # No image can be pulled on our machines, so the base image is a debootstrapped Debian bookworm
 # with python3 (3.11, like the workers), imported with `docker import` and cached by its recipe.
@@ -32,6 +37,7 @@ install_packages() {
 start_dockerd() {
   if docker info >/dev/null 2>&1; then log "dockerd already answers"; return; fi
   log "starting dockerd (vfs)"
+  STARTED+=(dockerd)
   mkdir -p "$STATE_DIR"
   nohup dockerd --storage-driver=vfs --iptables=false --bridge=none \
     >"$STATE_DIR/dockerd.log" 2>&1 &
@@ -45,6 +51,7 @@ start_registry() {
     log "registry already answers on 127.0.0.1:$REGISTRY_PORT"; return
   fi
   log "starting registry on 127.0.0.1:$REGISTRY_PORT"
+  STARTED+=(registry)
   mkdir -p "$STATE_DIR/registry"
   cat >"$STATE_DIR/registry.yml" <<YML
 version: 0.1
@@ -83,6 +90,22 @@ build_base_image() {
   docker import -c 'ENV LANG=C.UTF-8' -c 'CMD ["python3"]' "$tarball" "$BASE_IMAGE" >/dev/null
 }
 
+registry_has() {  # REPO TAG
+  curl -fsS -o /dev/null -I \
+    -H "Accept: application/vnd.docker.distribution.manifest.v2+json" \
+    -H "Accept: application/vnd.oci.image.manifest.v1+json" \
+    "http://127.0.0.1:$REGISTRY_PORT/v2/$1/manifests/$2" 2>/dev/null
+}
+
+# The fakes run job images from the registry, and the docs name this one: push it once.
+push_base_image() {
+  local repo=${BASE_IMAGE%:*} tag=${BASE_IMAGE##*:}
+  if registry_has "$repo" "$tag"; then log "127.0.0.1:$REGISTRY_PORT/$BASE_IMAGE present"; return; fi
+  log "pushing $BASE_IMAGE to 127.0.0.1:$REGISTRY_PORT"
+  docker tag "$BASE_IMAGE" "127.0.0.1:$REGISTRY_PORT/$BASE_IMAGE"
+  docker push -q "127.0.0.1:$REGISTRY_PORT/$BASE_IMAGE" >/dev/null
+}
+
 stop_pidfile() {
   local pidfile=$1
   [[ -f "$pidfile" ]] || return 0
@@ -94,16 +117,22 @@ stop_pidfile() {
   rm -f "$pidfile"
 }
 
+STARTED=()
 case "${1:-up}" in
   up)
     install_packages
     start_dockerd
     start_registry
     build_base_image
+    push_base_image
+    echo "${STARTED[*]}"
     ;;
   down)
-    stop_pidfile "$STATE_DIR/registry.pid"
-    stop_pidfile "$STATE_DIR/dockerd.pid"
+    shift
+    wanted=" ${*:-registry dockerd} "
+    for piece in registry dockerd; do
+      if [[ $wanted == *" $piece "* ]]; then stop_pidfile "$STATE_DIR/$piece.pid"; fi
+    done
     ;;
   env)
     echo "STEPOP_TEST_BASE_IMAGE=$BASE_IMAGE"

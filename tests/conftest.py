@@ -1,4 +1,9 @@
-"""Test-wide set-up: a private AIRFLOW_HOME with its own SQLite metadata DB, made once."""
+"""Test-wide set-up: a private AIRFLOW_HOME with its own SQLite metadata DB, made once.
+
+With ``CI`` set, a skipped test fails (only tests marked ``live`` may skip): in CI a missing
+engine, registry, image or emulated cloud is a broken set-up (`make test` starts them all), not
+a reason to pass with less tested.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +25,22 @@ os.environ.setdefault("STEPOP_CACHE_DIR", str(_HOME / "cache"))
 DAGS_FOLDER = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
 if str(DAGS_FOLDER) not in sys.path:
     sys.path.insert(0, str(DAGS_FOLDER))  # as Airflow does for DAG files
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """In CI, turn the skip of a test not marked ``live`` into a failure that says why."""
+    report = yield
+    if (
+        os.environ.get("CI")
+        and report.skipped
+        and not hasattr(report, "wasxfail")
+        and item.get_closest_marker("live") is None
+    ):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI (only `live` tests may skip): {reason}"
+    return report
 
 
 @pytest.fixture(scope="session")
