@@ -259,6 +259,7 @@ def up() -> dict[str, str]:
     current = read_env()
     if current and running(current):
         log(f"reusing the running stack of {ENV_FILE}")
+        create_buckets(current, DEMO_BUCKET)  # a stack started by an older checkout may lack it
         return current
     if current or (STATE / "pids").exists():
         log("a previous stack is partly down: stopping its leftovers")
@@ -343,7 +344,7 @@ def up() -> dict[str, str]:
 
 
 def create_buckets(env: dict[str, str], name: str) -> None:
-    """Create ``name`` in S3 (moto), GCS (the emulator) and Azurite, with the official clients.
+    """Create ``name`` in S3 (moto), GCS (the emulator) and Azurite, unless it exists there.
 
     Each client is imported here: the stack itself needs only what the ``cloud`` extra has, and
     a store whose client is not installed (no ``gcp``/``azure`` extra) gets no bucket.
@@ -357,9 +358,11 @@ def create_buckets(env: dict[str, str], name: str) -> None:
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
-    s3.create_bucket(Bucket=name)
+    with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+        s3.create_bucket(Bucket=name)
     made = ["S3"]
     try:
+        from google.api_core.exceptions import Conflict
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import storage
     except ImportError:
@@ -370,17 +373,20 @@ def create_buckets(env: dict[str, str], name: str) -> None:
             credentials=AnonymousCredentials(),
             client_options={"api_endpoint": env["STORAGE_EMULATOR_HOST"]},
         )
-        gcs.create_bucket(name)
+        with contextlib.suppress(Conflict):
+            gcs.create_bucket(name)
         made.append("GCS")
     try:
+        from azure.core.exceptions import ResourceExistsError
         from azure.storage.blob import BlobServiceClient
     except ImportError:
         log(f"azure-storage-blob is not installed: no Blob container {name}")
     else:
         blobs = BlobServiceClient.from_connection_string(env["AZURE_STORAGE_CONNECTION_STRING"])
-        blobs.create_container(name)
+        with contextlib.suppress(ResourceExistsError):
+            blobs.create_container(name)
         made.append("Azure Blob")
-    log(f"created the bucket {name} ({', '.join(made)})")
+    log(f"the bucket {name} is there ({', '.join(made)})")
 
 
 def write_env(env: dict[str, str]) -> None:
