@@ -15,6 +15,7 @@ _EXPORTS = {
     "ResourceSettings": "airflow_stepop.settings",
     "DockerSettings": "airflow_stepop.settings",
     "ArtifactRef": "airflow_stepop.artifacts.ref",
+    "AzureMLStepOperator": "airflow_stepop.operators.azureml",
     "LocalStepOperator": "airflow_stepop.operators.local",
     "SageMakerStepOperator": "airflow_stepop.operators.sagemaker",
     "StepFailedError": "airflow_stepop.operators.base",
@@ -22,6 +23,7 @@ _EXPORTS = {
 
 __all__ = [
     "ArtifactRef",
+    "AzureMLStepOperator",
     "DockerSettings",
     "LocalStepOperator",
     "ResourceSettings",
@@ -32,6 +34,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from airflow_stepop.artifacts.ref import ArtifactRef
+    from airflow_stepop.operators.azureml import AzureMLStepOperator
     from airflow_stepop.operators.base import StepFailedError
     from airflow_stepop.operators.local import LocalStepOperator
     from airflow_stepop.operators.sagemaker import SageMakerStepOperator
@@ -55,11 +58,21 @@ def get_provider_info() -> dict[str, Any]:
         "versions": [__version__],
         "config": provider_config(),
         "task-decorators": [
+            {
+                "name": "azureml_step",
+                "class-name": "airflow_stepop.decorators.azureml.azureml_step_task",
+            },
             {"name": "local_step", "class-name": "airflow_stepop.decorators.local.local_step_task"},
             {
                 "name": "sagemaker_step",
                 "class-name": "airflow_stepop.decorators.sagemaker.sagemaker_step_task",
             },
+        ],
+        "connection-types": [
+            {
+                "hook-class-name": "airflow_stepop.hooks.azureml.AzureMLHook",
+                "connection-type": "azure_ml",
+            }
         ],
         "triggers": [
             {

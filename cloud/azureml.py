@@ -93,9 +93,11 @@ Integration notes for cloud-up
 * ``serve(host, port, env)`` (the ``cloud.serve`` contract) reads
   ``AZURE_STORAGE_CONNECTION_STRING`` and ``STEPOP_CLOUD_DIR`` from the stack env and blocks;
   ``stack_env(url, env)`` adds ``STEPOP_AZUREML_SUBSCRIPTION``/``_RESOURCE_GROUP``/``_WORKSPACE``
-  (any values work; these are the suggested ones) and ``AIRFLOW_CONN_AZUREML_DEFAULT`` as a
-  JSON connection whose extra carries ``endpoint`` (the fake's URL) - the product's Azure ML
-  hook decides the final shape of that connection; align it there.
+  (any values work; these are the suggested ones) and ``AIRFLOW_CONN_AZUREML_DEFAULT``: an
+  ``azure_ml`` connection (``airflow_stepop.hooks.azureml``) whose extra carries the workspace,
+  ``endpoint`` (the fake's https URL), ``ca_bundle`` and ``emulator_token`` (a placeholder
+  token: the fake checks none). The datastores' containers exist once the fake answers, as a
+  real workspace's do, so ``abfs://azureml-blobstore/...`` is an artifact root at once.
 """
 
 from __future__ import annotations
@@ -1320,11 +1322,22 @@ def serve(
     merged = settings if env is None else {**settings_from_env(env), **settings}
     tls_dir = merged.pop("tls_dir", None) or tempfile.mkdtemp(prefix="stepop-azureml-tls-")
     service = AzureMLService(**merged)
+    if service.conn_str:
+        _create_datastore_containers(service.conn_str)
     server = FakeServer(service, host, port, tls_dir=tls_dir)
     service.url = server.url
     if env is not None:
         server.serve_until_interrupted()
     return server
+
+
+def _create_datastore_containers(connection_string: str) -> None:
+    """The workspace's datastore containers, as Azure creates them with the workspace."""
+    from cloud.azureml_storage import ensure_container
+
+    service = blob_service(connection_string)
+    for container in DATASTORES.values():
+        ensure_container(service, container)
 
 
 SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
@@ -1344,6 +1357,7 @@ def stack_env(url: str, env: dict[str, str]) -> dict[str, str]:
             "workspace_name": WORKSPACE,
             "endpoint": https,
             "ca_bundle": ca,
+            "emulator_token": True,
         },
     }
     return {

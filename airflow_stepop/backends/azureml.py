@@ -1,0 +1,349 @@
+"""The Azure ML backend: a step runs as an Azure ML command job (see ``azureml_launch``).
+
+* image: ``image_uri`` as given; else the ``DockerSettings`` image (content-hash tag), built on
+  the worker's engine and pushed to ACR (or any registry) on a hash miss, or built by Azure ML
+  itself from the same Dockerfile (an environment with a build context) when no engine answers
+  (``[stepop] azureml_image_build``: auto/engine/service; ``azureml_image``);
+* the environment and the job are PUT through Azure ML's REST API (``azureml_rest``); the job
+  name is ``naming.job_name`` (per task instance and try); ``find_active`` re-attaches to a
+  live job of the same task instance (one List call filtered by our tag);
+* the triggerer side is async (azure-core over aiohttp, ``azure.identity.aio``): one job GET
+  per poll, or one List for all watched jobs of a workspace (``astatuses``); run history
+  details for the final error and times, and for the log files, read at a bounded rate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from airflow_stepop.backends.azureml_config import CATALOG, AzureMLJobConfig, prices
+from airflow_stepop.backends.azureml_launch import (
+    ENTRY_FILE,
+    LAUNCH_FILE,
+    TASK_TAG,
+    AzureMLConfigError,
+    billing_facts,
+    build_launch,
+    job_body,
+    map_status,
+    studio_links,
+)
+from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
+from airflow_stepop.backends.naming import key_prefix
+from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
+from airflow_stepop.catalog import load as load_catalog
+from airflow_stepop.runtime.storage import join
+
+log = logging.getLogger(__name__)
+
+# Run history is read for logs at most this often per job (besides the log-rate budget).
+LOG_DETAILS_INTERVAL = 5.0
+LOG_READ_MAX = 1 << 20  # bytes of one log file per call
+
+
+def _task_digest(task_key: str) -> str:
+    return key_prefix(task_key).rsplit("-", 1)[1]
+
+
+class AzureMLBackend(StepBackend):
+    """Runs steps as Azure ML command jobs in the workspace of an ``azure_ml`` connection."""
+
+    # A job takes a minute or more to get a machine: 5, 10, 20 s... then poll_interval.
+    first_poll_seconds = 5.0
+    billing_xcom_key = "azureml_billing"
+
+    def __init__(
+        self, azureml_conn_id: str = "azureml_default", job: AzureMLJobConfig | None = None
+    ) -> None:
+        self.azureml_conn_id = azureml_conn_id
+        self.job = job
+        self._states: dict[str, str] = {}  # job -> last status seen by astatus
+        self._async: Any = None
+
+    def serialize(self) -> dict[str, Any]:
+        return {"azureml_conn_id": self.azureml_conn_id}
+
+    @cached_property
+    def hook(self) -> Any:
+        from airflow_stepop.hooks.azureml import AzureMLHook
+
+        return AzureMLHook(azureml_conn_id=self.azureml_conn_id)
+
+    @cached_property
+    def arm(self) -> Any:
+        from airflow_stepop.backends.azureml_rest import ArmClient
+
+        return ArmClient(self.hook)
+
+    @property
+    def workspace(self) -> Any:
+        return self.hook.workspace
+
+    def poll_group(self) -> str:
+        """Azure ML throttles per subscription and workspace: one workspace, one group."""
+        ws = self.workspace
+        return f"azureml:{ws.subscription_id}:{ws.resource_group}:{ws.name}".lower()
+
+    # ---- worker side -------------------------------------------------------------------
+
+    def submit(self, request: JobRequest) -> dict[str, Any]:
+        if self.job is None:
+            raise RuntimeError("AzureMLBackend.submit needs a job configuration")
+        from airflow_stepop.artifacts.storage import worker_storage
+
+        storage = worker_storage(None)
+        spec = storage.read_json(request.spec_uri)
+        job, compute_id = self._compute(self.job)
+        inputs, outputs, launch, command, output_uri = build_launch(
+            request, spec, job, _account(storage, request.run_uri)
+        )
+        entry = (Path(__file__).parent / "azureml_entry.py").read_bytes()
+        storage.write_bytes(join(request.run_uri, ENTRY_FILE), entry)
+        storage.write_json(join(request.run_uri, LAUNCH_FILE), launch)
+        environment_id = self._environment(request, storage)
+        tags = {f"airflow_{k}": str(v)[:256] for k, v in request.labels.items()}
+        tags.update(job.tags)
+        tags[TASK_TAG] = _task_digest(request.task_key)
+        properties = {"stepop_run_uri": request.run_uri, "stepop_output_uri": output_uri}
+        if job.instance_type:
+            properties["stepop_vm_size"] = job.instance_type
+        body = job_body(
+            request, job, environment_id=environment_id, compute_id=compute_id, inputs=inputs,
+            outputs=outputs, command=command, properties=properties, tags=tags,
+        )  # fmt: skip
+        path = f"{self.workspace.path}/jobs/{request.job_name}"
+        answer = self.arm.put(path, body)  # a re-PUT of the same job answers the job itself
+        log.info("Azure ML job %s: %s, experiment %s", request.job_name, job.machine(),
+                 job.experiment_name)  # fmt: skip
+        return self._handle(answer, request.task_key, job)
+
+    def _handle(
+        self, resource: dict[str, Any], task_key: str, job: AzureMLJobConfig | None
+    ) -> dict[str, Any]:
+        props = resource.get("properties", {})
+        own = props.get("properties") or {}
+        studio = ((props.get("services") or {}).get("Studio") or {}).get("endpoint")
+        size = own.get("stepop_vm_size") or (props.get("resources") or {}).get("instanceType")
+        count = int((props.get("resources") or {}).get("instanceCount") or 1)
+        spot = (props.get("queueSettings") or {}).get("jobTier") == "Spot"
+        dedicated, low = prices(size) if size else (None, None)
+        price = (low if spot and low is not None else dedicated) if size else None
+        handle = {
+            "job_id": resource["name"],
+            "task_key": task_key,
+            "run_uri": own.get("stepop_run_uri", ""),
+            "output_uri": own.get("stepop_output_uri", ""),
+            "experiment": props.get("experimentName"),
+            "machine": job.machine() if job else f"{count} x {size}",
+            "price_per_hour": None if price is None else round(price * count, 6),
+        }
+        if studio:
+            handle["studio_url"] = studio
+        return handle
+
+    def _compute(self, job: AzureMLJobConfig) -> tuple[AzureMLJobConfig, str | None]:
+        """The named cluster's id; its VM size checked against the request before submitting."""
+        from dataclasses import replace
+
+        if not job.compute:
+            return job, None
+        compute_id = f"{self.workspace.path}/computes/{job.compute}"
+        answer = self.arm.get(compute_id)
+        size = (answer.get("properties", {}).get("properties") or {}).get("vmSize")
+        if not size:
+            return job, compute_id
+        if job.instance_type and job.instance_type.lower() != size.lower():
+            raise AzureMLConfigError(
+                f"compute={job.compute!r} runs {size} VMs, but instance_type="
+                f"{job.instance_type!r} was asked for; drop instance_type or pick a cluster of "
+                f"{job.instance_type}."
+            )
+        machine = load_catalog(CATALOG).get(size) or next(
+            (m for m in load_catalog(CATALOG).types if m.name.lower() == size.lower()), None
+        )
+        if job.resources is not None and machine is not None and not machine.fits(job.resources):
+            raise AzureMLConfigError(
+                f"compute={job.compute!r} runs {machine.describe()}, which does not fit "
+                f"resources={job.resources}; pick a larger cluster, or leave compute unset to "
+                "run serverless on the cheapest VM size that fits."
+            )
+        return replace(job, instance_type=machine.name if machine else size), compute_id
+
+    def _environment(self, request: JobRequest, storage: Any) -> str:
+        """The environment version the job runs in (an image, or a build context)."""
+        from airflow_stepop.backends.azureml_image import environment_body
+
+        name, version, body = environment_body(self, request, storage)
+        path = f"{self.workspace.path}/environments/{name}/versions/{version}"
+        self.arm.put(path, body)
+        return path
+
+    def find_active(self, task_key: str) -> dict[str, Any] | None:
+        digest = _task_digest(task_key)
+        list_limiter(self.poll_group()).acquire()
+        answer = self.arm.get(f"{self.workspace.path}/jobs", tag=TASK_TAG)
+        for resource in answer.get("value", []):
+            props = resource.get("properties", {})
+            if (props.get("tags") or {}).get(TASK_TAG) != digest:
+                continue
+            if map_status(props.get("status", "")).terminal:
+                continue
+            return self._handle(resource, task_key, None)
+        return None
+
+    def status(self, handle: dict[str, Any]) -> JobStatus:
+        resource = self.arm.get(f"{self.workspace.path}/jobs/{handle['job_id']}")
+        return map_status(resource["properties"]["status"])
+
+    def stop(self, handle: dict[str, Any]) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        with contextlib.suppress(ResourceNotFoundError):  # never created: nothing to stop
+            self.arm.post(f"{self.workspace.path}/jobs/{handle['job_id']}/cancel")
+
+    def links(self, handle: dict[str, Any]) -> dict[str, str]:
+        links = studio_links(self.workspace, handle["job_id"], handle.get("experiment"))
+        if handle.get("studio_url") and self.workspace.emulated:
+            links["logs"] = handle["studio_url"]  # the emulated cloud serves the job's log
+        return links
+
+    def is_transient(self, exc: Exception) -> bool:
+        return is_transient_error(exc)
+
+    def billing(self, details: dict[str, Any]) -> dict[str, Any] | None:
+        """Run seconds x instances x the catalog price (the low-priority price for Spot)."""
+        seconds = int(details.get("run_seconds") or 0)
+        if not seconds or not details.get("instance_type"):
+            return None
+        spot = details.get("job_tier") == "Spot"
+        dedicated, low = prices(details["instance_type"])
+        price = low if spot and low is not None else dedicated
+        count = int(details.get("instance_count") or 1)
+        return {
+            "job_name": details.get("job_name"),
+            "machine": details["instance_type"],
+            "count": count,
+            "billable_seconds": seconds,
+            "spot": spot,
+            "price_per_hour_usd": price,
+            "estimated_cost_usd": None
+            if price is None
+            else round(price / 3600 * seconds * count, 6),
+            "catalog_date": load_catalog(CATALOG).date,
+        }
+
+    # ---- triggerer side ----------------------------------------------------------------
+
+    @property
+    def aclient(self) -> Any:
+        if self._async is None:
+            from airflow_stepop.backends.azureml_rest import AsyncArmClient
+
+            self._async = AsyncArmClient(self.workspace, self.hook.get_async_credential())
+        return self._async
+
+    async def astatus(self, handle: dict[str, Any]) -> JobStatus:
+        name = handle["job_id"]
+        resource = await self.aclient.get(f"{self.workspace.path}/jobs/{name}")
+        state = resource["properties"]["status"]
+        self._states[name] = state
+        status = map_status(state)
+        if not status.terminal:
+            return status
+        details = await self.aclient.run_details(name)
+        error = (details.get("error") or {}).get("error")
+        final = map_status(state, error)
+        from dataclasses import replace
+
+        return replace(final, details=billing_facts(resource, details))
+
+    async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:
+        """One List call (our tag, newest first) answers for every watched job it holds."""
+        await list_limiter(self.poll_group()).aacquire()
+        answer = await self.aclient.get(f"{self.workspace.path}/jobs", tag=TASK_TAG)
+        wanted = {h["job_id"] for h in handles}
+        out: dict[str, JobStatus] = {}
+        for resource in answer.get("value", []):
+            if resource.get("name") in wanted:
+                state = resource["properties"]["status"]
+                self._states[resource["name"]] = state
+                out[resource["name"]] = map_status(state)
+        return out
+
+    async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
+        name = handle["job_id"]
+        cursor = dict(cursor or {"files": {}, "read": 0.0})
+        state = self._states.get(name)
+        final = state is not None and map_status(state).terminal
+        now = time.monotonic()
+        if state is None or (not final and map_status(state).state == "pending"):
+            return [], cursor
+        if not final and now - cursor["read"] < LOG_DETAILS_INTERVAL:
+            return [], cursor
+        limiter = log_limiter(self.poll_group())
+
+        async def token() -> bool:
+            if final:  # the last words: wait for a token rather than lose them
+                await limiter.aacquire()
+                return True
+            return limiter.try_acquire()
+
+        if not await token():
+            return [], cursor
+        cursor["read"] = now
+        details = await self.aclient.run_details(name)
+        files = {k: v for k, v in (details.get("logFiles") or {}).items() if "user_logs/" in k}
+        offsets = dict(cursor["files"])
+        lines: list[str] = []
+        for path in sorted(files):
+            if not await token():
+                break
+            offset = offsets.get(path, 0)
+            data = (await self.aclient.read_log(files[path], offset))[:LOG_READ_MAX]
+            complete = data.rfind(b"\n") + 1  # a line still being written waits for its end
+            if final:
+                complete = len(data)
+            offsets[path] = offset + complete
+            prefix = f"{_rank_of(path)}: " if len(files) > 1 else ""
+            lines.extend(
+                prefix + line for line in data[:complete].decode(errors="replace").splitlines()
+            )
+        cursor["files"] = offsets
+        return lines, cursor
+
+    async def astop(self, handle: dict[str, Any]) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        with contextlib.suppress(ResourceNotFoundError):
+            await self.aclient.post(f"{self.workspace.path}/jobs/{handle['job_id']}/cancel")
+
+
+def _rank_of(path: str) -> str:
+    stem = path.rsplit("/", 1)[-1].removesuffix(".txt")
+    return "rank " + stem.rsplit("_", 1)[-1] if "process_" in stem else stem
+
+
+def _account(storage: Any, uri: str) -> str | None:
+    """The storage account of an ``abfs://container/...`` URI, from the worker's filesystem."""
+    try:
+        fs, _ = storage.resolver(uri)
+        return getattr(fs, "account_name", None) or fs.service_client.account_name
+    except Exception:
+        return None
+
+
+def is_transient_error(exc: BaseException) -> bool:
+    """Throttling (429), 5xx and connection problems, from azure-core's sync or async side."""
+    from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
+
+    if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
+        return True
+    if isinstance(exc, HttpResponseError):
+        status = exc.status_code or 0
+        return status == 429 or status >= 500
+    return isinstance(exc, (ConnectionError, TimeoutError))

@@ -1,0 +1,237 @@
+"""Azure ML step arguments -> a validated job configuration (at DAG parse time).
+
+Every refusal names the argument, the value and a valid example (``SettingsError``). The VM
+size comes from ``instance_type=`` or from ``resources=`` through the packaged catalog
+(``catalog/azureml_vm_sizes.csv``, which also carries the low-priority price for Spot jobs).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+from airflow_stepop.backends import arguments as check
+from airflow_stepop.catalog import load as load_catalog
+from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
+
+CATALOG = "azureml_vm_sizes"
+MAX_RUNTIME_LIMIT = 30 * 24 * 3600
+DEFAULT_RUNTIME = 24 * 3600
+JOB_TIERS = ("Spot", "Basic", "Standard", "Premium")
+ARTIFACT_SCHEMES = ("abfs", "abfss")
+_VM_SIZE = re.compile(r"^Standard_[A-Za-z0-9_]+$", re.IGNORECASE)
+_COMPUTE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{1,31}$")
+_EXPERIMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
+_GUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
+_SHM = re.compile(r"^\d+[bkmgBKMG]$")
+_TAG_KEY = re.compile(r"^[^<>%&\\?/]{1,256}$")
+_TAG_VALUE = re.compile(r"^.{0,256}$", re.DOTALL)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class AzureMLJobConfig:
+    """The command job's settings; ``None`` fields get their defaults at execute time."""
+
+    compute: str | None = None
+    instance_type: str | None = None
+    instance_count: int = 1
+    processes_per_instance: int = 1
+    job_tier: str | None = None
+    max_runtime_s: int | None = None
+    experiment_name: str | None = None
+    identity: dict[str, str] | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    image_uri: str | None = None
+    image_repository: str | None = None
+    shm_size: str | None = None
+    resources: ResourceSettings | None = None  # kept to check a named cluster's VM size
+
+    @property
+    def spot(self) -> bool:
+        return self.job_tier == "Spot"
+
+    @property
+    def processes(self) -> int:
+        return self.instance_count * self.processes_per_instance
+
+    @classmethod
+    def from_arguments(
+        cls,
+        owner: str,
+        *,
+        compute: Any = None,
+        instance_type: Any = None,
+        instance_count: Any = 1,
+        processes_per_instance: Any = 1,
+        job_tier: Any = None,
+        spot: Any = False,
+        max_runtime: Any = None,
+        experiment_name: Any = None,
+        identity: Any = None,
+        tags: Any = None,
+        image_uri: Any = None,
+        image_repository: Any = None,
+        shm_size: Any = None,
+        resources: ResourceSettings | None = None,
+        docker: DockerSettings | None = None,
+        environment: Any = None,
+        artifact_root: str | None = None,
+    ) -> AzureMLJobConfig:
+        check.matching(owner, "compute", compute, _COMPUTE, "a compute cluster name", "gpu-cluster")
+        size = _vm_size(owner, instance_type, resources, compute)
+        count = check.whole_number(owner, "instance_count", instance_count, low=1, high=100)
+        per_node = check.whole_number(
+            owner, "processes_per_instance", processes_per_instance, low=1, high=64
+        )
+        tier = _job_tier(owner, job_tier, check.boolean(owner, "spot", spot))
+        runtime = None
+        if max_runtime is not None:
+            runtime = check.seconds(
+                owner, "max_runtime", max_runtime, low=1, high=MAX_RUNTIME_LIMIT, service="Azure ML"
+            )
+        check.matching(
+            owner, "experiment_name", experiment_name, _EXPERIMENT, "an experiment name",
+            "nightly_training",
+        )  # fmt: skip
+        tag_map = check.string_map(
+            owner, "tags", tags, key_pattern=_TAG_KEY,
+            key_rule="keys are 1-256 characters without < > % & \\ ? /.",
+            value_pattern=_TAG_VALUE, value_rule="values are strings of at most 256 characters.",
+            limit=50,
+        )  # fmt: skip
+        for name in environment or {}:
+            if not isinstance(name, str) or not _ENV_NAME.match(name):
+                raise SettingsError(
+                    f"{owner}.environment has the name {name!r}; Azure ML takes names of "
+                    "letters, digits and _ that do not start with a digit, e.g. 'DATA_DIR'."
+                )
+        check.image_uri(owner, image_uri, "myregistry.azurecr.io/train:1.0")
+        if image_uri is None and docker is None:
+            raise SettingsError(
+                f"{owner} needs an image: set image_uri= (a prebuilt image with python3) or "
+                "docker=DockerSettings(parent_image=..., requirements=[...])."
+            )
+        if image_repository is not None:
+            from airflow_stepop.images.registry import check_repository
+
+            try:
+                check_repository(image_repository, f"{owner}.image_repository")
+            except ValueError as exc:
+                raise SettingsError(str(exc)) from exc
+        if shm_size is not None and (not isinstance(shm_size, str) or not _SHM.match(shm_size)):
+            raise SettingsError(
+                f"{owner}.shm_size={shm_size!r} is not a size; use a number and a unit of "
+                "b, k, m or g, e.g. '16g'."
+            )
+        check.artifact_root(owner, artifact_root, ARTIFACT_SCHEMES, "abfs://mycontainer/stepop")
+        return cls(
+            compute=compute,
+            instance_type=size,
+            instance_count=count,
+            processes_per_instance=per_node,
+            job_tier=tier,
+            max_runtime_s=runtime,
+            experiment_name=experiment_name,
+            identity=_identity(owner, identity),
+            tags=tag_map,
+            image_uri=image_uri,
+            image_repository=image_repository,
+            shm_size=shm_size,
+            resources=resources,
+        )
+
+    def completed(
+        self, *, dag_id: str, execution_timeout: timedelta | None, default_instance_type: str
+    ) -> AzureMLJobConfig:
+        """Defaults that depend on the task or on [stepop] options (read at execute time)."""
+        runtime = self.max_runtime_s
+        if runtime is None and isinstance(execution_timeout, timedelta):
+            runtime = min(MAX_RUNTIME_LIMIT, max(1, math.ceil(execution_timeout.total_seconds())))
+        return replace(
+            self,
+            instance_type=self.instance_type or (None if self.compute else default_instance_type),
+            max_runtime_s=runtime or DEFAULT_RUNTIME,
+            experiment_name=self.experiment_name or experiment_for(dag_id),
+        )
+
+    def price_per_hour(self) -> float | None:
+        """USD per hour for the whole job (all instances; the low-priority price for Spot)."""
+        if not self.instance_type:
+            return None
+        price = prices(self.instance_type)[1 if self.spot else 0]
+        return None if price is None else round(price * self.instance_count, 6)
+
+    def machine(self) -> str:
+        what = self.instance_type or "cluster VM"
+        where = f" on {self.compute}" if self.compute else ""
+        parts = f"{self.instance_count} x {what}{where}"
+        if self.processes_per_instance > 1:
+            parts += f", {self.processes_per_instance} processes each"
+        return parts + (" (Spot)" if self.spot else "")
+
+
+def experiment_for(dag_id: str) -> str:
+    """A valid experiment name from a DAG id (dots and other characters become '_')."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", dag_id).lstrip("_-") or "airflow"
+    return name[:255]
+
+
+def _vm_size(
+    owner: str, value: Any, resources: ResourceSettings | None, compute: Any
+) -> str | None:
+    catalog = load_catalog(CATALOG)
+    if value is not None:
+        if not isinstance(value, str) or not _VM_SIZE.match(value):
+            near = ", ".join(m.name for m in catalog.types[:3])
+            raise SettingsError(
+                f"{owner}.instance_type={value!r} is not an Azure VM size; use e.g. {near}."
+            )
+        known = {m.name.lower(): m.name for m in catalog.types}
+        return known.get(value.lower(), value)
+    if resources is not None and compute is None:  # a named cluster's size is checked at submit
+        return catalog.resolve(resources, owner=f"{owner}.resources").name
+    return None
+
+
+def _job_tier(owner: str, job_tier: Any, spot: bool) -> str | None:
+    if job_tier is not None and job_tier not in JOB_TIERS:
+        raise SettingsError(
+            f"{owner}.job_tier={job_tier!r} is not an Azure ML job tier; use one of "
+            f"{', '.join(JOB_TIERS)} (e.g. 'Spot' for low-priority VMs)."
+        )
+    if spot and job_tier not in (None, "Spot"):
+        raise SettingsError(
+            f"{owner}: spot=True and job_tier={job_tier!r} disagree; spot=True is job_tier='Spot'."
+        )
+    return "Spot" if spot else job_tier
+
+
+def _identity(owner: str, value: Any) -> dict[str, str] | None:
+    """None (the compute's default), 'user', 'managed', 'managed:<client id>' or 'aml_token'."""
+    if value is None:
+        return None
+    if value == "user":
+        return {"identityType": "UserIdentity"}
+    if value == "aml_token":
+        return {"identityType": "AMLToken"}
+    if value == "managed":
+        return {"identityType": "Managed"}
+    if isinstance(value, str) and value.startswith("managed:") and _GUID.match(value[8:]):
+        return {"identityType": "Managed", "clientId": value[8:]}
+    raise SettingsError(
+        f"{owner}.identity={value!r} is not an identity; use 'user' (the submitting user's), "
+        "'managed' (the compute's), 'managed:<client id>' (a user-assigned identity) or "
+        "'aml_token'."
+    )
+
+
+def prices(instance_type: str) -> tuple[float | None, float | None]:
+    """(dedicated, low-priority) USD per instance-hour from the catalog; None when unknown."""
+    machine = load_catalog(CATALOG).get(instance_type)
+    if machine is None:
+        return None, None
+    return machine.price_per_hour, getattr(machine, "spot_price_per_hour", None)

@@ -1,0 +1,232 @@
+"""Pure parts of the Azure ML backend (no API call; unit-tested): URIs, the job body, states.
+
+How a step becomes a command job:
+
+* inputs (``uri_file``/``uri_folder``, mounted or downloaded as Azure ML decides): ``code`` =
+  the code bundle, ``run`` = the attempt's run directory (spec, staged inputs, the entry script
+  and its launch document), ``in1``.. = directories of upstream ``ArtifactRef`` inputs;
+* outputs: ``result`` (uploaded when the job ends) = ``<run_uri>/<job>/result``, where result
+  refs point (the handle's output_uri); ``checkpoints`` (read-write mount) for Spot jobs =
+  the task instance's checkpoint directory, shared by its tries;
+* the command: ``python3 ${{inputs.run}}/stepop_entry.py code=${{inputs.code}} ...``
+  (``azureml_entry.py``).
+
+Artifact URIs are ``abfs[s]://`` (what the worker writes through fsspec); the job sees the
+same data as ``https://<account>.blob.core.windows.net/<container>/<path>``, a form Azure ML
+takes for job inputs and outputs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime
+from typing import Any
+
+from airflow_stepop.backends.azureml_config import AzureMLJobConfig
+from airflow_stepop.backends.base import JobRequest, JobStatus
+
+ENTRY_FILE = "stepop_entry.py"
+LAUNCH_FILE = "stepop_launch.json"
+TASK_TAG = "stepop_task"  # every job of ours carries it: the List filter of polls and re-attach
+PENDING = frozenset({"NotStarted", "Starting", "Provisioning", "Preparing", "Queued"})
+RUNNING = frozenset({"Running", "Finalizing", "CancelRequested"})
+_ABFS = re.compile(r"^abfss?://(?P<container>[^/@]+)(?:@(?P<account>[^./]+)[^/]*)?/?(?P<path>.*)$")
+
+
+class AzureMLConfigError(ValueError):
+    """A request Azure ML would refuse, caught before any API call."""
+
+
+def blob_url(uri: str, account: str | None) -> str:
+    """``abfs://container[@account...]/path`` -> ``https://<account>.blob.core.windows.net/...``."""
+    m = _ABFS.match(uri)
+    if m is None:
+        raise AzureMLConfigError(
+            f"An input of this step is the artifact {uri}, which an Azure ML job cannot read "
+            "(only abfs:// artifacts travel as job inputs). Give the upstream task an abfs:// "
+            "artifact_root, or pass the value itself."
+        )
+    name = m["account"] or account
+    if not name:
+        raise AzureMLConfigError(
+            f"The storage account of {uri} is unknown: write it as "
+            "abfs://<container>@<account>.dfs.core.windows.net/<path>."
+        )
+    return f"https://{name}.blob.core.windows.net/{m['container']}/{m['path']}".rstrip("/")
+
+
+def refs(node: Any) -> list[str]:
+    """URIs of every artifact reference in a spec value node."""
+    if isinstance(node, dict):
+        if isinstance(node.get("ref"), dict):
+            return [node["ref"]["uri"]]
+        out: list[str] = []
+        for key in ("list", "dict"):
+            children = node.get(key)
+            if isinstance(children, dict):
+                children = list(children.values())
+            for child in children or []:
+                out.extend(refs(child))
+        return out
+    return []
+
+
+def input_dirs(uris: list[str]) -> list[str]:
+    """The directories holding ``uris``, without any that another one already contains."""
+    kept: list[str] = []
+    for item in sorted({uri.rstrip("/").rsplit("/", 1)[0] for uri in uris}):
+        if not any(item == k or item.startswith(k + "/") for k in kept):
+            kept.append(item)
+    return kept
+
+
+def checkpoint_uri(run_uri: str) -> str:
+    """Checkpoints of a task instance: shared by its tries (a retry resumes, too)."""
+    return run_uri.rstrip("/").rsplit("/", 1)[0] + "/checkpoints"
+
+
+def build_launch(
+    request: JobRequest, spec: dict[str, Any], job: AzureMLJobConfig, account: str | None
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], str, str]:
+    """(inputs, outputs, launch document, command, output_uri) of one job."""
+    run_uri = request.run_uri.rstrip("/")
+    output_uri = f"{run_uri}/{request.job_name}/result"
+    inputs: dict[str, Any] = {
+        "code": {"jobInputType": "uri_file", "uri": blob_url(request.code_uri, account),
+                 "mode": "Download"},
+        "run": {"jobInputType": "uri_folder", "uri": blob_url(run_uri, account) + "/",
+                "mode": "ReadOnlyMount"},
+    }  # fmt: skip
+    outputs: dict[str, Any] = {
+        "result": {"jobOutputType": "uri_folder", "uri": blob_url(output_uri, account) + "/",
+                   "mode": "Upload"},
+    }  # fmt: skip
+    path_map = {request.code_uri: "code", run_uri: "run", output_uri: "result"}
+    upstream = [
+        uri
+        for uri in refs({"list": spec.get("args", [])}) + refs({"dict": spec.get("kwargs", {})})
+        if not uri.startswith(run_uri + "/")  # staged by the worker into this run
+    ]
+    for i, prefix in enumerate(input_dirs(upstream), start=1):
+        inputs[f"in{i}"] = {"jobInputType": "uri_folder", "uri": blob_url(prefix, account) + "/",
+                            "mode": "ReadOnlyMount"}  # fmt: skip
+        path_map[prefix] = f"in{i}"
+    launch: dict[str, Any] = {
+        "spec_uri": request.spec_uri,
+        "output_uri": output_uri,
+        "path_map": path_map,
+        "code": "code",
+    }
+    if job.spot:
+        outputs["checkpoints"] = {
+            "jobOutputType": "uri_folder",
+            "uri": blob_url(checkpoint_uri(run_uri), account) + "/",
+            "mode": "ReadWriteMount",
+        }
+        launch["checkpoints"] = "checkpoints"
+    names = [*(f"{n}=${{{{inputs.{n}}}}}" for n in inputs),
+             *(f"{n}=${{{{outputs.{n}}}}}" for n in outputs)]  # fmt: skip
+    command = " ".join(['python3 "${{inputs.run}}/' + ENTRY_FILE + '"', *(f'"{n}"' for n in names)])
+    return inputs, outputs, launch, command, output_uri
+
+
+def job_body(
+    request: JobRequest,
+    job: AzureMLJobConfig,
+    *,
+    environment_id: str,
+    compute_id: str | None,
+    inputs: dict[str, Any],
+    outputs: dict[str, Any],
+    command: str,
+    properties: dict[str, str],
+    tags: dict[str, str],
+) -> dict[str, Any]:
+    """The ARM body of ``PUT .../jobs/{name}`` for a command job."""
+    environment = dict(request.environment)
+    environment["PYTHONUNBUFFERED"] = "1"
+    resources: dict[str, Any] = {"instanceCount": job.instance_count}
+    if job.instance_type:
+        resources["instanceType"] = job.instance_type
+    if job.shm_size:
+        resources["shmSize"] = job.shm_size
+    props: dict[str, Any] = {
+        "jobType": "Command",
+        "command": command,
+        "environmentId": environment_id,
+        "experimentName": job.experiment_name,
+        "displayName": request.labels.get("task_id") or request.job_name,
+        "computeId": compute_id,
+        "resources": resources,
+        "limits": {"jobLimitsType": "Command", "timeout": f"PT{job.max_runtime_s}S"},
+        "environmentVariables": environment,
+        "inputs": inputs,
+        "outputs": outputs,
+        "tags": tags,
+        "properties": properties,
+    }
+    if job.processes > 1:
+        props["distribution"] = {
+            "distributionType": "PyTorch",
+            "processCountPerInstance": job.processes_per_instance,
+        }
+    if job.job_tier:
+        props["queueSettings"] = {"jobTier": job.job_tier}
+    if job.identity:
+        props["identity"] = dict(job.identity)
+    return {"properties": props}
+
+
+def map_status(status: str, error: dict[str, Any] | None = None) -> JobStatus:
+    """An Azure ML job status as a step state; Paused and NotResponding are failures."""
+    message = (error or {}).get("message")
+    if status == "Completed":
+        return JobStatus("succeeded")
+    if status == "Failed":
+        code = (error or {}).get("code")
+        reason = f"{code}: {message}" if code and message else message
+        return JobStatus("failed", reason or "the job failed")
+    if status == "Canceled":
+        return JobStatus("stopped", message or "the job was canceled")
+    if status in ("NotResponding", "Paused"):
+        return JobStatus("failed", f"the job is {status}" + (f": {message}" if message else ""))
+    if status in PENDING:
+        return JobStatus("pending")
+    return JobStatus("running")  # Running, Finalizing, CancelRequested, anything newer
+
+
+def billing_facts(resource: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
+    """What billing needs from the job resource and its run history details (small, JSON)."""
+    props = resource.get("properties", {})
+    started, ended = _time(details.get("startTimeUtc")), _time(details.get("endTimeUtc"))
+    seconds = math.ceil(ended - started) if started is not None and ended is not None else 0
+    stepop = props.get("properties") or {}
+    return {
+        "job_name": resource.get("name"),
+        "instance_type": stepop.get("stepop_vm_size")
+        or (props.get("resources") or {}).get("instanceType"),
+        "instance_count": int((props.get("resources") or {}).get("instanceCount") or 1),
+        "job_tier": (props.get("queueSettings") or {}).get("jobTier"),
+        "run_seconds": max(0, seconds),
+    }
+
+
+def _time(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def studio_links(workspace: Any, job_name: str, experiment: str | None) -> dict[str, str]:
+    """The job and its experiment in Azure ML Studio."""
+    suffix = f"?wsid={workspace.path}" + (
+        f"&tid={workspace.tenant_id}" if workspace.tenant_id else ""
+    )
+    links = {"job": f"https://ml.azure.com/runs/{job_name}{suffix}"}
+    if experiment:
+        links["experiment"] = f"https://ml.azure.com/experiments/{experiment}{suffix}"
+    return links

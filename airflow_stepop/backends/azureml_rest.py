@@ -1,0 +1,161 @@
+"""Azure ML's REST API (ARM jobs, environments, computes; run history) through azure-core.
+
+``azure-ai-ml``'s MLClient is synchronous and slow to import (seconds), so the backend speaks
+the same documented REST API through azure-core pipelines instead: the sync one on the worker,
+the async one (aiohttp, ``azure.identity.aio``) in the triggerer, so polling never blocks the
+event loop. azure-core's retry policy retries 429 and 5xx with jittered exponential backoff
+and honours ``Retry-After``; what is still failing after its retries reaches the trigger,
+which backs off (``is_transient``). Log files are read from the URLs run history gives (SAS
+URLs on Azure) without the bearer token: the token is for the management endpoint only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+API_VERSION = "2024-04-01"
+HISTORY_API = "/history/v1.0"
+RETRIES = 3  # per call, by azure-core; then the trigger's own backoff takes over
+_history_urls: dict[str, str] = {}  # workspace path -> run history base URL (process cache)
+
+
+def _policies(credential: Any, scope: str | None, *, asynchronous: bool) -> list[Any]:
+    from azure.core.pipeline import policies
+
+    if asynchronous:
+        retry: Any = policies.AsyncRetryPolicy(retry_total=RETRIES, retry_backoff_max=30)
+        auth: Any = policies.AsyncBearerTokenCredentialPolicy(credential, scope) if scope else None
+    else:
+        retry = policies.RetryPolicy(retry_total=RETRIES, retry_backoff_max=30)
+        auth = policies.BearerTokenCredentialPolicy(credential, scope) if scope else None
+    chain = [policies.HeadersPolicy(), policies.UserAgentPolicy("airflow-stepop"), retry]
+    return [*chain, auth] if auth else chain
+
+
+def _url(path: str, params: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    query = {"api-version": API_VERSION, **(params or {})}
+    return path, query
+
+
+def _raise_for(response: Any) -> None:
+    """An ``HttpResponseError`` carrying ARM's own error code and message."""
+    if response.status_code < 400:
+        return
+    from azure.core.exceptions import (
+        HttpResponseError,
+        ResourceExistsError,
+        ResourceNotFoundError,
+    )
+
+    try:
+        error = response.json().get("error") or {}
+    except Exception:
+        error = {}
+    message = f"({error.get('code') or response.status_code}) {error.get('message') or ''}"
+    cls = {404: ResourceNotFoundError, 409: ResourceExistsError}.get(
+        response.status_code, HttpResponseError
+    )
+    raise cls(message=message.strip(), response=response)
+
+
+class ArmClient:
+    """Synchronous calls for the worker (submit, re-attach, cancel)."""
+
+    def __init__(self, hook: Any) -> None:
+        from azure.core import PipelineClient
+
+        self.workspace = hook.workspace
+        credential = hook.get_credential()
+        self._client = PipelineClient(
+            self.workspace.arm_url,
+            policies=_policies(credential, self.workspace.scope, asynchronous=False),
+        )
+
+    def request(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+        from azure.core.rest import HttpRequest
+
+        url, query = _url(path, params)
+        request = HttpRequest(method, self.workspace.arm_url + url, params=query, json=body)
+        response = self._client.send_request(request, connection_verify=self.workspace.verify)
+        _raise_for(response)
+        return response.json() if response.content else None
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, **params)
+
+    def put(self, path: str, body: Any) -> Any:
+        return self.request("PUT", path, body)
+
+    def post(self, path: str) -> Any:
+        return self.request("POST", path)
+
+
+class AsyncArmClient:
+    """Async calls for the triggerer: job state, run history details, log files, cancel."""
+
+    def __init__(self, workspace: Any, credential: Any) -> None:
+        self.workspace = workspace
+        self.credential = credential
+
+    def _pipeline(self, *, authenticated: bool = True) -> Any:
+        from azure.core import AsyncPipelineClient
+
+        scope = self.workspace.scope if authenticated else None
+        return AsyncPipelineClient(
+            self.workspace.arm_url, policies=_policies(self.credential, scope, asynchronous=True)
+        )
+
+    async def _send(
+        self, method: str, url: str, params: dict[str, Any] | None, authenticated: bool = True
+    ) -> Any:
+        from azure.core.rest import HttpRequest
+
+        async with self._pipeline(authenticated=authenticated) as client:
+            request = HttpRequest(method, url, params=params or {})
+            response = await client.send_request(request, connection_verify=self.workspace.verify)
+            await response.read()
+            _raise_for(response)
+            return response
+
+    async def get(self, path: str, **params: Any) -> Any:
+        url, query = _url(path, params)
+        response = await self._send("GET", self.workspace.arm_url + url, query)
+        return response.json()
+
+    async def post(self, path: str) -> None:
+        url, query = _url(path, None)
+        await self._send("POST", self.workspace.arm_url + url, query)
+
+    async def history_url(self) -> str:
+        """The workspace's run history base (from its discovery document), cached per process."""
+        key = self.workspace.path.lower()
+        if key not in _history_urls:
+            ws = await self.get(self.workspace.path)
+            discovery = ws["properties"]["discoveryUrl"]
+            response = await self._send("GET", discovery, None)
+            _history_urls[key] = response.json()["history"].rstrip("/")
+        return _history_urls[key]
+
+    async def run_details(self, job: str) -> dict[str, Any]:
+        """Run history's view of a job: times, ``error``, ``logFiles`` (name -> URL)."""
+        base = await self.history_url()
+        url = f"{base}{HISTORY_API}{self.workspace.path}/runs/{job}/details"
+        return (await self._send("GET", url, None)).json()
+
+    async def read_log(self, url: str, offset: int) -> bytes:
+        """A log file's bytes from ``offset`` (a SAS URL: no bearer token is sent)."""
+        from azure.core.rest import HttpRequest
+
+        async with self._pipeline(authenticated=False) as client:
+            request = HttpRequest("GET", url, headers={"Range": f"bytes={offset}-"})
+            response = await client.send_request(request, connection_verify=self.workspace.verify)
+            body = await response.read()
+            if response.status_code == 416:  # nothing past offset yet
+                return b""
+            _raise_for(response)
+            return body if response.status_code == 206 else body[offset:]
+
+    async def close(self) -> None:
+        close = getattr(self.credential, "close", None)
+        if close is not None:
+            await close()

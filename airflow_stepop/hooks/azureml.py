@@ -1,0 +1,266 @@
+"""The ``azure_ml`` connection type: one Azure ML workspace and how to authenticate to it.
+
+Fields (extras unless said otherwise): ``subscription_id``, ``resource_group``,
+``workspace_name``, ``tenant_id``; the client id and secret of a service principal in the
+Login and Password fields; without a secret, ``DefaultAzureCredential`` (managed identity,
+workload identity, environment, Azure CLI) through the Azure provider's helpers, scoped by
+``managed_identity_client_id`` / ``workload_identity_tenant_id``. ``endpoint`` overrides the
+Azure Resource Manager URL (sovereign clouds, the emulated cloud), ``ca_bundle`` the CA
+certificates that endpoint is checked against. ``emulator_token`` (true) sends a fixed
+placeholder token instead of a credential: accepted only for an endpoint on this machine
+(127.0.0.1 / localhost), where the emulated cloud checks none.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+from urllib.parse import urlsplit
+
+from airflow.sdk.bases.hook import BaseHook
+
+ARM = "https://management.azure.com"
+EMULATOR_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+_TRUE = ("true", "1", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Where the workspace lives and how to reach its REST API (no secrets)."""
+
+    subscription_id: str
+    resource_group: str
+    name: str
+    arm_url: str
+    verify: str | bool
+    tenant_id: str | None = None
+
+    @property
+    def path(self) -> str:
+        return (
+            f"/subscriptions/{self.subscription_id}/resourceGroups/{self.resource_group}"
+            f"/providers/Microsoft.MachineLearningServices/workspaces/{self.name}"
+        )
+
+    @property
+    def scope(self) -> str:
+        return self.arm_url.rstrip("/") + "/.default"
+
+    @property
+    def emulated(self) -> bool:
+        return self.arm_url != ARM
+
+
+class _EmulatorToken:
+    """A placeholder bearer token for an emulated Azure ML on this machine (checks none)."""
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> Any:
+        from azure.core.credentials import AccessToken
+
+        return AccessToken("emulator", int(time.time()) + 3600)
+
+    def get_token_info(self, *scopes: str, **kwargs: Any) -> Any:
+        from azure.core.credentials import AccessTokenInfo
+
+        return AccessTokenInfo("emulator", int(time.time()) + 3600)
+
+
+class _AsyncEmulatorToken(_EmulatorToken):
+    async def get_token(self, *scopes: str, **kwargs: Any) -> Any:  # type: ignore[override]
+        return super().get_token(*scopes)
+
+    async def get_token_info(self, *scopes: str, **kwargs: Any) -> Any:  # type: ignore[override]
+        return super().get_token_info(*scopes)
+
+    async def close(self) -> None:
+        return None
+
+    async def __aenter__(self) -> _AsyncEmulatorToken:
+        return self
+
+    async def __aexit__(self, *args: Any) -> None:
+        return None
+
+
+class AzureMLHook(BaseHook):
+    """Credentials and workspace coordinates of an ``azure_ml`` connection."""
+
+    conn_name_attr = "azureml_conn_id"
+    default_conn_name = "azureml_default"
+    conn_type = "azure_ml"
+    hook_name = "Azure Machine Learning"
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
+        from flask_babel import lazy_gettext
+        from wtforms import BooleanField, StringField
+
+        def text(label: str) -> Any:
+            return StringField(lazy_gettext(label), widget=BS3TextFieldWidget())
+
+        return {
+            "subscription_id": text("Subscription ID"),
+            "resource_group": text("Resource Group"),
+            "workspace_name": text("Workspace Name"),
+            "tenant_id": text("Tenant ID"),
+            "managed_identity_client_id": text("Managed Identity Client ID"),
+            "workload_identity_tenant_id": text("Workload Identity Tenant ID"),
+            "endpoint": text("Resource Manager Endpoint (sovereign or emulated cloud)"),
+            "ca_bundle": text("CA Bundle (PEM file the endpoint is checked against)"),
+            "emulator_token": BooleanField(lazy_gettext("Emulated cloud on this machine")),
+        }
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": ["schema", "port", "host", "extra"],
+            "relabeling": {"login": "Client ID", "password": "Client Secret"},
+            "placeholders": {
+                "login": "service principal's application (client) id; empty: managed identity",
+                "password": "client secret; empty: DefaultAzureCredential",
+                "subscription_id": "00000000-0000-0000-0000-000000000000",
+                "resource_group": "my-resource-group",
+                "workspace_name": "my-workspace",
+                "tenant_id": "directory (tenant) id; needed with a client secret",
+                "managed_identity_client_id": "a user-assigned identity's client id",
+                "workload_identity_tenant_id": "tenant of the workload identity federation",
+                "endpoint": "https://management.usgovcloudapi.net (empty: public Azure)",
+                "ca_bundle": "/etc/ssl/certs/my-ca.pem",
+            },
+        }
+
+    def __init__(self, azureml_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.azureml_conn_id = azureml_conn_id
+
+    @cached_property
+    def _connection(self) -> Any:
+        return self.get_connection(self.azureml_conn_id)
+
+    def _extra(self, name: str) -> Any:
+        extras = self._connection.extra_dejson
+        value = extras.get(name)
+        if value in (None, ""):
+            value = extras.get(f"extra__azure_ml__{name}")  # older form-saved connections
+        return None if value in (None, "") else value
+
+    def _required(self, name: str) -> str:
+        value = self._extra(name)
+        if not value:
+            raise ValueError(
+                f"Connection {self.azureml_conn_id!r} has no {name}: set it in the connection's "
+                f'extra (e.g. {{"{name}": "..."}}); see docs/azureml.md, The connection.'
+            )
+        return str(value)
+
+    @cached_property
+    def workspace(self) -> Workspace:
+        endpoint = self._extra("endpoint")
+        verify: str | bool = self._extra("ca_bundle") or True
+        return Workspace(
+            subscription_id=self._required("subscription_id"),
+            resource_group=self._required("resource_group"),
+            name=self._required("workspace_name"),
+            arm_url=str(endpoint).rstrip("/") if endpoint else ARM,
+            verify=verify,
+            tenant_id=self._extra("tenant_id"),
+        )
+
+    @property
+    def credential_kind(self) -> str:
+        """'emulator', 'client_secret' or 'default' (DefaultAzureCredential)."""
+        if str(self._extra("emulator_token") or "").lower() in _TRUE:
+            host = urlsplit(str(self._extra("endpoint") or "")).hostname
+            if host not in EMULATOR_HOSTS:
+                raise ValueError(
+                    f"Connection {self.azureml_conn_id!r} sets emulator_token, but its endpoint "
+                    f"{self._extra('endpoint')!r} is not on this machine; remove emulator_token "
+                    "and give a client secret or use a managed identity."
+                )
+            return "emulator"
+        if self._connection.login and self._connection.password:
+            if not self.workspace.tenant_id:
+                raise ValueError(
+                    f"Connection {self.azureml_conn_id!r} has a client id and secret but no "
+                    "tenant_id; add the directory (tenant) id to its extra."
+                )
+            return "client_secret"
+        return "default"
+
+    def _identity_ids(self) -> dict[str, str | None]:
+        return {
+            "managed_identity_client_id": self._extra("managed_identity_client_id"),
+            "workload_identity_tenant_id": self._extra("workload_identity_tenant_id"),
+        }
+
+    def _authority(self) -> dict[str, str]:
+        authority = self._extra("authority_host")
+        return {"authority": str(authority)} if authority else {}
+
+    def get_credential(self) -> Any:
+        """A synchronous token credential for the worker."""
+        kind = self.credential_kind
+        if kind == "emulator":
+            return _EmulatorToken()
+        if kind == "client_secret":
+            from azure.identity import ClientSecretCredential
+
+            conn = self._connection
+            return ClientSecretCredential(
+                self.workspace.tenant_id, conn.login, conn.password, **self._authority()
+            )
+        from airflow.providers.microsoft.azure.utils import get_sync_default_azure_credential
+
+        return get_sync_default_azure_credential(**self._identity_ids())
+
+    def get_async_credential(self) -> Any:
+        """An ``azure.identity.aio`` credential for the triggerer (close it after use)."""
+        kind = self.credential_kind
+        if kind == "emulator":
+            return _AsyncEmulatorToken()
+        if kind == "client_secret":
+            from azure.identity.aio import ClientSecretCredential
+
+            conn = self._connection
+            return ClientSecretCredential(
+                self.workspace.tenant_id, conn.login, conn.password, **self._authority()
+            )
+        from airflow.providers.microsoft.azure.utils import get_async_default_azure_credential
+
+        return get_async_default_azure_credential(**self._identity_ids())
+
+    def get_conn(self) -> Any:
+        """An ``azure.ai.ml.MLClient`` on the workspace (the endpoint override as cloud)."""
+        from azure.ai.ml import MLClient
+
+        ws = self.workspace
+        kwargs: dict[str, Any] = {}
+        if ws.emulated:
+            base = ws.arm_url + "/"
+            kwargs["cloud"] = "StepopEndpointOverride"
+            kwargs["cloud_metadata"] = {
+                "azure_portal": base,
+                "resource_manager": base,
+                "active_directory": base,
+                "aml_resource_id": base,
+                "storage_endpoint": "core.windows.net",
+                "registry_discovery_endpoint": base,
+            }
+        if ws.verify is not True:
+            kwargs["connection_verify"] = ws.verify
+        return MLClient(
+            self.get_credential(), ws.subscription_id, ws.resource_group, ws.name, **kwargs
+        )
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Reads the workspace (the form's Test button)."""
+        try:
+            from airflow_stepop.backends.azureml_rest import ArmClient
+
+            answer = ArmClient(self).get(self.workspace.path)
+            return True, f"Workspace {answer.get('name')} in {answer.get('location')} answers."
+        except Exception as exc:
+            return False, str(exc)

@@ -1,0 +1,111 @@
+"""AzureMLStepOperator: the callable runs as an Azure ML command job (see docs/azureml.md).
+
+The operator only declares arguments: their rules live in ``backends/azureml_config.py`` and
+run at DAG parse time, so a wrong value fails the import naming the argument, the value and
+what would work, and ``resources=`` is resolved to a VM size before any API call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from airflow_stepop import config
+from airflow_stepop.backends import arguments as check
+from airflow_stepop.backends.azureml import AzureMLBackend
+from airflow_stepop.backends.azureml_config import AzureMLJobConfig
+from airflow_stepop.backends.base import JobRequest
+from airflow_stepop.links.job import StepExperimentLink, StepJobLink, StepLogsLink
+from airflow_stepop.operators.base import BaseStepOperator
+
+OWNER = "AzureMLStepOperator"
+
+
+class AzureMLStepOperator(BaseStepOperator):
+    """Run ``python_callable`` as an Azure ML command job; results come back as references.
+
+    :param azureml_conn_id: an ``azure_ml`` connection (workspace and credential).
+    :param compute: a compute cluster's name; default serverless compute.
+    :param instance_type: an Azure VM size such as ``Standard_NC6s_v3``; wins over
+        ``resources=`` (default ``[stepop] azureml_default_instance_type`` when serverless).
+    :param instance_count: VMs of the job (> 1: multi-node).
+    :param processes_per_instance: processes per VM (PyTorch distribution; torch rank env).
+    :param job_tier: ``Spot``, ``Basic``, ``Standard`` or ``Premium``; ``spot=True`` is Spot.
+    :param max_runtime: ``limits.timeout``; timedelta or seconds (default the task's
+        ``execution_timeout``, else 1 day).
+    :param experiment_name: the job's experiment (default the DAG id).
+    :param identity: ``'user'``, ``'managed'``, ``'managed:<client id>'`` or ``'aml_token'``
+        (default: the compute's own).
+    :param tags: extra job tags (the dag, task and run ids are added).
+    :param image_uri: a prebuilt image with python3; no build.
+    :param image_repository: where built images are pushed (default
+        ``[stepop] azureml_image_repository``, else the workspace's registry).
+    :param shm_size: the container's /dev/shm, e.g. ``'16g'``.
+    """
+
+    operator_extra_links = (StepJobLink(), StepExperimentLink(), StepLogsLink())
+    template_fields = (*BaseStepOperator.template_fields, "image_uri")
+
+    def __init__(
+        self,
+        *,
+        azureml_conn_id: str = "azureml_default",
+        compute: str | None = None,
+        instance_type: str | None = None,
+        instance_count: int = 1,
+        processes_per_instance: int = 1,
+        job_tier: str | None = None,
+        spot: bool = False,
+        max_runtime: timedelta | int | None = None,
+        experiment_name: str | None = None,
+        identity: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        image_uri: str | None = None,
+        image_repository: str | None = None,
+        shm_size: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        check.conn_id(OWNER, "azureml_conn_id", azureml_conn_id, "azureml_default")
+        self.azureml = AzureMLJobConfig.from_arguments(
+            OWNER,
+            compute=compute,
+            instance_type=instance_type,
+            instance_count=instance_count,
+            processes_per_instance=processes_per_instance,
+            job_tier=job_tier,
+            spot=spot,
+            max_runtime=max_runtime,
+            experiment_name=experiment_name,
+            identity=identity,
+            tags=tags,
+            image_uri=image_uri,
+            image_repository=image_repository,
+            shm_size=shm_size,
+            resources=self.resource_settings,
+            docker=self.docker_settings,
+            environment=self.environment,
+            artifact_root=self.artifact_root,
+        )
+        self.azureml_conn_id = azureml_conn_id
+        self.image_uri = image_uri
+
+    def make_backend(self) -> AzureMLBackend:
+        root = self.artifact_root or config.artifact_root()
+        check.artifact_root(OWNER, root, ("abfs", "abfss"), "abfs://mycontainer/stepop")
+        job = replace(self.azureml, image_uri=self.image_uri).completed(
+            dag_id=self.dag_id,
+            execution_timeout=self.execution_timeout,
+            default_instance_type=config.get("azureml_default_instance_type"),
+        )
+        if not job.image_repository and config.get("azureml_image_repository"):
+            job = replace(job, image_repository=config.get("azureml_image_repository"))
+        return AzureMLBackend(azureml_conn_id=self.azureml_conn_id, job=job)
+
+    def _prepare(self, context: Any, key: str) -> JobRequest:
+        ti = context["ti"]
+        request = super()._prepare(context, key)
+        labels = {**request.labels, "run_id": ti.run_id, "map_index": str(ti.map_index)}
+        return replace(request, labels=labels)
