@@ -139,6 +139,15 @@ class StepBackend(abc.ABC):
         """Whether a failed call is worth retrying after a pause (throttling, 5xx, network)."""
         return isinstance(exc, (ConnectionError, TimeoutError))
 
+    # The XCom key under which the operator pushes billing(details), e.g. "sagemaker_billing".
+    billing_xcom_key: str | None = None
+
+    def billing(self, details: dict[str, Any]) -> dict[str, Any] | None:
+        """What the finished job cost, from a terminal status's ``details``: ``job_name``,
+        ``machine``, ``count``, ``billable_seconds``, ``spot``, ``price_per_hour_usd``,
+        ``estimated_cost_usd``, ``catalog_date``; None when the service reports no billing."""
+        return None
+
     def links(self, handle: dict[str, Any]) -> dict[str, str]:
         """Console links for the job (name -> URL); none for backends without a console."""
         return {}

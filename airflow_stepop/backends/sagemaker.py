@@ -25,13 +25,22 @@ from __future__ import annotations
 import logging
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
 from airflow_stepop.backends.naming import key_prefix
+from airflow_stepop.backends.ratelimit import list_limiter
+from airflow_stepop.backends.sagemaker_config import CATALOG, SageMakerJobConfig
+from airflow_stepop.backends.sagemaker_launch import (
+    SageMakerConfigError,
+    build_launch,
+    group_prefixes,
+    sanitize_tag,
+)
+from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.runtime.storage import join
 
 log = logging.getLogger(__name__)
@@ -39,10 +48,6 @@ log = logging.getLogger(__name__)
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 ENTRY_FILE = "stepop_entry.py"
 LAUNCH_FILE = "stepop_launch.json"
-MAX_CHANNELS = 20
-RESERVED_CHANNELS = ("code", "run")
-ENV_VALUE_MAX = 512
-ENV_ENTRIES_MAX = 100
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 ML_ROOT = "/opt/ml"
 # CloudWatch Logs (account-wide quotas are low): no log call while the job is still being
@@ -50,6 +55,8 @@ ML_ROOT = "/opt/ml"
 # most once per LOG_STREAMS_INTERVAL; one GetLogEvents per stream per LOG_EVENTS_INTERVAL.
 LOG_STREAMS_INTERVAL = 60.0
 LOG_EVENTS_INTERVAL = 2.0
+# ListTrainingJobs asks from the oldest watched job's submit time, less this margin (clock skew).
+LIST_WINDOW_SLACK = 300.0
 TRANSIENT_CODES = frozenset(
     {
         "ThrottlingException",
@@ -72,161 +79,6 @@ PENDING_SECONDARY = frozenset(
     {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading",
      "DownloadingTrainingImage", "Restarting", "Interrupted"}
 )  # fmt: skip
-TAG_VALUE = re.compile(r"[^\w.:/=+\-@ ]", re.UNICODE)
-
-
-class SageMakerConfigError(ValueError):
-    """A request SageMaker would refuse, caught before any API call."""
-
-
-@dataclass(frozen=True)
-class SageMakerJobConfig:
-    """The training job's settings, validated by the operator at DAG parse time."""
-
-    role: str
-    instance_type: str
-    instance_count: int = 1
-    volume_size_gb: int = 30
-    max_runtime_s: int = 86400
-    spot: bool = False
-    max_wait_s: int | None = None
-    keep_alive_s: int | None = None
-    subnets: tuple[str, ...] = ()
-    security_group_ids: tuple[str, ...] = ()
-    volume_kms_key: str | None = None
-    output_kms_key: str | None = None
-    tags: dict[str, str] = field(default_factory=dict)
-    image_uri: str | None = None
-    image_repository: str | None = None
-    price_per_hour: float | None = None
-
-
-def sanitize_tag(value: str, limit: int = 256) -> str:
-    return TAG_VALUE.sub("_", value)[:limit]
-
-
-def s3_parts(uri: str) -> tuple[str, str]:
-    rest = uri.split("://", 1)[1]
-    bucket, _, key = rest.partition("/")
-    return bucket, key
-
-
-def _refs(node: Any) -> list[str]:
-    """URIs of every artifact reference in a spec value node."""
-    if isinstance(node, dict):
-        if "ref" in node and isinstance(node["ref"], dict):
-            return [node["ref"]["uri"]]
-        out: list[str] = []
-        for key in ("list", "dict"):
-            if key in node:
-                children = node[key].values() if isinstance(node[key], dict) else node[key]
-                for child in children:
-                    out.extend(_refs(child))
-        return out
-    return []
-
-
-def _common_prefix(a: str, b: str) -> str:
-    parts_a, parts_b = a.split("/"), b.split("/")
-    common = []
-    for x, y in zip(parts_a, parts_b, strict=False):
-        if x != y:
-            break
-        common.append(x)
-    return "/".join(common)
-
-
-def group_prefixes(uris: list[str], limit: int) -> list[str]:
-    """Directory prefixes covering ``uris``, merged to common ancestors to stay within ``limit``.
-
-    A merged prefix never goes above its bucket (s3://bucket); fewer, broader channels download
-    more than needed but keep every input readable as a local file.
-    """
-    prefixes = sorted({uri.rstrip("/").rsplit("/", 1)[0] for uri in uris})
-
-    def dedupe(items: list[str]) -> list[str]:
-        kept: list[str] = []
-        for item in sorted(set(items)):
-            if not any(item == k or item.startswith(k + "/") for k in kept):
-                kept.append(item)
-        return kept
-
-    prefixes = dedupe(prefixes)
-    while len(prefixes) > limit:
-        best = max(
-            range(len(prefixes) - 1),
-            key=lambda i: len(_common_prefix(prefixes[i], prefixes[i + 1])),
-        )
-        merged = _common_prefix(prefixes[best], prefixes[best + 1])
-        if merged.count("/") < 2:  # "s3:" + "" + bucket: the bucket itself
-            merged = "/".join(prefixes[best].split("/")[:3])
-        prefixes = dedupe([*prefixes[:best], merged, *prefixes[best + 2 :]])
-    return prefixes
-
-
-def _channel(name: str, s3_uri: str) -> dict[str, Any]:
-    return {
-        "ChannelName": name,
-        "DataSource": {
-            "S3DataSource": {
-                "S3DataType": "S3Prefix",
-                "S3Uri": s3_uri,
-                "S3DataDistributionType": "FullyReplicated",
-            }
-        },
-        "InputMode": "File",
-    }
-
-
-def build_launch(
-    request: JobRequest, spec: dict[str, Any], job_name: str
-) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, str], str]:
-    """Channels, launch document, service Environment and output URI for one job.
-
-    Pure: no API call (unit-tested). Raises SageMakerConfigError for inputs a job cannot read.
-    """
-    run_uri = request.run_uri.rstrip("/")
-    output_uri = f"{run_uri}/{job_name}/output/model"
-    code_name = request.code_uri.rsplit("/", 1)[1]
-    channels = [_channel("code", request.code_uri), _channel("run", run_uri + "/")]
-    path_map = {
-        request.code_uri: f"input/data/code/{code_name}",
-        run_uri: "input/data/run",
-        output_uri: "model",
-    }
-    inputs = []
-    for uri in _refs({"list": spec.get("args", [])}) + _refs({"dict": spec.get("kwargs", {})}):
-        if uri.startswith(run_uri + "/"):
-            continue  # staged by the worker into this run: the run channel has it
-        if not uri.startswith("s3://"):
-            raise SageMakerConfigError(
-                f"An input of this step is the artifact {uri}, which a SageMaker job cannot "
-                "read (only s3:// artifacts travel as input channels). Give the upstream task an "
-                "s3:// artifact_root, or pass the value itself."
-            )
-        inputs.append(uri)
-    for i, prefix in enumerate(group_prefixes(inputs, MAX_CHANNELS - len(channels)), start=1):
-        channels.append(_channel(f"in{i}", prefix + "/"))
-        path_map[prefix] = f"input/data/in{i}"
-
-    environment: dict[str, str] = {}
-    launch_env: dict[str, str] = {}
-    reserved = 3  # PYTHONUNBUFFERED, STEPOP_CHECKPOINT_DIR, one spare
-    for key, value in request.environment.items():
-        if len(value) > ENV_VALUE_MAX or len(environment) >= ENV_ENTRIES_MAX - reserved:
-            launch_env[key] = value  # travels in the launch document, never chunked
-        else:
-            environment[key] = value
-    environment["PYTHONUNBUFFERED"] = "1"
-    launch = {
-        "spec_uri": request.spec_uri,
-        "output_uri": output_uri,
-        "path_map": path_map,
-        "environment": launch_env,
-        # put in front of the image's own PYTHONPATH by the entry script, not replacing it
-        "code_path": f"input/data/code/{code_name}",
-    }
-    return channels, launch, environment, output_uri
 
 
 def is_transient_error(exc: BaseException) -> bool:
@@ -449,7 +301,19 @@ class SageMakerBackend(StepBackend):
             "region": self.region,
             "image": image,
             "image_built": built,
+            "machine": f"{job.instance_type} x {job.instance_count}",
+            "price_per_hour": self._hourly_price(job),
         }
+
+    @staticmethod
+    def _hourly_price(job: SageMakerJobConfig) -> float | None:
+        """The whole job's price per hour (spot price for spot jobs), for progress lines."""
+        machine = load_catalog(CATALOG).get(job.instance_type)
+        if machine is None:
+            return None
+        price = machine.spot_price_per_hour if job.spot else None
+        price = price if price is not None else machine.price_per_hour
+        return None if price is None else price * job.instance_count
 
     def _image(self, request: JobRequest) -> tuple[str, bool]:
         """The job's image and whether this call built it."""
@@ -509,6 +373,7 @@ class SageMakerBackend(StepBackend):
         # shorter for long ids and many tries, so match on the hash and the try suffix.
         digest = key_prefix(task_key).rsplit("-", 1)[1]
         client = self._hook("sagemaker").conn
+        list_limiter(self.poll_group()).acquire()
         answer = client.list_training_jobs(
             NameContains=f"-{digest}-t", StatusEquals="InProgress", MaxResults=10
         )
@@ -549,6 +414,29 @@ class SageMakerBackend(StepBackend):
     def links(self, handle: dict[str, Any]) -> dict[str, str]:
         return console_links(handle.get("region") or self.region, handle["job_id"])
 
+    def poll_group(self) -> str:
+        """SageMaker throttles per account and region: one connection and region, one group."""
+        return f"sagemaker:{self.aws_conn_id}:{self.region_name or ''}"
+
+    billing_xcom_key = "sagemaker_billing"
+
+    def billing(self, details: dict[str, Any]) -> dict[str, Any] | None:
+        if not details.get("BillableTimeInSeconds"):
+            return None
+        catalog = load_catalog(CATALOG)
+        machine = catalog.get(details.get("ResourceConfig", {}).get("InstanceType", ""))
+        price = None
+        if machine is not None:
+            spot = details.get("EnableManagedSpotTraining")
+            price = machine.spot_price_per_hour if spot else machine.price_per_hour
+            price = price if price is not None else machine.price_per_hour
+        billing = estimate_cost(details, price)
+        billing["catalog_date"] = catalog.date
+        return billing
+
+    def status(self, handle: dict[str, Any]) -> JobStatus:
+        return map_status(self.describe(handle))
+
     def is_transient(self, exc: Exception) -> bool:
         return is_transient_error(exc)
 
@@ -571,12 +459,39 @@ class SageMakerBackend(StepBackend):
             status = replace(status, details=billing_facts(description))
         return status
 
+    async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:
+        """One ListTrainingJobs page per 100 jobs, from the oldest watched job's creation on.
+
+        A summary has the job's status and phase; a job missing from the pages (older than
+        the window, or listed past the last page) is left to the poller's describe.
+        """
+        wanted = {h["job_id"] for h in handles}
+        since = min(float(h.get("submitted_at") or 0) for h in handles) - LIST_WINDOW_SLACK
+        out: dict[str, JobStatus] = {}
+        limiter = list_limiter(self.poll_group())
+        async with await self._client("sagemaker") as client:
+            kwargs: dict[str, Any] = {"MaxResults": 100, "SortBy": "CreationTime"}
+            if since > 0:
+                kwargs["CreationTimeAfter"] = since
+            for _ in range(max(1, (len(wanted) + 99) // 100) + 1):
+                await limiter.aacquire()
+                answer = await client.list_training_jobs(**kwargs)
+                for summary in answer.get("TrainingJobSummaries", []):
+                    name = summary["TrainingJobName"]
+                    if name in wanted:
+                        out[name] = map_status(summary)
+                        self._phase[name] = summary.get("SecondaryStatus", "")
+                if len(out) == len(wanted) or not answer.get("NextToken"):
+                    break
+                kwargs["NextToken"] = answer["NextToken"]
+        return out
+
     async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
         job = handle["job_id"]
         cursor = dict(cursor or {"streams": {}, "listed": 0.0, "read": 0.0, "phase": ""})
         final = job in self._final
         phase = self._phase.get(job, "")
-        now = time.monotonic()
+        now = time.time()  # wall time: the cursor may be resumed by another triggerer process
         if not final and phase in ("", *PENDING_SECONDARY):
             cursor["phase"] = phase  # provisioning (again): new streams may follow
             return [], cursor

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -109,22 +110,25 @@ class BaseStepOperator(BaseOperator):
         backend = self.make_backend()
         ti = context["ti"]
         key = task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
-        handle = backend.find_active(key)
+        store = context.get("task_state_store")
+        decision = self._earlier_job(backend, store, ti.try_number, key)
+        if decision.reuse is not None:
+            return decision.reuse.result
+        handle = decision.attach
         if handle is not None:
             self.log.info(
                 "Re-attaching to job %s, still running from an earlier try", handle["job_id"]
             )
         else:
-            handle = backend.submit(self._prepare(context, key))
+            handle = {**backend.submit(self._prepare(context, key)), "submitted_at": time.time()}
             self.log.info("Submitted job %s", handle["job_id"])
-        persist_links(context, backend.links(handle))
-        trigger = StepJobTrigger(
-            backend_path=f"{type(backend).__module__}.{type(backend).__qualname__}",
-            backend_kwargs=backend.serialize(),
-            handle=handle,
-            poll_interval=self.poll_interval or config.get_float("poll_interval"),
-            deadline=self._deadline(),
-        )
+        try:
+            _remember(store, {"handle": handle, "try_number": ti.try_number})
+            self._store_links(context, backend, handle)
+            trigger = self._trigger(backend, handle)
+        except BaseException:
+            self._stop_unless_retried(backend, handle, ti)
+            raise
         if not self.deferrable:
             self._handle = (backend, handle)
             try:
@@ -134,6 +138,84 @@ class BaseStepOperator(BaseOperator):
                 raise
             return self.execute_complete(context, event)
         self.defer(trigger=trigger, method_name="execute_complete")
+
+    def _trigger(self, backend: StepBackend, handle: dict[str, Any]) -> StepJobTrigger:
+        return StepJobTrigger(
+            backend_path=f"{type(backend).__module__}.{type(backend).__qualname__}",
+            backend_kwargs=backend.serialize(),
+            handle=handle,
+            poll_interval=self.poll_interval or config.get_float("poll_interval"),
+            deadline=self._deadline(),
+            storage_conn_id=self.storage_conn_id,
+        )
+
+    def _earlier_job(
+        self, backend: StepBackend, store: Any, try_number: int, key: str
+    ) -> EarlierJob:
+        """What an earlier try of this task instance left: a live job, a result, or nothing.
+
+        The task state store holds the handle each try submitted, so a retry costs one status
+        call. Without a record (a worker lost between submit and record) a retry asks the
+        service with ``find_active``; a first try asks nothing.
+        """
+        record = _recall(store)
+        if record is None:
+            handle = backend.find_active(key) if try_number > 1 else None
+            return EarlierJob(attach=handle)
+        handle = record["handle"]
+        status = backend.status(handle)
+        if not status.terminal:
+            return EarlierJob(attach=handle)
+        if status.state == "succeeded" and not record.get("delivered"):
+            reused = self._reuse(handle, record.get("try_number"))
+            if reused is not None:
+                return EarlierJob(reuse=reused)
+        self.log.info(
+            "The earlier job %s %s%s; running the step again",
+            handle["job_id"],
+            status.state,
+            " and its result was delivered" if record.get("delivered") else "",
+        )
+        return EarlierJob()
+
+    def _reuse(self, handle: dict[str, Any], try_number: Any) -> Reused | None:
+        """The verified result of an earlier try's finished job, or None if it is not whole."""
+        storage = worker_storage(self.storage_conn_id)
+        try:
+            result = read_result(handle, storage)
+        except Exception as exc:
+            self.log.warning(
+                "Job %s succeeded but its result cannot be used (%s)", handle["job_id"], exc
+            )
+            return None
+        self.log.info(
+            "Job %s of try %s already succeeded and left a verified result: returning it "
+            "without starting a new job",
+            handle["job_id"],
+            try_number,
+        )
+        return Reused(result)
+
+    def _store_links(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> None:
+        """Links are best effort: an API server that does not answer never fails a step."""
+        try:
+            persist_links(context, backend.links(handle))
+        except Exception as exc:
+            self.log.warning("Could not store the links of job %s: %s", handle["job_id"], exc)
+
+    def _stop_unless_retried(self, backend: StepBackend, handle: dict[str, Any], ti: Any) -> None:
+        """After a failure past the submit: a retry will re-attach; with none left, stop the job."""
+        max_tries = getattr(ti, "max_tries", None)
+        if max_tries is None:
+            max_tries = self.retries or 0
+        if self.retries and ti.try_number <= max_tries:
+            self.log.warning("Leaving job %s to the retry, which re-attaches", handle["job_id"])
+            return
+        self.log.warning("No retry is left: stopping job %s", handle["job_id"])
+        try:
+            backend.stop(handle)
+        except Exception as exc:
+            self.log.error("Could not stop job %s: %s", handle["job_id"], exc)
 
     def _deadline(self) -> float | None:
         """execution_timeout as a wall-clock deadline, counted like Airflow's: from execute()."""
@@ -174,12 +256,37 @@ class BaseStepOperator(BaseOperator):
         handle = event["handle"]
         storage = worker_storage(self.storage_conn_id)
         try:
-            if event["status"] == "succeeded":
-                manifest = storage.read_json(join(_output_uri(handle), specs.RESULT_NAME))
-                return values.decode(manifest["outputs"], ArtifactRef.from_record)
-            raise self._failure(event, storage)
+            if event["status"] != "succeeded":
+                raise self._failure(event, storage)
+            result = read_result(handle, storage)
+            self._report_billing(context, event)
+            _remember(
+                context.get("task_state_store"),
+                {"handle": handle, "try_number": context["ti"].try_number, "delivered": True},
+            )
+            return result
         finally:
             self._release(handle)
+
+    def _report_billing(self, context: Any, event: dict[str, Any]) -> None:
+        """The finished job's billable time and cost: in the task log and an XCom."""
+        backend = self.make_backend()
+        key = getattr(backend, "billing_xcom_key", None)
+        billing = backend.billing(event.get("details") or {}) if key else None
+        if not billing:
+            return
+        cost = billing.get("estimated_cost_usd")
+        self.log.info(
+            "Job %s: %s billable s x %s x %s%s",
+            event["handle"]["job_id"],
+            billing.get("billable_seconds"),
+            billing.get("count", 1),
+            billing.get("machine"),
+            f" = about ${cost:.4f} (catalog {billing.get('catalog_date')})"
+            if cost is not None
+            else " (no price in the catalog)",
+        )
+        context["ti"].xcom_push(key=key, value=billing)
 
     def _release(self, handle: dict[str, Any]) -> None:
         """Free the finished job's resources; never hides the step's own result or error."""
@@ -219,6 +326,53 @@ class BaseStepOperator(BaseOperator):
             backend, job = handle
             self.log.info("Stopping job %s", job["job_id"])
             backend.stop(job)
+
+
+@dataclass(frozen=True)
+class Reused:
+    result: Any
+
+
+@dataclass(frozen=True)
+class EarlierJob:
+    """A retry's choice: re-attach to ``attach``, return ``reuse``, or (neither) submit anew."""
+
+    attach: dict[str, Any] | None = None
+    reuse: Reused | None = None
+
+
+STATE_KEY = "stepop_job"
+
+
+def _recall(store: Any) -> dict[str, Any] | None:
+    if store is None:
+        return None
+    record = store.get(STATE_KEY)
+    return record if isinstance(record, dict) and isinstance(record.get("handle"), dict) else None
+
+
+def _remember(store: Any, record: dict[str, Any]) -> None:
+    """Keep the job's handle across tries (the task state store survives retries, not clears)."""
+    if store is not None:
+        store.set(STATE_KEY, record)
+
+
+def read_result(handle: dict[str, Any], storage: Storage) -> Any:
+    """The step's result from its manifest; every artifact it names must be there, whole."""
+    manifest = storage.read_json(join(_output_uri(handle), specs.RESULT_NAME))
+    for record in _artifact_records(manifest["outputs"]):
+        if not storage.exists(record["uri"]):
+            raise values.ArtifactMissingError(f"the result names {record['uri']}, which is gone")
+    return values.decode(manifest["outputs"], ArtifactRef.from_record)
+
+
+def _artifact_records(node: Any) -> list[dict[str, Any]]:
+    if isinstance(node, dict):
+        if isinstance(node.get("ref"), dict):
+            return [node["ref"]]
+        children = [*node.get("list", []), *(node.get("dict") or {}).values()]
+        return [record for child in children for record in _artifact_records(child)]
+    return []
 
 
 def _output_uri(handle: dict[str, Any]) -> str:

@@ -6,6 +6,12 @@ task's ``execution_timeout``), never an attempt counter; on the deadline it stop
 user kill (mark failed/success, clear) Airflow awaits ``on_kill``, which stops the job; a
 triggerer restart does not stop it. ``run()`` has no side effect that cannot be repeated, so a
 second copy under triggerer HA is harmless.
+
+Many steps, few calls: the job's state comes from the poll group's shared poller
+(``poller.py``), log calls take tokens of a per-process budget (``[stepop]
+log_calls_per_second``: with many jobs each job's lines come less often, never lost), and the
+log cursor is saved beside the run (``relay.json``) so that a trigger resumed by another
+triggerer continues the relay where it stopped instead of from the start.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_stepop.backends.base import StepBackend
+from airflow_stepop.backends.base import JobStatus, StepBackend
+from airflow_stepop.triggers.progress import Progress
+from airflow_stepop.triggers.relay_cursor import CursorStore
 
 LOG_TAIL_LINES = 40
 MAX_BACKOFF_SECONDS = 60.0
@@ -39,6 +47,7 @@ class StepJobTrigger(BaseTrigger):
         handle: dict[str, Any],
         poll_interval: float = 5.0,
         deadline: float | None = None,
+        storage_conn_id: str | None = None,
     ) -> None:
         super().__init__()
         self.backend_path = backend_path
@@ -46,6 +55,7 @@ class StepJobTrigger(BaseTrigger):
         self.handle = handle
         self.poll_interval = poll_interval
         self.deadline = deadline
+        self.storage_conn_id = storage_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -56,6 +66,7 @@ class StepJobTrigger(BaseTrigger):
                 "handle": self.handle,
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
+                "storage_conn_id": self.storage_conn_id,
             },
         )
 
@@ -64,19 +75,32 @@ class StepJobTrigger(BaseTrigger):
         return load_backend(self.backend_path, self.backend_kwargs)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        backend = self.backend
+        from airflow_stepop.backends.ratelimit import log_limiter
+        from airflow_stepop.triggers.poller import poller_for
+
+        poller = poller_for(self.backend_path, self.backend)
+        backend = poller.backend  # shared by the group's triggers
+        log_budget = log_limiter(backend.poll_group())
         job_id = self.handle["job_id"]
         tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
-        cursor: Any = None
-        polls = failures = 0
+        cursors = CursorStore(self.handle, self.storage_conn_id)
+        cursor = await cursors.load()
+        progress = Progress(self.handle, self.log)
+        wait = backend.first_poll_seconds
+        failures = 0
         self.log.info("Waiting for job %s", job_id)
         while True:
             try:
-                lines, cursor = await backend.alogs(self.handle, cursor)
-                for line in lines:
-                    self.log.info("[%s] %s", job_id, line)
-                tail.extend(lines)
-                status = await backend.astatus(self.handle)
+                status = await poller.status(self.handle, time.monotonic() + wait)
+                if status.terminal and not status.details:
+                    status = await backend.astatus(self.handle)  # final facts: one describe
+                if status.terminal:
+                    await log_budget.aacquire()  # the last words are never skipped
+                    lines, cursor = await backend.alogs(self.handle, cursor)
+                elif log_budget.try_acquire():
+                    lines, cursor = await backend.alogs(self.handle, cursor)
+                else:
+                    lines = []
                 failures = 0
             except Exception as exc:
                 if not backend.is_transient(exc):
@@ -87,20 +111,13 @@ class StepJobTrigger(BaseTrigger):
                 self.log.warning("Polling %s failed (%s); retrying in %.0fs", job_id, exc, delay)
                 await asyncio.sleep(delay)
                 continue
+            for line in lines:
+                self.log.info("[%s] %s", job_id, line)
+            tail.extend(lines)
+            await cursors.save(cursor, relayed=len(lines), final=status.terminal)
+            progress.update(status)
             if status.terminal:
-                lines, cursor = await backend.alogs(self.handle, cursor)  # the last words
-                for line in lines:
-                    self.log.info("[%s] %s", job_id, line)
-                tail.extend(lines)
-                yield TriggerEvent(
-                    {
-                        "status": status.state,
-                        "reason": status.reason,
-                        "details": status.details,
-                        "handle": self.handle,
-                        "log_tail": list(tail),
-                    }
-                )
+                yield self._event(status, tail)
                 return
             if self.deadline is not None and time.time() >= self.deadline:
                 self.log.error("Job %s passed the task's execution_timeout; stopping it", job_id)
@@ -115,8 +132,18 @@ class StepJobTrigger(BaseTrigger):
                 )
                 return
             # Short jobs finish fast, long ones are polled at poll_interval.
-            await asyncio.sleep(min(self.poll_interval, backend.first_poll_seconds * 2**polls))
-            polls += 1
+            wait = min(self.poll_interval, wait * 2)
+
+    def _event(self, status: JobStatus, tail: collections.deque[str]) -> TriggerEvent:
+        return TriggerEvent(
+            {
+                "status": status.state,
+                "reason": status.reason,
+                "details": status.details,
+                "handle": self.handle,
+                "log_tail": list(tail),
+            }
+        )
 
     async def on_kill(self) -> None:
         self.log.info("Task killed by a user: stopping job %s", self.handle["job_id"])

@@ -65,11 +65,11 @@ def test_a_wrong_argument_is_refused_naming_field_value_and_fix(kwargs, words):
 
 
 def test_resources_resolve_to_the_cheapest_type_and_an_explicit_type_wins():
-    assert _op(resources=ResourceSettings(gpu_count=1, memory="16GiB")).instance_type == (
+    assert _op(resources=ResourceSettings(gpu_count=1, memory="16GiB")).sagemaker.instance_type == (
         "ml.g4dn.xlarge"
     )
     explicit = _op(resources=ResourceSettings(gpu_count=1), instance_type="ml.p3.2xlarge")
-    assert explicit.instance_type == "ml.p3.2xlarge"
+    assert explicit.sagemaker.instance_type == "ml.p3.2xlarge"
 
 
 def test_max_runtime_defaults_to_execution_timeout_and_spot_waits_twice_as_long(monkeypatch):

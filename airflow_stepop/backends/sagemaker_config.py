@@ -1,0 +1,255 @@
+"""SageMaker's argument rules: an operator's keyword arguments -> a training job configuration.
+
+``SageMakerArguments.check`` runs at DAG parse time (a wrong value fails the import, naming
+the argument, the value and a valid example; ``resources=`` is resolved to the cheapest fitting
+instance type now). ``job_config`` adds what is only known at run time (the default role and
+instance type from ``[stepop]``, ``max_runtime`` from ``execution_timeout``, rendered templates).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from airflow_stepop.backends import arguments as check
+from airflow_stepop.catalog import load as load_catalog
+from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
+
+CATALOG = "sagemaker_training"
+MAX_RUNTIME_LIMIT = 28 * 24 * 3600  # SageMaker's MaxRuntimeInSeconds ceiling (28 days)
+KEEP_ALIVE_LIMIT = 3600
+SERVICE = "SageMaker"
+_INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9-]+\.[a-z0-9]+")
+_ROLE = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,64}|[\w+=,.@-]{1,64}")
+_SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+_SECURITY_GROUP = re.compile(r"^sg-[0-9a-f]{8,17}$")
+_KMS = re.compile(r"[A-Za-z0-9:/_\-]{1,2048}")
+_TAG_KEY = re.compile(r"(?!aws:)[\w.:/=+\-@ ]{1,128}", re.UNICODE)
+_TAG_VALUE = re.compile(r".{0,256}", re.DOTALL)
+_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
+IMAGE_EXAMPLE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1.0"
+
+
+@dataclass(frozen=True)
+class SageMakerJobConfig:
+    """The training job's settings, complete: what the backend turns into a request."""
+
+    role: str
+    instance_type: str
+    instance_count: int = 1
+    volume_size_gb: int = 30
+    max_runtime_s: int = 86400
+    spot: bool = False
+    max_wait_s: int | None = None
+    keep_alive_s: int | None = None
+    subnets: tuple[str, ...] = ()
+    security_group_ids: tuple[str, ...] = ()
+    volume_kms_key: str | None = None
+    output_kms_key: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    image_uri: str | None = None
+    image_repository: str | None = None
+    price_per_hour: float | None = None
+
+
+@dataclass(frozen=True)
+class SageMakerArguments:
+    """An operator's SageMaker arguments, checked; None where a run-time default applies."""
+
+    instance_type: str | None = None
+    instance_count: int = 1
+    volume_size_gb: int = 30
+    max_runtime_s: int | None = None
+    spot: bool = False
+    max_wait_s: int | None = None
+    keep_alive_s: int | None = None
+    subnets: tuple[str, ...] = ()
+    security_group_ids: tuple[str, ...] = ()
+    volume_kms_key: str | None = None
+    output_kms_key: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    image_repository: str | None = None
+
+    @classmethod
+    def check(
+        cls,
+        owner: str,
+        *,
+        resources: ResourceSettings | None,
+        docker: DockerSettings | None,
+        artifact_root: str | None,
+        role: Any = None,
+        aws_conn_id: Any = None,
+        region_name: Any = None,
+        instance_type: Any = None,
+        instance_count: Any = 1,
+        volume_size_gb: Any = 30,
+        max_runtime: Any = None,
+        spot: Any = False,
+        max_wait: Any = None,
+        keep_alive: Any = None,
+        subnets: Any = None,
+        security_group_ids: Any = None,
+        volume_kms_key: Any = None,
+        output_kms_key: Any = None,
+        tags: Any = None,
+        image_uri: Any = None,
+        image_repository: Any = None,
+    ) -> SageMakerArguments:
+        arn = "'arn:aws:iam::123456789012:role/SageMakerExecution'"
+        if (
+            role is not None
+            and not check.is_templated(role)
+            and (not isinstance(role, str) or not _ROLE.fullmatch(role))
+        ):
+            raise SettingsError(
+                f"{owner}.role={role!r} is not an IAM role; give its ARN ({arn}) or its name."
+            )
+        check.conn_id(owner, "aws_conn_id", aws_conn_id, "aws_default")
+        check.matching(owner, "region_name", region_name, _REGION, "an AWS region", "us-east-1")
+        catalog = load_catalog(CATALOG)
+        if instance_type is not None:
+            near = ", ".join(m.name for m in catalog.types[:4])
+            if not isinstance(instance_type, str) or not _INSTANCE_TYPE.fullmatch(instance_type):
+                raise SettingsError(
+                    f"{owner}.instance_type={instance_type!r} is not a SageMaker instance type; "
+                    f"use e.g. {near}."
+                )
+        elif resources is not None:
+            instance_type = catalog.resolve(resources, owner=f"{owner}.resources").name
+        count = check.whole_number(owner, "instance_count", instance_count, low=1, high=100)
+        volume = check.whole_number(owner, "volume_size_gb", volume_size_gb, low=1, high=16384)
+        runtime = _seconds(owner, "max_runtime", max_runtime, MAX_RUNTIME_LIMIT, low=1)
+        spot = check.boolean(owner, "spot", spot)
+        wait = None
+        if max_wait is not None:
+            if not spot:
+                raise SettingsError(
+                    f"{owner}.max_wait={max_wait!r} applies to spot jobs only; set spot=True or "
+                    "drop max_wait."
+                )
+            wait = _seconds(owner, "max_wait", max_wait, 2 * MAX_RUNTIME_LIMIT, low=1)
+            if runtime is not None and wait is not None and wait < runtime:
+                raise SettingsError(
+                    f"{owner}.max_wait={max_wait!r} is shorter than max_runtime={max_runtime!r}; "
+                    "SageMaker needs max_wait >= max_runtime."
+                )
+        keep = _seconds(owner, "keep_alive", keep_alive, KEEP_ALIVE_LIMIT, low=0)
+        subnet_ids = check.id_list(
+            owner,
+            "subnets",
+            subnets,
+            _SUBNET,
+            "subnet-0123456789abcdef0",
+            limit=16,
+            service=SERVICE,
+        )
+        group_ids = check.id_list(
+            owner, "security_group_ids", security_group_ids, _SECURITY_GROUP, "sg-0123abcd",
+            limit=16, service=SERVICE,
+        )  # fmt: skip
+        if bool(subnet_ids) != bool(group_ids):
+            raise SettingsError(
+                f"{owner}: subnets={subnets!r} and security_group_ids={security_group_ids!r} go "
+                "together (SageMaker's VpcConfig needs both); set both or neither."
+            )
+        kms = "a KMS key id, alias or ARN"
+        kms_example = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-... or alias/my-key"
+        for name, key in (("volume_kms_key", volume_kms_key), ("output_kms_key", output_kms_key)):
+            if key is not None and (not isinstance(key, str) or not _KMS.fullmatch(key)):
+                raise SettingsError(f"{owner}.{name}={key!r} is not {kms}; use e.g. {kms_example}.")
+        tag_map = check.string_map(
+            owner, "tags", tags, key_pattern=_TAG_KEY,
+            key_rule="keys are 1-128 letters, digits, spaces or _.:/=+-@ and may not start with "
+            "'aws:'.",
+            value_pattern=_TAG_VALUE, value_rule="values are strings of at most 256 chars.",
+        )  # fmt: skip
+        check.image_uri(owner, image_uri, IMAGE_EXAMPLE)
+        if image_uri is None and docker is None:
+            raise SettingsError(
+                f"{owner} needs an image: set image_uri= (a prebuilt image with python3) or "
+                "docker=DockerSettings(parent_image=..., requirements=[...])."
+            )
+        if image_repository is not None:
+            from airflow_stepop.images.registry import check_repository
+
+            try:
+                check_repository(image_repository, f"{owner}.image_repository")
+            except ValueError as exc:
+                raise SettingsError(str(exc)) from exc
+        check.artifact_root(owner, artifact_root, ["s3"], "s3://my-bucket/stepop")
+        return cls(
+            instance_type=instance_type,
+            instance_count=count,
+            volume_size_gb=volume,
+            max_runtime_s=runtime,
+            spot=spot,
+            max_wait_s=wait,
+            keep_alive_s=keep,
+            subnets=subnet_ids,
+            security_group_ids=group_ids,
+            volume_kms_key=volume_kms_key,
+            output_kms_key=output_kms_key,
+            tags=tag_map,
+            image_repository=image_repository,
+        )
+
+    def job_config(
+        self,
+        owner: str,
+        *,
+        role: str | None,
+        image_uri: str | None,
+        artifact_root: str,
+        execution_timeout: timedelta | None,
+    ) -> SageMakerJobConfig:
+        """The complete configuration at run time (``[stepop]`` defaults, rendered templates)."""
+        from airflow_stepop import config
+
+        role = role or config.get("sagemaker_role")
+        if not role:
+            raise SettingsError(
+                f"{owner}.role is not set and [stepop] sagemaker_role is empty: give the "
+                "SageMaker execution role's ARN or name (see docs/sagemaker.md, IAM)."
+            )
+        if not artifact_root.startswith("s3://"):
+            raise SettingsError(
+                f"{owner} needs an s3:// artifact root, but it is {artifact_root!r}: set "
+                "artifact_root= or [stepop] artifact_root to e.g. 's3://my-bucket/stepop'."
+            )
+        instance_type = self.instance_type or config.get("sagemaker_default_instance_type")
+        runtime = self.max_runtime_s
+        if runtime is None and isinstance(execution_timeout, timedelta):
+            runtime = min(MAX_RUNTIME_LIMIT, max(1, math.ceil(execution_timeout.total_seconds())))
+        runtime = runtime or 86400
+        wait = self.max_wait_s
+        if self.spot and wait is None:
+            wait = min(2 * runtime, 2 * MAX_RUNTIME_LIMIT)
+        if self.spot and wait is not None and wait < runtime:
+            raise SettingsError(
+                f"{owner}.max_wait={wait} s is shorter than max_runtime={runtime} s; SageMaker "
+                "needs max_wait >= max_runtime."
+            )
+        machine = load_catalog(CATALOG).get(instance_type)
+        fields = asdict(self)
+        fields.update(
+            role=role,
+            instance_type=instance_type,
+            max_runtime_s=runtime,
+            max_wait_s=wait,
+            image_uri=image_uri,
+            image_repository=self.image_repository
+            or config.get("sagemaker_image_repository")
+            or None,
+            price_per_hour=machine.price_per_hour if machine else None,
+        )
+        return SageMakerJobConfig(**fields)
+
+
+def _seconds(owner: str, name: str, value: Any, high: int, *, low: int) -> int | None:
+    if value is None:
+        return None
+    return check.seconds(owner, name, value, low=low, high=high, service=SERVICE)

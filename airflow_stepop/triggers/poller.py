@@ -1,0 +1,119 @@
+"""One poller per poll group in a triggerer process: many deferred steps, few status calls.
+
+Each trigger asks ``await poller.status(handle, due)`` for its job's state at or after ``due``.
+The poller runs one *round* when the earliest waiting trigger is due (never sooner than the
+backend's ``first_poll_seconds`` after the previous round) and answers every waiting trigger
+from one ``astatuses`` call, so triggers fall into step and a service sees about one batch of
+List calls per poll interval however many jobs it runs. Jobs the batch leaves out get one
+``astatus`` each. The poller's backend instance is shared by its triggers (``backend``), so
+per-job knowledge a backend keeps (phases, final reads) is in one place.
+
+A poller belongs to one event loop and ends when no trigger waits on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_stepop.backends.base import JobStatus, StepBackend
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Waiter:
+    handle: dict[str, Any]
+    due: float
+    answer: asyncio.Future[JobStatus] = field(repr=False)
+
+
+class JobPoller:
+    def __init__(self, backend: StepBackend, key: tuple[Any, ...]) -> None:
+        self.backend = backend
+        self.key = key
+        self.rounds = 0  # how many batched polls ran (what a benchmark reads)
+        self._waiting: dict[str, _Waiter] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._last_round = 0.0
+
+    async def status(self, handle: dict[str, Any], due: float) -> JobStatus:
+        """The job's state from the first round at or after ``due`` (a ``time.monotonic()``)."""
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(handle, due, loop.create_future())
+        self._waiting[handle["job_id"]] = waiter
+        self._wake.set()
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._run())
+        try:
+            return await waiter.answer
+        finally:
+            if self._waiting.get(handle["job_id"]) is waiter:
+                del self._waiting[handle["job_id"]]
+
+    async def _run(self) -> None:
+        try:
+            while self._waiting:
+                self._wake.clear()
+                earliest = min(w.due for w in self._waiting.values())
+                start = max(earliest, self._last_round + self.backend.first_poll_seconds)
+                delay = start - time.monotonic()
+                if delay > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), delay)
+                    continue  # someone new may be due sooner: look again
+                await self._round([w for w in self._waiting.values() if not w.answer.done()])
+        finally:
+            _forget(self)
+
+    async def _round(self, waiters: list[_Waiter]) -> None:
+        self._last_round = time.monotonic()
+        if not waiters:
+            return
+        self.rounds += 1
+        try:
+            answers = await self.backend.astatuses([w.handle for w in waiters])
+        except Exception as exc:  # every trigger backs off on its own (jittered)
+            for waiter in waiters:
+                _settle(waiter, exc)
+            return
+        missing = [w for w in waiters if w.handle["job_id"] not in answers]
+        singles = await asyncio.gather(
+            *(self.backend.astatus(w.handle) for w in missing), return_exceptions=True
+        )
+        for waiter, single in zip(missing, singles, strict=True):
+            _settle(waiter, single)
+        for waiter in waiters:
+            if waiter.handle["job_id"] in answers:
+                _settle(waiter, answers[waiter.handle["job_id"]])
+
+
+def _settle(waiter: _Waiter, answer: JobStatus | BaseException) -> None:
+    if waiter.answer.done():
+        return
+    if isinstance(answer, BaseException):
+        waiter.answer.set_exception(answer)
+    else:
+        waiter.answer.set_result(answer)
+
+
+_pollers: dict[tuple[Any, ...], JobPoller] = {}
+
+
+def poller_for(backend_path: str, backend: StepBackend) -> JobPoller:
+    """The running loop's poller of ``backend``'s poll group (made with this backend if new)."""
+    key = (id(asyncio.get_running_loop()), backend_path, backend.poll_group())
+    poller = _pollers.get(key)
+    if poller is None:
+        poller = _pollers[key] = JobPoller(backend, key)
+    return poller
+
+
+def _forget(poller: JobPoller) -> None:
+    if not poller._waiting and _pollers.get(poller.key) is poller:
+        del _pollers[poller.key]

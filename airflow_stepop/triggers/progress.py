@@ -1,0 +1,55 @@
+"""Progress a person can follow in the task log while a step is deferred.
+
+One line at each state change and at most once a minute otherwise: the state, the time since
+the job was submitted and, where the backend says so in the handle, the machine and the cost so
+far (the handle's ``price_per_hour`` for the whole job, counted from the first poll that saw the
+job running).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from airflow_stepop.backends.base import JobStatus
+
+REPEAT_SECONDS = 60.0
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+class Progress:
+    def __init__(self, handle: dict[str, Any], log: Any) -> None:
+        self.handle = handle
+        self.log = log
+        self.submitted = float(handle.get("submitted_at") or time.time())
+        self.running_since: float | None = None
+        self.state: str | None = None
+        self.shown = 0.0
+
+    def line(self, status: JobStatus, now: float) -> str:
+        parts = [f"Job {self.handle['job_id']}: {status.state}, {_duration(now - self.submitted)}"]
+        parts[0] += " since submit"
+        if machine := self.handle.get("machine"):
+            parts.append(f"on {machine}")
+        price = self.handle.get("price_per_hour")
+        if price is not None:
+            running = now - self.running_since if self.running_since is not None else 0.0
+            parts.append(f"about ${float(price) * running / 3600:.4f} so far")
+        return ", ".join(parts)
+
+    def update(self, status: JobStatus, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        if status.state == "running" and self.running_since is None:
+            self.running_since = now
+        if status.state != self.state or now - self.shown >= REPEAT_SECONDS:
+            self.state = status.state
+            self.shown = now
+            self.log.info(self.line(status, now))

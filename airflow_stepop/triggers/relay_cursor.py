@@ -1,0 +1,73 @@
+"""The log relay's cursor, saved beside the job's run so a resumed trigger continues from it.
+
+Airflow gives a trigger no state of its own that survives a triggerer restart or an HA
+failover, and the run directory is already the job's: ``<run_uri>/relay-<job>.json`` holds the
+backend's last cursor (JSON). It is saved at most every ``SAVE_SECONDS`` after lines were
+relayed, so a resumed trigger repeats at most those seconds of log, never the whole log. Two
+triggers of one job (HA) write the same kind of document: harmless. Saving is best effort: a
+storage error never fails the step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from airflow_stepop.runtime.storage import join
+
+log = logging.getLogger(__name__)
+
+SAVE_SECONDS = 10.0
+
+
+class CursorStore:
+    def __init__(self, handle: dict[str, Any], conn_id: str | None) -> None:
+        self.job_id = handle["job_id"]
+        self.uri = join(handle["run_uri"], f"relay-{self.job_id}.json")
+        self.conn_id = conn_id
+        self.saved = 0.0
+        self.pending = False
+
+    def _storage(self) -> Any:
+        from airflow_stepop.artifacts.storage import worker_storage
+
+        return worker_storage(self.conn_id)
+
+    async def load(self) -> Any:
+        """The cursor a previous trigger of this job saved, or None (start from the top)."""
+
+        def read() -> Any:
+            storage = self._storage()
+            if not storage.exists(self.uri):
+                return None
+            document = storage.read_json(self.uri)
+            return document.get("cursor") if document.get("job_id") == self.job_id else None
+
+        try:
+            cursor = await asyncio.to_thread(read)
+        except Exception as exc:
+            log.warning(
+                "Could not read the log cursor %s (%s); relaying from the top", self.uri, exc
+            )
+            return None
+        if cursor is not None:
+            log.info("Continuing the log relay of job %s where it stopped", self.job_id)
+        return cursor
+
+    async def save(self, cursor: Any, *, relayed: int, final: bool) -> None:
+        self.pending = self.pending or relayed > 0
+        if final or not self.pending or time.monotonic() - self.saved < SAVE_SECONDS:
+            return
+        try:
+            document = json.dumps({"job_id": self.job_id, "cursor": cursor})
+        except (TypeError, ValueError):
+            return  # a backend whose cursor is not JSON relays from the top after a restart
+        self.saved = time.monotonic()
+        self.pending = False
+        try:
+            await asyncio.to_thread(self._storage().write_bytes, self.uri, document.encode())
+        except Exception as exc:
+            log.warning("Could not save the log cursor of job %s: %s", self.job_id, exc)
