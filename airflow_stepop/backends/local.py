@@ -222,6 +222,8 @@ class LocalBackend(StepBackend):
             return JobStatus("running")
         if exit_file.exists():  # ended between the two checks
             return _exit_status(int(exit_file.read_text()), stopped)
+        if stopped:  # stopped so early that the supervisor had no time to record an exit code
+            return JobStatus("stopped", "stopped on request")
         return JobStatus("failed", "the job's supervisor process disappeared (killed or lost)")
 
     def _container_status(self, handle: dict[str, Any], stopped: bool) -> JobStatus:

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_stepop import config
 from airflow_stepop.artifacts.ref import ArtifactRef
@@ -126,18 +127,20 @@ class BaseStepOperator(BaseOperator):
             _remember(store, {"handle": handle, "try_number": ti.try_number})
             self._store_links(context, backend, handle)
             trigger = self._trigger(backend, handle)
+            if self.deferrable:
+                self.defer(trigger=trigger, method_name="execute_complete")
+        except TaskDeferred:
+            raise
         except BaseException:
             self._stop_unless_retried(backend, handle, ti)
             raise
-        if not self.deferrable:
-            self._handle = (backend, handle)
-            try:
-                event = asyncio.run(_first_event(trigger))
-            except BaseException:  # execution_timeout, SIGTERM...: the job must not outlive us
-                backend.stop(handle)
-                raise
-            return self.execute_complete(context, event)
-        self.defer(trigger=trigger, method_name="execute_complete")
+        self._handle = (backend, handle)
+        try:
+            event = asyncio.run(_first_event(trigger))
+        except BaseException:  # execution_timeout, SIGTERM...: the job must not outlive us
+            backend.stop(handle)
+            raise
+        return self.execute_complete(context, event)
 
     def _trigger(self, backend: StepBackend, handle: dict[str, Any]) -> StepJobTrigger:
         return StepJobTrigger(

@@ -1,0 +1,63 @@
+"""DAGs for the faults that cost money or data: a lost worker after success, a failure after
+submit with no retry left. Run with dag.test() on the local backend."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from airflow.sdk import dag
+from step_helpers import record_pid, wait_for_file
+
+from airflow_stepop import LocalStepOperator
+
+RESULTS = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
+
+
+class LosesWorkerAfterSuccess(LocalStepOperator):
+    """Try 1's worker dies after its job succeeded and before the result reached Airflow."""
+
+    def execute_complete(self, context, event):
+        if context["ti"].try_number == 1:
+            raise RuntimeError("simulated: worker lost before execute_complete")
+        return super().execute_complete(context, event)
+
+
+class FailsAfterSubmit(LocalStepOperator):
+    """Something fails in execute() after the submit (e.g. the API server does not answer)."""
+
+    def defer(self, **kwargs):
+        raise RuntimeError("simulated: failure after submit")
+
+
+def count_and_answer(counter: str) -> str:
+    with open(counter, "a") as handle:
+        handle.write("ran\n")
+    return "computed once"
+
+
+def hold_forever(pid_file: str) -> None:
+    record_pid(pid_file)
+    wait_for_file("/nonexistent/never", timeout=3600)
+
+
+@dag(schedule=None)
+def retry_after_success_reuses_result():
+    LosesWorkerAfterSuccess(
+        task_id="paid_once",
+        python_callable=count_and_answer,
+        op_args=[f"{RESULTS}/runs.txt"],
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+    )
+
+
+retry_after_success_reuses_result()
+
+
+@dag(schedule=None)
+def failure_after_submit_without_retry():
+    FailsAfterSubmit(task_id="orphan", python_callable=hold_forever, op_args=[f"{RESULTS}/o.pid"])
+
+
+failure_after_submit_without_retry()
