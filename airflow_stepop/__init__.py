@@ -19,6 +19,7 @@ _EXPORTS = {
     "LocalStepOperator": "airflow_stepop.operators.local",
     "SageMakerStepOperator": "airflow_stepop.operators.sagemaker",
     "StepFailedError": "airflow_stepop.operators.base",
+    "VertexStepOperator": "airflow_stepop.operators.vertex",
 }
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "ResourceSettings",
     "SageMakerStepOperator",
     "StepFailedError",
+    "VertexStepOperator",
     "get_provider_info",
 ]
 
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     from airflow_stepop.operators.base import StepFailedError
     from airflow_stepop.operators.local import LocalStepOperator
     from airflow_stepop.operators.sagemaker import SageMakerStepOperator
+    from airflow_stepop.operators.vertex import VertexStepOperator
     from airflow_stepop.settings import DockerSettings, ResourceSettings
 
 
@@ -66,6 +69,10 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "name": "sagemaker_step",
                 "class-name": "airflow_stepop.decorators.sagemaker.sagemaker_step_task",
+            },
+            {
+                "name": "vertex_step",
+                "class-name": "airflow_stepop.decorators.vertex.vertex_step_task",
             },
         ],
         "connection-types": [

@@ -238,12 +238,18 @@ def aws_connection(moto: str, sagemaker: str | None) -> str:
     return json.dumps(conn, separators=(",", ":"))
 
 
-def google_connection(project: str) -> str:
-    """AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT: anonymous credentials (the emulators check none)."""
-    conn = {
-        "conn_type": "google_cloud_platform",
-        "extra": {"project": project, "is_anonymous": True},
-    }
+def google_connection(project: str, vertex: str | None = None, logging: str | None = None) -> str:
+    """AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT: anonymous credentials (the emulators check none).
+
+    ``vertex_endpoint`` and ``logging_endpoint`` are the connection extras the Vertex backend
+    reads to reach the emulated Vertex AI and Cloud Logging (GCS: STORAGE_EMULATOR_HOST).
+    """
+    extra: dict[str, object] = {"project": project, "is_anonymous": True}
+    if vertex:
+        extra["vertex_endpoint"] = vertex
+    if logging:
+        extra["logging_endpoint"] = logging
+    conn = {"conn_type": "google_cloud_platform", "extra": extra}
     return json.dumps(conn, separators=(",", ":"))
 
 
@@ -335,7 +341,14 @@ def up() -> dict[str, str]:
     if "STEPOP_SAGEMAKER_ENDPOINT" in env:  # boto3's per-service override (service id SageMaker)
         env["AWS_ENDPOINT_URL_SAGEMAKER"] = env["STEPOP_SAGEMAKER_ENDPOINT"]
     env["AIRFLOW_CONN_AWS_DEFAULT"] = aws_connection(moto, env.get("STEPOP_SAGEMAKER_ENDPOINT"))
-    env.setdefault("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", google_connection("stepop-local"))
+    env.setdefault(
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT",
+        google_connection(
+            "stepop-local",
+            env.get("STEPOP_VERTEX_ENDPOINT"),
+            env.get("STEPOP_VERTEX_LOGGING_ENDPOINT"),
+        ),
+    )
     env["STEPOP_DEMO_BUCKET"] = DEMO_BUCKET
     create_buckets(env, DEMO_BUCKET)
     write_env(env)

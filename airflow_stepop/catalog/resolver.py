@@ -1,9 +1,9 @@
 """A machine catalog and the resolver ResourceSettings -> cheapest fitting machine type.
 
 Generic over services: a catalog is a CSV file in this package with the columns
-``instance_type, vcpu, memory_gib, gpu_count, gpu_model, gpu_memory_gib, price_per_hour`` and
-``# key: value`` header lines (``catalog_date``, ``region``, ``currency``). Nothing here knows a
-service's names beyond what its file says.
+``instance_type, vcpu, memory_gib, gpu_count, gpu_model, gpu_memory_gib, price_per_hour`` (and
+optionally ``spot_price_per_hour``) and ``# key: value`` header lines (``catalog_date``,
+``region``, ``currency``). Nothing here knows a service's names beyond what its file says.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class MachineType:
     gpu_model: str | None
     gpu_memory_gib: float
     price_per_hour: float | None
+    spot_price_per_hour: float | None = None
 
     def describe(self) -> str:
         gpus = (
@@ -89,7 +90,9 @@ class Catalog:
                 return machine
         return None
 
-    def resolve(self, want: ResourceSettings, *, owner: str = "resources") -> MachineType:
+    def resolve(
+        self, want: ResourceSettings, *, owner: str = "resources", explicit: str = "instance_type"
+    ) -> MachineType:
         """The cheapest type that fits ``want`` (ties: fewer GPUs, vCPUs, memory, then name)."""
         fitting = [m for m in self.types if m.fits(want)]
         if fitting:
@@ -99,7 +102,7 @@ class Catalog:
         raise NoFittingMachineError(
             f"{owner}={_show(want)} fits no {self.service} machine type in the catalog "
             f"(catalog date {self.date}). Closest: {shown}. Ask for less (or more machines with "
-            "instance_count), or name a type explicitly with instance_type=."
+            f"instance_count), or name a type explicitly with {explicit}=."
         )
 
 
@@ -132,6 +135,7 @@ def parse(text: str, service: str) -> Catalog:
     types = []
     for row in csv.DictReader(io.StringIO("\n".join(rows))):
         price = row["price_per_hour"].strip()
+        spot = (row.get("spot_price_per_hour") or "").strip()
         types.append(
             MachineType(
                 name=row["instance_type"].strip(),
@@ -141,6 +145,7 @@ def parse(text: str, service: str) -> Catalog:
                 gpu_model=row["gpu_model"].strip() or None,
                 gpu_memory_gib=float(row["gpu_memory_gib"] or 0),
                 price_per_hour=float(price) if price else None,
+                spot_price_per_hour=float(spot) if spot else None,
             )
         )
     return Catalog(

@@ -1,4 +1,5 @@
-"""Registries to push environment images to: ECR (repository on demand, token login) or any.
+"""Registries to push environment images to: ECR (repository on demand, token login), Artifact
+Registry (token login) or any.
 
 An ECR repository (``<account>.dkr.ecr.<region>.amazonaws.com/<name>``) is created when missing
 and logged in to with a token from ECR's GetAuthorizationToken, through the amazon provider's
@@ -63,3 +64,21 @@ def prepare(repository: str, *, aws_conn_id: str | None, region_name: str | None
         repository,
         auth_config={"username": credentials.username, "password": credentials.password},
     )
+
+
+ARTIFACT_REGISTRY_HOST = re.compile(r"^[a-z0-9-]+-docker\.pkg\.dev$")
+
+
+def prepare_google(repository: str, token: Any) -> Registry:
+    """Artifact Registry (``LOCATION-docker.pkg.dev/PROJECT/REPO[/IMAGE]``): log in with an
+    OAuth access token of the connection's credentials (``token()`` gives one); any other
+    registry is used as given. A bare ``.../PROJECT/REPO`` gets the image name appended.
+    """
+    host, _, path = repository.partition("/")
+    if not ARTIFACT_REGISTRY_HOST.match(host):
+        return Registry(repository)
+    if path.count("/") == 1:
+        from airflow_stepop.images.builder import DEFAULT_REPOSITORY
+
+        repository = f"{repository}/{DEFAULT_REPOSITORY}"
+    return Registry(repository, auth_config={"username": "oauth2accesstoken", "password": token()})

@@ -1,0 +1,261 @@
+"""VertexStepOperator's argument rules: keyword arguments -> a frozen ``VertexJobConfig``.
+
+Checked at DAG parse time, before any API call: a wrong value fails the import naming the
+argument, the value and a valid example. ``resources=`` is resolved here through the packaged
+catalog (``catalog/vertex_custom_training.csv``) to the cheapest legal (machine type,
+accelerator type, count); a catalog row names a machine with GPUs as
+``MACHINE+ACCELERATOR_TYPExCOUNT`` (e.g. ``n1-standard-8+NVIDIA_TESLA_T4x1``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from airflow_stepop.backends import arguments as check
+from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
+
+OWNER = "VertexStepOperator"
+CATALOG = "vertex_custom_training"
+DEFAULT_RUNTIME_S = 7 * 24 * 3600  # Vertex's own default scheduling.timeout
+MAX_RUNTIME_S = 30 * 24 * 3600
+MAX_REPLICAS = 100
+USER_LABELS_MAX = 50  # Vertex takes 64 labels; the rest are ours (see vertex.job_labels)
+ACCELERATORS = (
+    "NVIDIA_TESLA_K80", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_V100", "NVIDIA_TESLA_P4",
+    "NVIDIA_TESLA_T4", "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB", "NVIDIA_L4", "NVIDIA_H100_80GB",
+    "NVIDIA_H100_MEGA_80GB", "NVIDIA_H200_141GB", "NVIDIA_B200", "NVIDIA_GB200",
+    "NVIDIA_RTX_PRO_6000", "TPU_V2", "TPU_V3", "TPU_V4_POD", "TPU_V5_LITEPOD",
+)  # fmt: skip
+_PROJECT = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
+_LOCATION = re.compile(r"[a-z]+(-[a-z]+)+\d+")
+_MACHINE = re.compile(r"[a-z][a-z0-9]*-[a-z0-9]+(-[a-z0-9]+)*")
+_ACCOUNT = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[a-z]{2,}")
+_NETWORK = re.compile(r"projects/[\w\-]+/global/networks/[\w\-]+")
+_KMS = re.compile(r"projects/[\w\-]+/locations/[\w\-]+/keyRings/[\w\-]+/cryptoKeys/[\w\-]+")
+_LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+_LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
+_RESOURCE_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
+_EXPERIMENT = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+
+
+@dataclass(frozen=True)
+class VertexJobConfig:
+    """A CustomJob's settings (what ``VertexBackend.submit`` turns into the request)."""
+
+    machine_type: str
+    accelerator_type: str | None = None
+    accelerator_count: int = 0
+    replica_count: int = 1
+    boot_disk_size_gb: int = 100
+    max_runtime_s: int = DEFAULT_RUNTIME_S
+    spot: bool = False
+    restart_on_worker_restart: bool = False
+    service_account: str | None = None
+    network: str | None = None
+    encryption_key: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    image_uri: str | None = None
+    image_repository: str | None = None
+    persistent_resource_id: str | None = None
+    experiment: str | None = None
+    price_per_hour: float | None = None  # one machine; the spot price for spot jobs
+
+    @property
+    def machine(self) -> str:
+        """Catalog name of one machine: ``n1-standard-8+NVIDIA_TESLA_T4x1`` or ``e2-standard-4``."""
+        return machine_name(self.machine_type, self.accelerator_type, self.accelerator_count)
+
+    def describe(self) -> str:
+        """``n1-standard-8 + 1 x NVIDIA_TESLA_T4, 2 replicas`` (the trigger's progress lines)."""
+        text = self.machine_type
+        if self.accelerator_type:
+            text += f" + {self.accelerator_count} x {self.accelerator_type}"
+        if self.replica_count > 1:
+            text += f", {self.replica_count} replicas"
+        return text + (", spot" if self.spot else "")
+
+    @classmethod
+    def from_arguments(
+        cls,
+        *,
+        resources: ResourceSettings | None,
+        docker: DockerSettings | None,
+        artifact_root: str | None,
+        execution_timeout: Any,
+        machine_type: str | None = None,
+        accelerator_type: str | None = None,
+        accelerator_count: int | None = None,
+        replica_count: int = 1,
+        boot_disk_size_gb: int = 100,
+        max_runtime: timedelta | int | None = None,
+        spot: bool = False,
+        restart_on_worker_restart: bool = False,
+        service_account: str | None = None,
+        network: str | None = None,
+        encryption_key: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        image_uri: str | None = None,
+        image_repository: str | None = None,
+        persistent_resource_id: str | None = None,
+        experiment: str | None = None,
+    ) -> VertexJobConfig:
+        from airflow_stepop import config
+        from airflow_stepop.catalog import load
+
+        catalog = load(CATALOG)
+        machine, accelerator, count = _hardware(
+            catalog, resources, machine_type, accelerator_type, accelerator_count
+        )
+        if machine is None:
+            machine, accelerator, count = split_machine(config.get("vertex_default_machine_type"))
+        replicas = check.whole_number(
+            OWNER, "replica_count", replica_count, low=1, high=MAX_REPLICAS
+        )
+        disk = check.whole_number(
+            OWNER, "boot_disk_size_gb", boot_disk_size_gb, low=100, high=64000
+        )
+        if max_runtime is not None:
+            runtime = check.seconds(OWNER, "max_runtime", max_runtime, low=1, high=MAX_RUNTIME_S,
+                                    service="Vertex AI")  # fmt: skip
+        elif isinstance(execution_timeout, timedelta):
+            runtime = min(MAX_RUNTIME_S, max(1, math.ceil(execution_timeout.total_seconds())))
+        else:
+            runtime = DEFAULT_RUNTIME_S
+        check.boolean(OWNER, "spot", spot)
+        check.boolean(OWNER, "restart_on_worker_restart", restart_on_worker_restart)
+        check.matching(OWNER, "service_account", service_account, _ACCOUNT, "a service account",
+                       "trainer@my-project.iam.gserviceaccount.com")  # fmt: skip
+        check.matching(OWNER, "network", network, _NETWORK, "a VPC network name",
+                       "projects/123456789012/global/networks/my-vpc")  # fmt: skip
+        kms_example = "projects/my-project/locations/us-central1/keyRings/ml/cryptoKeys/k"
+        check.matching(OWNER, "encryption_key", encryption_key, _KMS, "a Cloud KMS key name",
+                       kms_example)  # fmt: skip
+        label_map = check.string_map(
+            OWNER, "labels", labels, key_pattern=_LABEL_KEY, limit=USER_LABELS_MAX,
+            key_rule="keys are 1-63 lowercase letters, digits, '_' or '-', starting with a letter.",
+            value_pattern=_LABEL_VALUE,
+            value_rule="values are at most 63 lowercase letters, digits, '_' or '-'.",
+        )  # fmt: skip
+        check.image_uri(OWNER, image_uri, "us-central1-docker.pkg.dev/my-project/train/env:1.0")
+        if image_uri is None and docker is None:
+            raise SettingsError(
+                f"{OWNER} needs an image: set image_uri= (a prebuilt image with python3) or "
+                "docker=DockerSettings(parent_image=..., requirements=[...])."
+            )
+        if image_repository is not None:
+            from airflow_stepop.images.registry import check_repository
+
+            try:
+                check_repository(image_repository, f"{OWNER}.image_repository")
+            except ValueError as exc:
+                raise SettingsError(str(exc)) from exc
+        check.matching(OWNER, "persistent_resource_id", persistent_resource_id, _RESOURCE_ID,
+                       "a persistent resource id", "stepop-warm-pool")  # fmt: skip
+        check.matching(OWNER, "experiment", experiment, _EXPERIMENT,
+                       "a Vertex AI experiment name", "churn-model")  # fmt: skip
+        check.artifact_root(OWNER, artifact_root, ("gs",), "gs://my-bucket/stepop")
+        row = catalog.get(machine_name(machine, accelerator, count))
+        price = None
+        if row is not None:
+            price = row.spot_price_per_hour if spot else row.price_per_hour
+        return cls(
+            machine_type=machine, accelerator_type=accelerator, accelerator_count=count,
+            replica_count=replicas, boot_disk_size_gb=disk, max_runtime_s=runtime, spot=spot,
+            restart_on_worker_restart=restart_on_worker_restart, service_account=service_account,
+            network=network, encryption_key=encryption_key, labels=label_map, image_uri=image_uri,
+            image_repository=image_repository, persistent_resource_id=persistent_resource_id,
+            experiment=experiment, price_per_hour=price,
+        )  # fmt: skip
+
+
+def access_arguments(
+    gcp_conn_id: Any, project_id: Any, location: Any, impersonation_chain: Any
+) -> tuple[str, str | None, str | None, list[str]]:
+    """The connection, project, region and impersonation chain, checked."""
+    check.conn_id(OWNER, "gcp_conn_id", gcp_conn_id, "google_cloud_default")
+    check.matching(OWNER, "project_id", project_id, _PROJECT, "a Google Cloud project id",
+                   "my-project")  # fmt: skip
+    check.matching(OWNER, "location", location, _LOCATION, "a Vertex AI region", "us-central1")
+    if isinstance(impersonation_chain, str):
+        impersonation_chain = [impersonation_chain]
+    chain = check.id_list(OWNER, "impersonation_chain", impersonation_chain, _ACCOUNT,
+                          "deployer@my-project.iam.gserviceaccount.com", limit=10,
+                          service="the IAM credentials API")  # fmt: skip
+    return gcp_conn_id, project_id, location, list(chain)
+
+
+def machine_name(machine_type: str, accelerator_type: str | None, count: int) -> str:
+    return f"{machine_type}+{accelerator_type}x{count}" if accelerator_type else machine_type
+
+
+def split_machine(name: str) -> tuple[str, str | None, int]:
+    """``n1-standard-8+NVIDIA_TESLA_T4x1`` -> ("n1-standard-8", "NVIDIA_TESLA_T4", 1)."""
+    machine, _, accelerator = name.partition("+")
+    if not accelerator:
+        return machine, None, 0
+    kind, _, count = accelerator.rpartition("x")
+    return machine, kind, int(count)
+
+
+def _hardware(
+    catalog: Any,
+    resources: ResourceSettings | None,
+    machine_type: Any,
+    accelerator_type: Any,
+    accelerator_count: Any,
+) -> tuple[str | None, str | None, int]:
+    """An explicit machine (checked against the catalog's pairings) wins over ``resources=``."""
+    if accelerator_type is not None and accelerator_type not in ACCELERATORS:
+        raise SettingsError(
+            f"{OWNER}.accelerator_type={accelerator_type!r} is not a Vertex accelerator type; "
+            "use e.g. 'NVIDIA_TESLA_T4', 'NVIDIA_L4' or 'NVIDIA_TESLA_A100'."
+        )
+    if accelerator_count is not None:
+        check.whole_number(OWNER, "accelerator_count", accelerator_count, low=1, high=16)
+        if accelerator_type is None:
+            raise SettingsError(
+                f"{OWNER}.accelerator_count={accelerator_count!r} needs accelerator_type=, "
+                "e.g. accelerator_type='NVIDIA_TESLA_T4'."
+            )
+    if machine_type is None:
+        if accelerator_type is not None:
+            raise SettingsError(
+                f"{OWNER}.accelerator_type={accelerator_type!r} needs machine_type=, e.g. "
+                "machine_type='n1-standard-8' (or ask with resources=ResourceSettings(...))."
+            )
+        if resources is None:
+            return None, None, 0
+        chosen = catalog.resolve(resources, owner=f"{OWNER}.resources", explicit="machine_type")
+        return split_machine(chosen.name)
+    if not isinstance(machine_type, str) or not _MACHINE.fullmatch(machine_type):
+        raise SettingsError(
+            f"{OWNER}.machine_type={machine_type!r} is not a Vertex machine type; use e.g. "
+            "'n1-standard-8', 'e2-standard-4' or 'a2-highgpu-1g'."
+        )
+    # Accelerator-optimized types come with their GPUs: the catalog knows which.
+    fixed = [m.name for m in catalog.types if m.name.startswith(machine_type + "+")]
+    fixed_kinds = {split_machine(name)[1:] for name in fixed}
+    if machine_type.startswith("n1-") or not fixed:
+        if accelerator_type is not None and not machine_type.startswith("n1-"):
+            raise SettingsError(
+                f"{OWNER}.accelerator_type={accelerator_type!r} cannot be attached to "
+                f"machine_type={machine_type!r}; GPUs attach to n1 types (e.g. 'n1-standard-8') "
+                "or come with a2/a3/g2 types (e.g. 'g2-standard-8')."
+            )
+        return machine_type, accelerator_type, (accelerator_count or 1) if accelerator_type else 0
+    (kind, count), *_ = fixed_kinds
+    if (accelerator_type, accelerator_count) not in {(None, None), (kind, None), (kind, count)}:
+        raise SettingsError(
+            f"{OWNER}: machine_type={machine_type!r} comes with {count} x {kind}; leave "
+            f"accelerator_type and accelerator_count out or set accelerator_type={kind!r}, "
+            f"accelerator_count={count}."
+        )
+    return machine_type, kind, count
+
+
+__all__ = ["ACCELERATORS", "VertexJobConfig", "access_arguments", "machine_name", "split_machine"]

@@ -1,0 +1,235 @@
+"""DAGs the Vertex integration tests run with dag.test() on the emulated cloud."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timedelta
+
+from airflow.sdk import dag, task
+
+from airflow_stepop import DockerSettings, ResourceSettings, VertexStepOperator
+
+RESULTS = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
+REGISTRY = os.environ.get("STEPOP_REGISTRY", "127.0.0.1:5000")
+BASE = f"{REGISTRY}/stepop-base/python:3.11-bookworm"
+PARENT_ONLY = DockerSettings(parent_image=BASE)
+
+
+def _remember(name: str, value) -> None:
+    with open(f"{RESULTS}/{name}.json", "w") as handle:
+        json.dump(value, handle)
+
+
+def _remember_failure(context):
+    _remember("failure", f"{type(context['exception']).__name__}: {context['exception']}")
+
+
+def score(model_dir, scale: float) -> float:
+    """A classic operator's callable: reads the model directory an upstream step wrote."""
+    from pathlib import Path
+
+    return float((Path(model_dir) / "weights.txt").read_text()) * scale
+
+
+@dag(schedule=None)
+def vx_pipeline():
+    @task.vertex_step(docker=PARENT_ONLY, resources=ResourceSettings(cpu_count=2, memory="4GiB"))
+    def train(n: int):
+        import numpy
+
+        return numpy.arange(n, dtype="float64")
+
+    @task.vertex_step(docker=PARENT_ONLY, environment={"SETTING": "s"})
+    def save_model(weights):
+        import tempfile
+        from pathlib import Path
+
+        model = Path(tempfile.mkdtemp()) / "model"
+        model.mkdir()
+        (model / "weights.txt").write_text(str(float(weights.sum())))
+        (model / "config.json").write_text(json.dumps({"n": int(weights.size)}))
+        return model
+
+    weights = train(100_000)
+    scored = VertexStepOperator(
+        task_id="score",
+        python_callable=score,
+        op_args=[save_model(weights)],
+        op_kwargs={"scale": 2.0},
+        docker=PARENT_ONLY,
+    )
+
+    @task.vertex_step(docker=PARENT_ONLY)
+    def shard(weights, k: int):
+        return float(weights[k::4].sum())
+
+    @task
+    def check(total, parts, weights_ref):
+        loaded = float(weights_ref.load().sum())
+        _remember("check", {"score": total, "parts": sum(parts), "loaded": loaded})
+
+    check(scored.output, shard.partial(weights=weights).expand(k=[0, 1, 2, 3]), weights)
+
+
+vx_pipeline()
+
+
+@dag(schedule=None)
+def vx_step_raises():
+    @task.vertex_step(docker=PARENT_ONLY, on_failure_callback=_remember_failure)
+    def explode(x: int):
+        print("about to fail")
+        raise ValueError(f"bad value {x}")
+
+    explode(42)
+
+
+vx_step_raises()
+
+
+def wait_for_file(path: str, timeout: float = 120.0) -> None:
+    import time
+    from pathlib import Path
+
+    deadline = time.monotonic() + timeout
+    while not Path(path).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.05)
+
+
+class LosesWorkerAfterSubmit(VertexStepOperator):
+    """Simulates a worker that dies after submitting a job and before deferring (try 1)."""
+
+    def execute(self, context):
+        self._try = context["ti"].try_number
+        return super().execute(context)
+
+    def defer(self, **kwargs):
+        if self._try == 1:
+            raise RuntimeError("simulated: worker lost between submit and defer")
+        open(f"{RESULTS}/release", "w").close()  # only now may the try-1 job finish
+        super().defer(**kwargs)
+
+
+def held_step(release: str) -> str:
+    wait_for_file(release)
+    return "done by the first job"
+
+
+@dag(schedule=None)
+def vx_retry_reattaches():
+    LosesWorkerAfterSubmit(
+        task_id="held", python_callable=held_step, op_args=[f"{RESULTS}/release"],
+        docker=PARENT_ONLY, retries=1, retry_delay=timedelta(seconds=0),
+    )  # fmt: skip
+
+
+vx_retry_reattaches()
+
+
+@dag(schedule=None)
+def vx_spot_resumes():
+    @task.vertex_step(docker=PARENT_ONLY, spot=True, max_runtime=600)
+    def resumable():
+        import time
+        from pathlib import Path
+
+        state = Path(os.environ["STEPOP_CHECKPOINT_DIR"]) / "epoch.txt"
+        if state.exists():
+            return f"resumed at epoch {state.read_text()}"
+        state.write_text("7")
+        time.sleep(120)  # the preemption comes before this ends
+        return "never preempted"
+
+    resumable()
+
+
+vx_spot_resumes()
+
+
+@dag(schedule=None)
+def vx_two_nodes():
+    @task.vertex_step(docker=PARENT_ONLY, replica_count=2, machine_type="n1-standard-4")
+    def ranks():
+        names = ("WORLD_SIZE", "RANK", "NODE_RANK", "LOCAL_RANK")
+        return {name: os.environ[name] for name in names} | {"master": "MASTER_ADDR" in os.environ}
+
+    ranks()
+
+
+vx_two_nodes()
+
+
+@dag(schedule=None)
+def vx_times_out():
+    @task.vertex_step(docker=PARENT_ONLY, execution_timeout=timedelta(seconds=8), max_runtime=600)
+    def slow():
+        import time
+
+        time.sleep(300)
+
+    slow()
+
+
+vx_times_out()
+
+
+@dag(schedule=None)
+def vx_gpu():
+    @task.vertex_step(
+        docker=PARENT_ONLY, resources=ResourceSettings(gpu_type="T4"), spot=True,
+        labels={"team": "ml"},
+    )  # fmt: skip
+    def fit():
+        return "fitted"
+
+    fit()
+
+
+vx_gpu()
+
+
+@dag(schedule=None)
+def vx_in_container():
+    @task.vertex_step(image_uri=BASE, labels={"stepop_fake_mode": "container"})
+    def contained(x: int):
+        import sys
+
+        return {"double": x * 2, "python": sys.version_info[:2] == (3, 11)}
+
+    contained(21)
+
+
+vx_in_container()
+
+
+@dag(schedule=None)
+def vx_chain():
+    @task.vertex_step(docker=PARENT_ONLY)
+    def make(n: int):
+        import numpy
+
+        return numpy.ones(n)
+
+    @task.vertex_step(docker=PARENT_ONLY)
+    def total(values):
+        return float(values.sum())
+
+    total(make(50_000))
+
+
+vx_chain()
+
+
+@dag(schedule=None)
+def vx_stockout():
+    @task.vertex_step(docker=PARENT_ONLY, on_failure_callback=_remember_failure)
+    def scarce():
+        return "never runs"
+
+    scarce()
+
+
+vx_stockout()
