@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import textwrap
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +47,15 @@ def steps(tmp_path, monkeypatch):
                 while not Path(release).exists():
                     time.sleep(0.05)
                 return "released"
+
+            def two_phases(release):
+                for i in range(3):
+                    print(f"before {i}", flush=True)
+                while not Path(release).exists():
+                    time.sleep(0.05)
+                for i in range(3):
+                    print(f"after {i}", flush=True)
+                return "done"
 
             def where():
                 return {"python": sys.executable, "greeting": os.environ.get("GREETING")}
@@ -99,6 +110,44 @@ def test_trigger_relays_job_log_lines_into_the_task_log(tmp_path, steps, capfd):
     for i in range(5):
         assert f"[{handle['job_id']}] line {i}" in logged
     assert storage.read_json(handle["run_uri"] + "/result.json")["outputs"] == {"inline": 5}
+
+
+def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_stopped(
+    tmp_path, steps, capfd
+):
+    release = tmp_path / "release"
+    _, handle, first, _ = _submit(tmp_path, steps.two_phases, [str(release)])
+    saved = (
+        tmp_path
+        / "root"
+        / handle["run_uri"].split("/root/", 1)[1]
+        / f"relay-{handle['job_id']}.json"
+    )
+
+    output = Path(handle["job_dir"]) / "output.log"
+
+    def all_before_lines_saved() -> bool:  # the saved cursor is past "before 2"
+        end = output.read_bytes().find(b"before 2\n") if output.exists() else -1
+        return end >= 0 and saved.exists() and json.loads(saved.read_text())["cursor"] > end
+
+    async def relay_until_saved():
+        task = asyncio.ensure_future(_first(first))
+        for _ in range(600):
+            if all_before_lines_saved():
+                break
+            await asyncio.sleep(0.05)
+        task.cancel()  # the triggerer dies
+
+    asyncio.run(relay_until_saved())
+    assert all_before_lines_saved()
+    release.touch()
+    classpath, kwargs = first.serialize()
+    resumed = StepJobTrigger(**kwargs)  # what another triggerer rebuilds from the database
+    capfd.readouterr()
+    assert asyncio.run(_first(resumed))["status"] == "succeeded"
+    logged = capfd.readouterr().out
+    assert all(f"after {i}" in logged for i in range(3))
+    assert "before" not in logged  # not relayed twice
 
 
 def test_user_kill_stops_the_job(tmp_path, steps):
