@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
+
+import pytest
 
 from airflow_stepop import ArtifactRef
 from tests.integration.vertex.conftest import custom_jobs, dags, xcoms
 
 TOTAL = float(sum(range(100_000)))
+BASE = "127.0.0.1:5000/stepop-base/python:3.11-bookworm"
 
 
 def _read(results, name):
@@ -123,3 +128,87 @@ def test_a_gpu_request_resolves_to_a_priced_spot_machine(gcp, ctl):
     assert billing["machine"] == "n1-standard-4+NVIDIA_TESLA_T4x1" and billing["spot"] is True
     assert billing["price_per_hour_usd"] < 0.62  # the spot price, below on-demand
     assert billing["estimated_cost_usd"] > 0
+
+
+def _hold(release: str) -> str:
+    import time
+    from pathlib import Path
+
+    deadline = time.monotonic() + 300
+    while not Path(release).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return "released"
+
+
+def test_a_user_kill_cancels_the_custom_job(gcp, ctl):
+    from airflow_stepop.artifacts.storage import worker_storage
+    from airflow_stepop.backends.base import JobRequest
+    from airflow_stepop.backends.naming import job_name, task_key
+    from airflow_stepop.backends.vertex import VertexBackend
+    from airflow_stepop.backends.vertex_config import VertexJobConfig
+    from airflow_stepop.packaging.staging import StepIdentity, stage_step
+    from airflow_stepop.triggers.step_job import StepJobTrigger
+    from tests.waiting import wait_for
+
+    run_id = f"run-{uuid.uuid4().hex[:6]}"
+    key = task_key("vx_kill", run_id, "held", -1)
+    staged = stage_step(
+        _hold, [str(gcp["results"] / "never")], {}, root=gcp["root"],
+        step=StepIdentity("vx_kill", run_id, "held", -1, 1),
+        storage=worker_storage("google_cloud_default"),
+    )  # fmt: skip
+    backend = VertexBackend(job=VertexJobConfig(machine_type="n1-standard-4", image_uri=BASE))
+    handle = backend.submit(
+        JobRequest(job_name(key, 1), key, staged.spec_uri, staged.run_uri, staged.code_uri)
+    )
+    trigger = StepJobTrigger(
+        backend_path="airflow_stepop.backends.vertex.VertexBackend",
+        backend_kwargs=backend.serialize(),
+        handle=handle,
+        poll_interval=0.2,
+    )
+
+    async def user_kills_the_task() -> None:
+        waiting = asyncio.ensure_future(anext(aiter(trigger.run())))
+        await asyncio.to_thread(
+            wait_for, lambda: backend.status(handle).state == "running", 60, "the job to run"
+        )
+        assert not waiting.done()  # deferred: the trigger is waiting for the job
+        await trigger.on_kill()  # what Airflow awaits on mark-failed / clear
+        waiting.cancel()
+
+    asyncio.run(user_kills_the_task())
+    wait_for(lambda: backend.status(handle).state == "stopped", 60, "the job to be cancelled")
+    assert ctl.counters()["CancelCustomJob"] == 1
+
+
+def test_every_bad_argument_is_refused_before_any_api_call(gcp, ctl):
+    from airflow.sdk import DAG
+
+    from airflow_stepop import ResourceSettings, VertexStepOperator
+    from airflow_stepop.settings import SettingsError
+
+    bad = [
+        {"resources": ResourceSettings(gpu_count=16, gpu_type="H100")},
+        {
+            "machine_type": "a2-highgpu-1g",
+            "accelerator_count": 4,
+            "accelerator_type": "NVIDIA_TESLA_A100",
+        },
+        {"labels": {"Team": "ml"}},
+        {"max_runtime": -1},
+        {"artifact_root": "s3://elsewhere"},
+    ]
+    for kwargs in bad:
+        with pytest.raises(SettingsError), DAG("vx_refused", schedule=None):
+            VertexStepOperator(task_id="t", python_callable=len, image_uri=BASE, **kwargs)
+    assert ctl.counters() == {}
+
+
+@pytest.mark.container
+def test_a_step_runs_in_the_image_in_container_mode(gcp, ctl, registry_image, docker_engine):
+    run = dags().vx_in_container().test()
+    assert run.state == "success"
+    assert xcoms(run)[("contained", "return_value", -1)] == {"double": 42, "python": True}
+    (job,) = custom_jobs(gcp["fake"], "contained")
+    assert job["labels"]["stepop_fake_mode"] == "container"

@@ -1,0 +1,210 @@
+"""The CustomJob of one step: its request body, its labels, its facts and its cost.
+
+Pure functions (no API call), so the request shape and the billing arithmetic are unit-tested.
+How a step becomes a job:
+
+* one worker pool (two for ``replica_count > 1``: Vertex's first pool has exactly one replica)
+  runs ``python3 /gcs/<bucket>/<run>/stepop_vertex_entry.py`` (``vertex_entry.py``), which
+  reads code, spec and inputs through the Cloud Storage FUSE mount and writes the results into
+  the attempt's run directory: the image needs no Google SDK;
+* ``baseOutputDirectory`` is the task instance's directory (the parent of every try's run
+  directory), so ``AIP_CHECKPOINT_DIR`` - the step's ``$STEPOP_CHECKPOINT_DIR`` - is shared by
+  all tries and survives a spot preemption;
+* the display name is ``naming.job_name`` (one per try); labels ``stepop=step`` (every job of
+  ours: the batched poll's filter), ``stepop_task`` (the task instance's hash: re-attach),
+  ``stepop_try`` and the Airflow ids, lowercased; the user's labels last.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+from airflow_stepop.backends.base import JobRequest
+from airflow_stepop.backends.naming import key_prefix
+from airflow_stepop.backends.vertex_config import CATALOG, VertexJobConfig, machine_name
+from airflow_stepop.runtime.storage import join
+
+ENTRY_FILE = "stepop_vertex_entry.py"
+OUR_LABEL = ("stepop", "step")
+ENV_MAX = 100
+_LABEL_VALUE = re.compile(r"[^a-z0-9_-]+")
+
+
+class VertexConfigError(ValueError):
+    """A request Vertex would refuse, caught before any API call."""
+
+
+def label_value(value: Any) -> str:
+    return _LABEL_VALUE.sub("-", str(value).lower())[:63].strip("-") or "none"
+
+
+def task_digest(task_key: str) -> str:
+    return key_prefix(task_key).rsplit("-", 1)[1]
+
+
+def gcs_path(uri: str) -> str:
+    """gs://bucket/key -> /gcs/bucket/key (the Cloud Storage FUSE mount)."""
+    if not uri.startswith("gs://"):
+        raise VertexConfigError(
+            f"A Vertex step reads and writes gs:// URIs only, not {uri}: give the step and its "
+            "upstream steps a gs:// artifact_root, or pass the value itself."
+        )
+    return "/gcs/" + uri[len("gs://") :]
+
+
+def _ref_uris(node: Any) -> list[str]:
+    """URIs of every artifact reference in a spec value node."""
+    if isinstance(node, dict):
+        if isinstance(node.get("ref"), dict):
+            return [node["ref"]["uri"]]
+        children = [*node.get("list", []), *node.get("dict", {}).values()]
+        return [uri for child in children for uri in _ref_uris(child)]
+    return []
+
+
+def job_labels(request: JobRequest, job: VertexJobConfig) -> dict[str, str]:
+    ours = {f"airflow_{key}": label_value(value) for key, value in request.labels.items()}
+    ours.update(dict([OUR_LABEL]), stepop_task=task_digest(request.task_key))
+    ours["stepop_try"] = request.job_name.rsplit("-t", 1)[-1]
+    return {**ours, **job.labels}
+
+
+def build_job(
+    request: JobRequest, spec: dict[str, Any], job: VertexJobConfig, image: str, project: str,
+    location: str,
+) -> dict[str, Any]:  # fmt: skip
+    """The CustomJob body (proto field names) for one attempt. Pure: no API call."""
+    run_uri = request.run_uri.rstrip("/")
+    inputs = _ref_uris({"list": spec.get("args", [])}) + _ref_uris({"dict": spec.get("kwargs", {})})
+    buckets = {
+        uri.split("/", 3)[2] for uri in [run_uri, request.code_uri, *inputs] if gcs_path(uri)
+    }
+    path_map = {f"gs://{b}": f"/gcs/{b}" for b in sorted(buckets)}
+    env = {
+        **request.environment,
+        "PYTHONUNBUFFERED": "1",
+        "STEPOP_PATH_MAP": json.dumps(path_map),
+        "STEPOP_SPEC_URI": request.spec_uri,
+        "STEPOP_CODE_PATH": gcs_path(request.code_uri),
+    }
+    if len(env) > ENV_MAX:
+        raise VertexConfigError(
+            f"The step has {len(request.environment)} environment entries; a Vertex container "
+            f"takes {ENV_MAX} in all, {ENV_MAX - 4} of them the step's. Pass fewer."
+        )
+    machine: dict[str, Any] = {"machine_type": job.machine_type}
+    if job.accelerator_type:
+        machine["accelerator_type"] = job.accelerator_type
+        machine["accelerator_count"] = job.accelerator_count
+    pool = {
+        "machine_spec": machine,
+        "replica_count": 1,
+        "disk_spec": {"boot_disk_type": "pd-ssd", "boot_disk_size_gb": job.boot_disk_size_gb},
+        "container_spec": {
+            "image_uri": image,
+            "command": ["python3", gcs_path(join(run_uri, ENTRY_FILE))],
+            "env": [{"name": k, "value": v} for k, v in env.items()],
+        },
+    }
+    pools = [pool]
+    if job.replica_count > 1:
+        pools.append({**pool, "replica_count": job.replica_count - 1})
+    scheduling: dict[str, Any] = {
+        "timeout": f"{job.max_runtime_s}s",
+        "restart_job_on_worker_restart": job.restart_on_worker_restart,
+    }
+    if job.spot:
+        scheduling["strategy"] = "SPOT"
+    job_spec: dict[str, Any] = {
+        "worker_pool_specs": pools,
+        "scheduling": scheduling,
+        "base_output_directory": {"output_uri_prefix": run_uri.rsplit("/", 1)[0]},
+    }
+    for name in ("service_account", "network", "persistent_resource_id"):
+        if getattr(job, name):
+            job_spec[name] = getattr(job, name)
+    if job.experiment:
+        contexts = f"projects/{project}/locations/{location}/metadataStores/default/contexts"
+        job_spec["experiment"] = f"{contexts}/{job.experiment}"
+        job_spec["experiment_run"] = f"{contexts}/{job.experiment}-{request.job_name}"
+    body: dict[str, Any] = {
+        "display_name": request.job_name,
+        "labels": job_labels(request, job),
+        "job_spec": job_spec,
+    }
+    if job.encryption_key:
+        body["encryption_spec"] = {"kms_key_name": job.encryption_key}
+    return body
+
+
+def rfc3339(value: Any) -> str | None:
+    if not value:
+        return None
+    return value.rfc3339() if hasattr(value, "rfc3339") else value.isoformat()
+
+
+def epoch(text: str) -> float:
+    """RFC 3339 with up to nanoseconds -> epoch seconds."""
+    head, _, frac = text.rstrip("Z").partition(".")
+    base = datetime.fromisoformat(head + "+00:00").timestamp()
+    return base + (float(f"0.{frac}") if frac else 0.0)
+
+
+def job_details(job: Any) -> dict[str, Any]:
+    """The small JSON facts of a CustomJob that billing and the failure report read."""
+    pools = list(job.job_spec.worker_pool_specs)
+    machine = pools[0].machine_spec
+    accelerator = machine.accelerator_type.name if machine.accelerator_count else None
+    return {
+        "job_name": job.display_name,
+        "state": job.state.name,
+        "machine_type": machine.machine_type,
+        "accelerator_type": accelerator,
+        "accelerator_count": int(machine.accelerator_count),
+        "replica_count": sum(int(p.replica_count) for p in pools),
+        "spot": job.job_spec.scheduling.strategy.name == "SPOT",
+        "start_time": rfc3339(job.start_time),
+        "end_time": rfc3339(job.end_time),
+        "error": job.error.message or None,
+    }
+
+
+def billing(details: dict[str, Any]) -> dict[str, Any] | None:
+    """(end - start) x replicas x the catalog's price (spot price for spot jobs)."""
+    if not details.get("start_time") or not details.get("end_time"):
+        return None
+    from airflow_stepop.catalog import load
+
+    catalog = load(CATALOG)
+    name = machine_name(
+        details["machine_type"], details.get("accelerator_type"), details["accelerator_count"]
+    )
+    row = catalog.get(name)
+    price = (
+        None
+        if row is None
+        else (row.spot_price_per_hour if details["spot"] else row.price_per_hour)
+    )
+    seconds = max(0.0, epoch(details["end_time"]) - epoch(details["start_time"]))
+    replicas = int(details["replica_count"])
+    billable = round(seconds * replicas, 3)
+    return {
+        "job_name": details["job_name"],
+        "machine": name,
+        "machine_type": details["machine_type"],
+        "accelerator_type": details.get("accelerator_type"),
+        "accelerator_count": details["accelerator_count"],
+        "replica_count": replicas,
+        "count": replicas,
+        "billable_seconds": billable,
+        "spot": details["spot"],
+        "price_per_hour_usd": price,
+        "estimated_cost_usd": None if price is None else round(price / 3600 * billable, 6),
+        "catalog_date": catalog.date,
+    }
+
+
+__all__ = ["VertexConfigError", "billing", "build_job", "job_details", "job_labels"]

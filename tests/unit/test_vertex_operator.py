@@ -1,0 +1,140 @@
+"""VertexStepOperator's arguments: each wrong value is refused at DAG parse time, by name."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from airflow.sdk import DAG
+
+from airflow_stepop import DockerSettings, ResourceSettings, VertexStepOperator
+from airflow_stepop.catalog import NoFittingMachineError
+from airflow_stepop.settings import SettingsError
+
+IMAGE = "us-central1-docker.pkg.dev/my-project/train/env:1"
+
+
+def _op(**kwargs):
+    kwargs.setdefault("image_uri", IMAGE)
+    with DAG("vx_args", schedule=None):
+        return VertexStepOperator(task_id="t", python_callable=len, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"gcp_conn_id": "bad id"}, ["gcp_conn_id='bad id'", "google_cloud_default"]),
+        ({"project_id": "My_Project"}, ["project_id='My_Project'", "my-project"]),
+        ({"location": "Mars"}, ["location='Mars'", "us-central1"]),
+        ({"machine_type": "N1 standard"}, ["machine_type='N1 standard'", "n1-standard-8"]),
+        (
+            {"machine_type": "n1-standard-8", "accelerator_type": "T4"},
+            ["accelerator_type='T4'", "NVIDIA_TESLA_T4"],
+        ),
+        (
+            {"accelerator_type": "NVIDIA_TESLA_T4"},
+            ["accelerator_type='NVIDIA_TESLA_T4'", "machine_type="],
+        ),
+        (
+            {"machine_type": "n1-standard-8", "accelerator_count": 2},
+            ["accelerator_count=2", "accelerator_type="],
+        ),
+        (
+            {"machine_type": "e2-standard-4", "accelerator_type": "NVIDIA_TESLA_T4"},
+            ["cannot be attached", "n1"],
+        ),
+        (
+            {"machine_type": "a2-highgpu-1g", "accelerator_type": "NVIDIA_TESLA_T4"},
+            ["1 x NVIDIA_TESLA_A100"],
+        ),
+        (
+            {
+                "machine_type": "n1-standard-8",
+                "accelerator_type": "NVIDIA_TESLA_T4",
+                "accelerator_count": 0,
+            },
+            ["accelerator_count=0", "1 to 16"],
+        ),
+        ({"replica_count": 0}, ["replica_count=0", "1 to 100"]),
+        ({"replica_count": True}, ["replica_count=True"]),
+        ({"boot_disk_size_gb": 50}, ["boot_disk_size_gb=50", "100 to 64000"]),
+        ({"max_runtime": "2h"}, ["max_runtime='2h'", "timedelta"]),
+        ({"max_runtime": timedelta(days=40)}, ["max_runtime=", "1..2592000"]),
+        ({"spot": "yes"}, ["spot='yes'", "True or False"]),
+        ({"restart_on_worker_restart": 1}, ["restart_on_worker_restart=1", "True or False"]),
+        ({"service_account": "trainer"}, ["service_account='trainer'", "iam.gserviceaccount.com"]),
+        ({"network": "my-vpc"}, ["network='my-vpc'", "projects/123456789012/global/networks/"]),
+        ({"encryption_key": "alias/k"}, ["encryption_key='alias/k'", "cryptoKeys"]),
+        ({"labels": {"Team": "ml"}}, ["labels has the key 'Team'", "lowercase"]),
+        ({"labels": {"team": "ML"}}, ["labels['team']='ML'", "lowercase"]),
+        ({"labels": ["team"]}, ["labels=['team']", "dict"]),
+        ({"image_uri": "not an image!"}, ["image_uri='not an image!'", "docker.pkg.dev"]),
+        ({"image_uri": None}, ["needs an image", "DockerSettings"]),
+        ({"image_repository": "repo:tag"}, ["image_repository='repo:tag'"]),
+        (
+            {"impersonation_chain": "deployer"},
+            ["impersonation_chain has 'deployer'", "iam.gserviceaccount.com"],
+        ),
+        (
+            {"persistent_resource_id": "Warm Pool"},
+            ["persistent_resource_id='Warm Pool'", "stepop-warm-pool"],
+        ),
+        ({"experiment": "Churn Model"}, ["experiment='Churn Model'", "churn-model"]),
+        ({"artifact_root": "s3://bucket/x"}, ["artifact_root='s3://bucket/x'", "gs://"]),
+    ],
+)
+def test_a_wrong_argument_is_refused_by_name(kwargs, words):
+    with pytest.raises(SettingsError) as err:
+        _op(**kwargs)
+    for word in words:
+        assert word in str(err.value), (word, str(err.value))
+
+
+def test_resources_resolve_to_the_cheapest_legal_machine_at_parse_time():
+    op = _op(resources=ResourceSettings(gpu_type="T4"))
+    job = op.job_config
+    assert (job.machine_type, job.accelerator_type, job.accelerator_count) == (
+        "n1-standard-4", "NVIDIA_TESLA_T4", 1,
+    )  # fmt: skip
+    assert job.describe() == "n1-standard-4 + 1 x NVIDIA_TESLA_T4"
+    assert (
+        _op(resources=ResourceSettings(gpu_type="A100")).job_config.machine_type == "a2-highgpu-1g"
+    )
+    assert (
+        _op(resources=ResourceSettings(cpu_count=2, memory="4GiB")).job_config.machine
+        == "n1-highmem-2"
+    )
+
+
+def test_spot_jobs_are_priced_at_the_spot_rate():
+    on_demand = _op(machine_type="g2-standard-8").job_config
+    spot = _op(machine_type="g2-standard-8", spot=True).job_config
+    assert on_demand.accelerator_type == "NVIDIA_L4" and on_demand.accelerator_count == 1
+    assert 0 < spot.price_per_hour < on_demand.price_per_hour
+
+
+def test_a_request_nothing_fits_names_the_three_closest_machines():
+    with pytest.raises(NoFittingMachineError) as err:
+        _op(resources=ResourceSettings(gpu_count=16, gpu_type="H100"))
+    message = str(err.value)
+    assert "VertexStepOperator.resources=ResourceSettings(gpu_count=16, gpu_type='H100')" in message
+    closest = re.search(r"Closest: (.*)\. Ask", message).group(1).split("; ")
+    assert len(closest) == 3 and closest[0].startswith("a3-highgpu-8g+NVIDIA_H100_80GBx8")
+    assert "machine_type=" in message
+
+
+def test_max_runtime_defaults_to_execution_timeout_then_seven_days():
+    assert _op(execution_timeout=timedelta(minutes=30)).job_config.max_runtime_s == 1800
+    assert _op().job_config.max_runtime_s == 7 * 24 * 3600
+    assert _op(max_runtime=timedelta(hours=2)).job_config.max_runtime_s == 7200
+
+
+def test_templated_image_uri_is_checked_at_run_time():
+    op = _op(image_uri="{{ var.value.train_image }}")
+    assert op.image_uri == "{{ var.value.train_image }}"
+
+
+def test_docker_settings_alone_are_enough():
+    op = _op(image_uri=None, docker=DockerSettings(parent_image="python:3.11-slim"))
+    assert op.job_config.image_uri is None
