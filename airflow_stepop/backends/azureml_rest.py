@@ -113,8 +113,7 @@ class AsyncArmClient:
         async with self._pipeline(authenticated=authenticated) as client:
             request = HttpRequest(method, url, params=params or {})
             response = await client.send_request(request, connection_verify=self.workspace.verify)
-            await response.read()
-            _raise_for(response)
+            _raise_for(response)  # not streamed: the body is read already
             return response
 
     async def get(self, path: str, **params: Any) -> Any:
@@ -149,7 +148,7 @@ class AsyncArmClient:
         async with self._pipeline(authenticated=False) as client:
             request = HttpRequest("GET", url, headers={"Range": f"bytes={offset}-"})
             response = await client.send_request(request, connection_verify=self.workspace.verify)
-            body = await response.read()
+            body = response.content
             if response.status_code == 416:  # nothing past offset yet
                 return b""
             _raise_for(response)

@@ -1,0 +1,220 @@
+"""DAGs the Azure ML integration tests run with dag.test() on the emulated cloud."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timedelta
+
+from airflow.sdk import dag, task
+
+from airflow_stepop import AzureMLStepOperator, DockerSettings, ResourceSettings
+
+RESULTS = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
+REGISTRY = os.environ.get("STEPOP_REGISTRY", "127.0.0.1:5000")
+BASE = f"{REGISTRY}/stepop-base/python:3.11-bookworm"
+PARENT_ONLY = DockerSettings(parent_image=BASE)
+
+
+def _remember(name: str, value) -> None:
+    with open(f"{RESULTS}/{name}.json", "w") as handle:
+        json.dump(value, handle)
+
+
+def _remember_failure(context):
+    _remember("failure", f"{type(context['exception']).__name__}: {context['exception']}")
+
+
+def make_weights(n: int):
+    import numpy
+
+    return numpy.arange(n, dtype="float64")
+
+
+@dag(schedule=None)
+def aml_pipeline():
+    weights = AzureMLStepOperator(
+        task_id="weights",
+        python_callable=make_weights,
+        op_args=[100_000],
+        docker=PARENT_ONLY,
+        resources=ResourceSettings(cpu_count=2, memory="4GiB"),
+    )
+
+    @task.azureml_step(docker=PARENT_ONLY, environment={"MODEL_NAME": "linear"})
+    def fit(weights):
+        from pathlib import Path
+
+        model = Path("model")
+        (model / "layers").mkdir(parents=True)
+        (model / "layers" / "w.txt").write_text(str(float(weights.sum())))
+        (model / "name.txt").write_text(os.environ["MODEL_NAME"])
+        return model
+
+    @task.azureml_step(docker=PARENT_ONLY)
+    def score(model, weights, k: int):
+        total = float((model / "layers" / "w.txt").read_text())
+        return {"k": k, "score": total * k, "name": (model / "name.txt").read_text(),
+                "n": int(weights.size)}  # fmt: skip
+
+    @task
+    def check(scores, weights_ref, model_ref):
+        _remember(
+            "check",
+            {
+                "scores": list(scores),
+                "loaded": float(weights_ref.load().sum()),
+                "model": sorted(p.name for p in model_ref.load().rglob("*") if p.is_file()),
+            },
+        )
+
+    model = fit(weights.output)
+    scores = score.partial(model=model, weights=weights.output).expand(k=[1, 2])
+    check(scores, weights.output, model)
+
+
+aml_pipeline()
+
+
+@dag(schedule=None)
+def aml_step_raises():
+    @task.azureml_step(docker=PARENT_ONLY, on_failure_callback=_remember_failure)
+    def explode(x: int):
+        raise ValueError(f"bad value {x}")
+
+    explode(42)
+
+
+aml_step_raises()
+
+
+@dag(schedule=None)
+def aml_capacity():
+    @task.azureml_step(
+        docker=PARENT_ONLY, instance_type="Standard_NC6s_v3", on_failure_callback=_remember_failure
+    )
+    def needs_gpu():
+        return "never runs"
+
+    needs_gpu()
+
+
+aml_capacity()
+
+
+def wait_for_file(path: str, timeout: float = 120.0) -> None:
+    import time
+    from pathlib import Path
+
+    deadline = time.monotonic() + timeout
+    while not Path(path).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.05)
+
+
+class LosesWorkerAfterSubmit(AzureMLStepOperator):
+    """Simulates a worker that dies after submitting a job and before deferring (try 1)."""
+
+    def execute(self, context):
+        self._try = context["ti"].try_number
+        return super().execute(context)
+
+    def defer(self, **kwargs):
+        if self._try == 1:
+            raise RuntimeError("simulated: worker lost between submit and defer")
+        open(f"{RESULTS}/release", "w").close()  # only now may the try-1 job finish
+        super().defer(**kwargs)
+
+
+def held_step(release: str) -> str:
+    wait_for_file(release)
+    return "done by the first job"
+
+
+@dag(schedule=None)
+def aml_retry_reattaches():
+    LosesWorkerAfterSubmit(
+        task_id="held",
+        python_callable=held_step,
+        op_args=[f"{RESULTS}/release"],
+        docker=PARENT_ONLY,
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+    )
+
+
+aml_retry_reattaches()
+
+
+@dag(schedule=None)
+def aml_timeout():
+    @task.azureml_step(
+        docker=PARENT_ONLY,
+        execution_timeout=timedelta(seconds=8),
+        max_runtime=600,  # Airflow's deadline, not the service's limit, ends this one
+        on_failure_callback=_remember_failure,
+    )
+    def sleeper():
+        import time
+
+        time.sleep(300)
+
+    sleeper()
+
+
+aml_timeout()
+
+
+@dag(schedule=None)
+def aml_spot_resumes():
+    @task.azureml_step(docker=PARENT_ONLY, spot=True, max_runtime=600)
+    def resumable():
+        import time
+        from pathlib import Path
+
+        checkpoints = Path(os.environ["STEPOP_CHECKPOINT_DIR"])
+        state = checkpoints / "epoch.txt"
+        if state.exists():
+            return f"resumed at epoch {state.read_text()}"
+        state.write_text("7")
+        time.sleep(120)  # the preemption comes before this ends
+        return "never preempted"
+
+    resumable()
+
+
+aml_spot_resumes()
+
+
+@dag(schedule=None)
+def aml_two_nodes():
+    @task.azureml_step(
+        docker=PARENT_ONLY,
+        instance_count=2,
+        processes_per_instance=2,
+        instance_type="Standard_DS3_v2",
+    )
+    def ranks():
+        names = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "MASTER_ADDR")
+        print("rank", os.environ["RANK"], "of", os.environ["WORLD_SIZE"])
+        return {name: os.environ[name] for name in names}
+
+    ranks()
+
+
+aml_two_nodes()
+
+
+@dag(schedule=None)
+def aml_container():
+    @task.azureml_step(docker=PARENT_ONLY, tags={"stepop_fake_mode": "container"})
+    def in_container(xs: list):
+        import sys
+
+        return {"sum": sum(xs), "python": sys.executable}
+
+    in_container([1, 2, 3])
+
+
+aml_container()

@@ -1,0 +1,251 @@
+"""Azure ML steps end to end through dag.test() on the emulated cloud (process mode)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+
+from airflow_stepop import ArtifactRef
+from tests.integration.azureml.conftest import dags, jobs, run_details, xcoms
+from tests.waiting import wait_for
+
+BASE = "127.0.0.1:5000/stepop-base/python:3.11-bookworm"
+
+
+def _read(results, name):
+    return json.loads((results / f"{name}.json").read_text())
+
+
+def test_arrays_and_a_model_directory_pass_between_steps_by_reference(azure, ctl):
+    run = dags().aml_pipeline().test()
+    assert run.state == "success"
+    total = float(sum(range(100_000)))
+    assert _read(azure["results"], "check") == {
+        "scores": [
+            {"k": 1, "score": total, "name": "linear", "n": 100_000},
+            {"k": 2, "score": 2 * total, "name": "linear", "n": 100_000},
+        ],
+        "loaded": total,
+        "model": ["name.txt", "w.txt"],
+    }
+    rows = xcoms(run)
+    for key in (("weights", "return_value", -1), ("fit", "return_value", -1)):
+        stored = rows[key]
+        ref = ArtifactRef.from_record(stored["__data__"])
+        assert ref.uri.startswith(azure["root"] + "/") and "/result/" in ref.uri
+        assert len(json.dumps(stored)) < 1024
+    assert ArtifactRef.from_record(rows[("weights", "return_value", -1)]["__data__"]).size > 800_000
+    # one job per step: weights, fit and two mapped scores
+    assert ctl.counters()["Jobs_CreateOrUpdate"] == 4
+    billing = rows[("weights", "azureml_billing", -1)]
+    assert billing["machine"] == "Standard_F2s_v2"  # the cheapest with 2 vCPU and 4 GiB
+    assert billing["billable_seconds"] >= 1 and billing["estimated_cost_usd"] > 0
+    assert billing["spot"] is False
+    link = rows[("weights", "_link_StepJobLink", -1)]
+    assert link.startswith("https://ml.azure.com/runs/aml-pipeline-weights-")
+    assert "/experiments/aml_pipeline?" in rows[("weights", "_link_StepExperimentLink", -1)]
+    job = [j for j in jobs(azure["fake"], "aml-pipeline-weights")][-1]["properties"]
+    assert job["experimentName"] == "aml_pipeline"
+    assert job["resources"]["instanceType"] == "Standard_F2s_v2"
+    assert job["computeId"] is None  # serverless
+    # no credential anywhere the job, the UI or the logs can see
+    key = azure["env"]["AZURE_STORAGE_CONNECTION_STRING"].split("AccountKey=")[1].split(";")[0]
+    seen = json.dumps([list(rows.values()), [j["properties"] for j in jobs(azure["fake"])]])
+    run_dir = ref.uri.split("/result/")[0].rsplit("/", 1)[0].split("/", 3)[3]
+    for name in ("spec.json", "stepop_launch.json"):
+        seen += azure["blobs"].download_blob(f"{run_dir}/{name}").readall().decode()
+    assert key not in seen and "AccountKey" not in seen and "AIRFLOW_CONN" not in seen
+
+
+def test_a_raising_step_fails_with_the_remote_exception(azure, ctl):
+    run = dags().aml_step_raises().test()
+    assert run.state == "failed"
+    failure = _read(azure["results"], "failure")
+    assert failure.startswith("StepFailedError: Step job ")
+    assert "The step raised ValueError: bad value 42" in failure
+    assert "in explode" in failure  # the remote traceback
+    assert "UserError: Execution failed" in failure  # Azure ML's own error for the run
+
+
+def test_a_capacity_failure_shows_the_services_reason(azure, ctl):
+    reason = "Not enough quota available for Standard_NC6s_v3 in eastus (requested 6 cores)."
+    ctl.add_faults({"kind": "job_failure", "match": "needs-gpu", "reason": reason,
+                    "code": "QuotaExceeded"})  # fmt: skip
+    run = dags().aml_capacity().test()
+    assert run.state == "failed"
+    failure = _read(azure["results"], "failure")
+    assert f"QuotaExceeded: {reason}" in failure
+
+
+def test_a_retry_reattaches_to_the_running_job_with_one_job(azure, ctl):
+    run = dags().aml_retry_reattaches().test()
+    assert run.state == "success"
+    assert xcoms(run)[("held", "return_value", -1)] == "done by the first job"
+    assert ctl.counters()["Jobs_CreateOrUpdate"] == 1  # try 2 re-attached
+    assert len(jobs(azure["fake"], "aml-retry-reattaches-held")) == 1
+
+
+def test_throttling_on_a_fifth_of_the_calls_still_succeeds(azure, ctl):
+    ctl.add_faults({"kind": "throttle", "operation": "*", "rate": 0.2, "retry_after": 1})
+    run = dags().aml_step_raises().test()  # fails on purpose: the failure must be the step's
+    assert run.state == "failed"
+    assert "bad value 42" in _read(azure["results"], "failure")
+    run = dags().aml_pipeline().test()
+    assert run.state == "success"
+    assert _read(azure["results"], "check")["loaded"] == float(sum(range(100_000)))
+
+
+def test_the_execution_timeout_cancels_the_job(azure, ctl):
+    run = dags().aml_timeout().test()
+    assert run.state == "failed"
+    assert "AirflowTaskTimeout" in _read(azure["results"], "failure")
+    name = jobs(azure["fake"], "aml-timeout-sleeper")[-1]["name"]
+    wait_for(lambda: run_details(azure["fake"], name)["status"] == "Canceled", 60, "cancel")
+    assert ctl.counters()["Jobs_Cancel"] == 1
+
+
+def test_a_spot_preemption_resumes_from_the_checkpoint(azure, ctl):
+    ctl.add_faults({"kind": "preempt", "after_seconds": 1.5, "match": "resumable", "count": 1})
+    run = dags().aml_spot_resumes().test()
+    assert run.state == "success"
+    assert xcoms(run)[("resumable", "return_value", -1)] == "resumed at epoch 7"
+    job = jobs(azure["fake"], "resumable")[-1]["properties"]
+    assert job["queueSettings"]["jobTier"] == "Spot"
+    assert job["outputs"]["checkpoints"]["mode"] == "ReadWriteMount"
+    billing = xcoms(run)[("resumable", "azureml_billing", -1)]
+    assert billing["spot"] is True and billing["price_per_hour_usd"] == 0.0586  # low priority
+
+
+def test_two_nodes_of_two_processes_get_torch_ranks_and_rank_0_answers(azure, ctl):
+    run = dags().aml_two_nodes().test()
+    assert run.state == "success"
+    assert xcoms(run)[("ranks", "return_value", -1)] == {
+        "WORLD_SIZE": "4", "RANK": "0", "LOCAL_RANK": "0", "NODE_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+    }  # fmt: skip
+    job = jobs(azure["fake"], "aml-two-nodes-ranks")[-1]["properties"]
+    assert job["resources"]["instanceCount"] == 2
+    assert job["distribution"] == {"distributionType": "PyTorch", "processCountPerInstance": 2}
+
+
+BAD_ARGUMENTS = [
+    ({"instance_type": "n1-standard-4"}, "instance_type='n1-standard-4'"),
+    ({"instance_count": 0}, "instance_count=0"),
+    ({"processes_per_instance": "2"}, "processes_per_instance='2'"),
+    ({"job_tier": "Cheap"}, "job_tier='Cheap'"),
+    ({"spot": True, "job_tier": "Premium"}, "job_tier='Premium'"),
+    ({"max_runtime": -5}, "max_runtime=-5"),
+    ({"experiment_name": "my experiment"}, "experiment_name='my experiment'"),
+    ({"identity": "root"}, "identity='root'"),
+    ({"tags": {"a/b": "x"}}, "'a/b'"),
+    ({"compute": "9cluster"}, "compute='9cluster'"),
+    ({"shm_size": "lots"}, "shm_size='lots'"),
+    ({"azureml_conn_id": "my conn"}, "azureml_conn_id='my conn'"),
+    ({"artifact_root": "s3://bucket/x"}, "artifact_root='s3://bucket/x'"),
+    ({"environment": {"1BAD": "x"}}, "'1BAD'"),
+    ({"image_uri": None, "docker": None}, "needs an image"),
+]
+
+
+@pytest.mark.parametrize(("arguments", "named"), BAD_ARGUMENTS)
+def test_every_bad_argument_is_refused_before_any_api_call(azure, ctl, arguments, named):
+    from airflow.sdk import DAG
+
+    from airflow_stepop import AzureMLStepOperator
+    from airflow_stepop.settings import SettingsError
+
+    kwargs = {"image_uri": BASE, **arguments}
+    with pytest.raises(SettingsError) as err, DAG("aml_refused", schedule=None):
+        AzureMLStepOperator(task_id="bad", python_callable=len, **kwargs)
+    assert named in str(err.value)
+    assert ctl.counters() == {}
+
+
+def test_a_request_nothing_fits_names_the_closest_sizes(azure, ctl):
+    from airflow.sdk import DAG
+
+    from airflow_stepop import AzureMLStepOperator, ResourceSettings
+    from airflow_stepop.catalog import NoFittingMachineError
+
+    with pytest.raises(NoFittingMachineError) as err, DAG("aml_refused", schedule=None):
+        AzureMLStepOperator(
+            task_id="huge",
+            python_callable=len,
+            image_uri=BASE,
+            resources=ResourceSettings(gpu_count=16, gpu_type="H100", memory="4TiB"),
+        )
+    assert "Closest: Standard_ND96isr_H100_v5" in str(err.value)
+    assert ctl.counters() == {}
+
+
+def _hold(release: str) -> str:
+    import time
+    from pathlib import Path
+
+    deadline = time.monotonic() + 300
+    while not Path(release).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return "released"
+
+
+def test_a_user_kill_cancels_the_job(azure, ctl):
+    from airflow_stepop.artifacts.storage import worker_storage
+    from airflow_stepop.backends.azureml import AzureMLBackend
+    from airflow_stepop.backends.azureml_config import AzureMLJobConfig
+    from airflow_stepop.backends.base import JobRequest
+    from airflow_stepop.backends.naming import job_name, task_key
+    from airflow_stepop.packaging.staging import StepIdentity, stage_step
+    from airflow_stepop.triggers.step_job import StepJobTrigger
+
+    key = task_key("aml_kill", f"run-{uuid.uuid4().hex[:6]}", "held", -1)
+    staged = stage_step(
+        _hold, [str(azure["results"] / "never")], {}, root=azure["root"],
+        step=StepIdentity("aml_kill", key.split("/")[1], "held", -1, 1),
+        storage=worker_storage(None),
+    )  # fmt: skip
+    config = AzureMLJobConfig(image_uri=BASE, instance_type="Standard_DS3_v2",
+                              max_runtime_s=600, experiment_name="aml_kill")  # fmt: skip
+    backend = AzureMLBackend(job=config)
+    handle = backend.submit(
+        JobRequest(job_name(key, 1), key, staged.spec_uri, staged.run_uri, staged.code_uri)
+    )
+    trigger = StepJobTrigger(
+        backend_path="airflow_stepop.backends.azureml.AzureMLBackend",
+        backend_kwargs=backend.serialize(),
+        handle=handle,
+        poll_interval=0.2,
+    )
+
+    async def user_kills_the_task() -> None:
+        waiting = asyncio.ensure_future(anext(aiter(trigger.run())))
+        await asyncio.to_thread(
+            wait_for,
+            lambda: run_details(azure["fake"], handle["job_id"])["status"] == "Running",
+            60,
+            "the job to run",
+        )
+        assert not waiting.done()  # deferred: the trigger is waiting for the job
+        await trigger.on_kill()  # what Airflow awaits on mark-failed / clear
+        waiting.cancel()
+
+    asyncio.run(user_kills_the_task())
+    wait_for(
+        lambda: run_details(azure["fake"], handle["job_id"])["status"] == "Canceled",
+        60,
+        "the job to be canceled",
+    )
+    assert ctl.counters()["Jobs_Cancel"] == 1
+
+
+@pytest.mark.container
+def test_a_step_runs_in_the_image_in_container_mode(azure, ctl, docker_engine, registry_image):
+    run = dags().aml_container().test()
+    assert run.state == "success"
+    import sys
+
+    answer = xcoms(run)[("in_container", "return_value", -1)]
+    assert answer["sum"] == 6
+    assert answer["python"].startswith("/usr/") and answer["python"] != sys.executable  # the image's
