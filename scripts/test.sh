@@ -43,5 +43,8 @@ else
   $PY -m cloud.stack up
 fi
 
+# Screenshots of the browser test and other files worth keeping from a run.
+export STEPOP_TEST_ARTIFACTS=${STEPOP_TEST_ARTIFACTS:-$PWD/test-artifacts}
+
 $PY -m ruff check airflow_stepop tests bench dags_examples cloud
 $PY -m pytest "$@"
