@@ -52,6 +52,7 @@ def __getattr__(name: str) -> Any:
 
 def get_provider_info() -> dict[str, Any]:
     from airflow_stepop.config import provider_config
+    from airflow_stepop.hooks import azureml_form
 
     return {
         "package-name": "airflow-stepop",
@@ -79,6 +80,8 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "hook-class-name": "airflow_stepop.hooks.azureml.AzureMLHook",
                 "connection-type": "azure_ml",
+                "conn-fields": azureml_form.CONN_FIELDS,
+                "ui-field-behaviour": azureml_form.UI_FIELD_BEHAVIOUR,
             }
         ],
         "triggers": [

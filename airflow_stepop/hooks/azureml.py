@@ -85,52 +85,15 @@ class _AsyncEmulatorToken(_EmulatorToken):
 
 
 class AzureMLHook(BaseHook):
-    """Credentials and workspace coordinates of an ``azure_ml`` connection."""
+    """Credentials and workspace coordinates of an ``azure_ml`` connection.
+
+    Its form is declared in ``azureml_form`` (``conn-fields`` of ``get_provider_info``).
+    """
 
     conn_name_attr = "azureml_conn_id"
     default_conn_name = "azureml_default"
     conn_type = "azure_ml"
     hook_name = "Azure Machine Learning"
-
-    @classmethod
-    def get_connection_form_widgets(cls) -> dict[str, Any]:
-        from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
-        from flask_babel import lazy_gettext
-        from wtforms import BooleanField, StringField
-
-        def text(label: str) -> Any:
-            return StringField(lazy_gettext(label), widget=BS3TextFieldWidget())
-
-        return {
-            "subscription_id": text("Subscription ID"),
-            "resource_group": text("Resource Group"),
-            "workspace_name": text("Workspace Name"),
-            "tenant_id": text("Tenant ID"),
-            "managed_identity_client_id": text("Managed Identity Client ID"),
-            "workload_identity_tenant_id": text("Workload Identity Tenant ID"),
-            "endpoint": text("Resource Manager Endpoint (sovereign or emulated cloud)"),
-            "ca_bundle": text("CA Bundle (PEM file the endpoint is checked against)"),
-            "emulator_token": BooleanField(lazy_gettext("Emulated cloud on this machine")),
-        }
-
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["schema", "port", "host", "extra"],
-            "relabeling": {"login": "Client ID", "password": "Client Secret"},
-            "placeholders": {
-                "login": "service principal's application (client) id; empty: managed identity",
-                "password": "client secret; empty: DefaultAzureCredential",
-                "subscription_id": "00000000-0000-0000-0000-000000000000",
-                "resource_group": "my-resource-group",
-                "workspace_name": "my-workspace",
-                "tenant_id": "directory (tenant) id; needed with a client secret",
-                "managed_identity_client_id": "a user-assigned identity's client id",
-                "workload_identity_tenant_id": "tenant of the workload identity federation",
-                "endpoint": "https://management.usgovcloudapi.net (empty: public Azure)",
-                "ca_bundle": "/etc/ssl/certs/my-ca.pem",
-            },
-        }
 
     def __init__(self, azureml_conn_id: str = default_conn_name, **kwargs: Any) -> None:
         super().__init__(**kwargs)

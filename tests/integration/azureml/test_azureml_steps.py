@@ -248,4 +248,13 @@ def test_a_step_runs_in_the_image_in_container_mode(azure, ctl, docker_engine, r
 
     answer = xcoms(run)[("in_container", "return_value", -1)]
     assert answer["sum"] == 6
-    assert answer["python"].startswith("/usr/") and answer["python"] != sys.executable  # the image's
+    assert answer["python"] != sys.executable  # the image's interpreter, not this one
+
+
+def test_the_connection_reaches_the_workspace_and_gives_an_mlclient(azure, ctl):
+    from airflow_stepop.hooks.azureml import AzureMLHook
+
+    hook = AzureMLHook()
+    assert hook.test_connection() == (True, "Workspace stepop-ws in eastus answers.")
+    assert hook.get_conn().workspaces.get().name == "stepop-ws"  # azure-ai-ml, same connection
+    assert ctl.counters()["Workspaces_Get"] == 2

@@ -1,0 +1,138 @@
+"""Azure ML arguments: parse-time checks, defaults, the VM size catalog and its prices."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from airflow_stepop.backends.azureml_config import AzureMLJobConfig, experiment_for, prices
+from airflow_stepop.catalog import NoFittingMachineError
+from airflow_stepop.catalog import load as load_catalog
+from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
+
+OWNER = "AzureMLStepOperator"
+IMAGE = "myregistry.azurecr.io/train:1.0"
+
+
+def config(**kwargs):
+    return AzureMLJobConfig.from_arguments(OWNER, **{"image_uri": IMAGE, **kwargs})
+
+
+def test_resources_pick_the_cheapest_fitting_vm_size():
+    assert config(resources=ResourceSettings(cpu_count=2, memory="4GiB")).instance_type == (
+        "Standard_F2s_v2"
+    )
+    gpu = config(resources=ResourceSettings(gpu_count=1, gpu_type="A100"))
+    assert gpu.instance_type == "Standard_NC24ads_A100_v4"
+    assert config(resources=ResourceSettings(gpu_count=1)).instance_type == "Standard_NC4as_T4_v3"
+
+
+def test_an_explicit_instance_type_wins_and_is_spelled_as_azure_does():
+    job = config(instance_type="standard_nc6s_v3", resources=ResourceSettings(cpu_count=64))
+    assert job.instance_type == "Standard_NC6s_v3"
+
+
+def test_with_a_named_cluster_resources_are_checked_at_submit_not_resolved_now():
+    job = config(compute="gpu-cluster", resources=ResourceSettings(gpu_count=1))
+    assert job.instance_type is None and job.resources == ResourceSettings(gpu_count=1)
+
+
+def test_nothing_fits_names_the_three_closest_sizes():
+    with pytest.raises(NoFittingMachineError) as err:
+        config(resources=ResourceSettings(gpu_count=16, gpu_type="H100"))
+    message = str(err.value)
+    assert message.startswith(f"{OWNER}.resources=ResourceSettings(")
+    assert message.count("Standard_") == 3
+
+
+def test_spot_is_the_short_form_of_the_spot_tier():
+    assert config(spot=True).job_tier == "Spot"
+    assert config(job_tier="Spot", spot=True).spot
+    assert config(job_tier="Premium").job_tier == "Premium"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        ({"identity": "managed:not-a-guid"}, "'managed:<client id>'"),
+        ({"max_runtime": timedelta(days=31)}, "Azure ML takes 1..2592000 s"),
+        ({"image_repository": "no-slash"}, "image_repository='no-slash'"),
+        ({"image_uri": "bad image"}, "image_uri='bad image'"),
+        ({"artifact_root": "gs://b/x"}, "abfs://mycontainer/stepop"),
+    ],
+)
+def test_refusals_name_the_value_and_a_valid_example(arguments, says):
+    with pytest.raises(SettingsError) as err:
+        config(**arguments)
+    assert says in str(err.value)
+
+
+def test_an_image_comes_from_image_uri_or_docker_settings():
+    job = AzureMLJobConfig.from_arguments(OWNER, docker=DockerSettings(parent_image="python:3.11"))
+    assert job.image_uri is None
+    with pytest.raises(SettingsError, match="needs an image"):
+        AzureMLJobConfig.from_arguments(OWNER)
+
+
+def test_identities_become_the_rest_shape():
+    assert config(identity="user").identity == {"identityType": "UserIdentity"}
+    assert config(identity="managed").identity == {"identityType": "Managed"}
+    guid = "12345678-1234-1234-1234-123456789012"
+    assert config(identity=f"managed:{guid}").identity == {
+        "identityType": "Managed",
+        "clientId": guid,
+    }
+    assert config().identity is None
+
+
+def test_defaults_at_execute_time_come_from_the_task():
+    job = config().completed(
+        dag_id="nightly.train-v2",
+        execution_timeout=timedelta(minutes=90),
+        default_instance_type="Standard_DS3_v2",
+    )
+    assert job.max_runtime_s == 5400
+    assert job.experiment_name == "nightly_train-v2"
+    assert job.instance_type == "Standard_DS3_v2"
+    kept = config(max_runtime=60, experiment_name="exp").completed(
+        dag_id="d", execution_timeout=None, default_instance_type="Standard_DS3_v2"
+    )
+    assert (kept.max_runtime_s, kept.experiment_name) == (60, "exp")
+    assert (
+        config()
+        .completed(dag_id="d", execution_timeout=None, default_instance_type="x")
+        .max_runtime_s
+        == 24 * 3600
+    )
+    on_cluster = config(compute="cpu-cluster").completed(
+        dag_id="d", execution_timeout=None, default_instance_type="Standard_DS3_v2"
+    )
+    assert on_cluster.instance_type is None  # the cluster's own size
+
+
+def test_experiment_names_from_dag_ids_are_valid():
+    assert experiment_for("a.b c") == "a_b_c"
+    assert experiment_for("__x") == "x"
+
+
+def test_the_job_price_counts_every_instance_and_uses_the_low_priority_rate_for_spot():
+    dedicated, low = prices("Standard_NC6s_v3")
+    assert low is not None and 0 < low < dedicated
+    job = config(instance_type="Standard_NC6s_v3", instance_count=2)
+    assert job.price_per_hour() == pytest.approx(2 * dedicated)
+    assert config(instance_type="Standard_NC6s_v3", spot=True).price_per_hour() == low
+    assert config(instance_type="Standard_Unlisted_v9").price_per_hour() is None
+
+
+def test_every_catalog_size_is_one_azure_ml_accepts_and_is_priced():
+    from cloud.azureml_catalog import INSTANCE_TYPES, canonical_instance_type
+
+    catalog = load_catalog("azureml_vm_sizes")
+    assert catalog.date != "unknown" and catalog.region == "eastus"
+    for machine in catalog.types:
+        assert canonical_instance_type(machine.name) == machine.name
+        assert machine.price_per_hour and prices(machine.name)[1]
+        gpu_model, gpu_count = INSTANCE_TYPES[machine.name]
+        model = gpu_model.split("_")[0]  # the fake says A100_80GB; the catalog has its memory
+        assert (machine.gpu_model or "", machine.gpu_count) == (model, gpu_count)

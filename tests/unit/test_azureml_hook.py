@@ -1,0 +1,103 @@
+"""The azure_ml connection type: its form, its workspace and the credential it picks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_stepop.hooks.azureml import ARM, AzureMLHook
+
+WORKSPACE = {"subscription_id": "sub-1", "resource_group": "rg", "workspace_name": "ws"}
+
+
+@pytest.fixture
+def connection(monkeypatch):
+    def make(login=None, password=None, **extra):
+        conn = {"conn_type": "azure_ml", "extra": {**WORKSPACE, **extra}}
+        if login:
+            conn["login"] = login
+        if password:
+            conn["password"] = password
+        monkeypatch.setenv("AIRFLOW_CONN_AML_TEST", json.dumps(conn))
+        return AzureMLHook(azureml_conn_id="aml_test")
+
+    return make
+
+
+def test_airflow_shows_the_form_of_the_azure_ml_connection_type():
+    from airflow.providers_manager import ProvidersManager
+
+    manager = ProvidersManager()
+    fields = {
+        name.removeprefix("extra__azure_ml__")
+        for name in manager.connection_form_widgets
+        if name.startswith("extra__azure_ml__")
+    }
+    assert fields == {
+        "subscription_id", "resource_group", "workspace_name", "tenant_id",
+        "managed_identity_client_id", "workload_identity_tenant_id", "endpoint", "ca_bundle",
+        "emulator_token",
+    }  # fmt: skip
+    behaviour = manager.field_behaviours["azure_ml"]
+    assert behaviour["relabeling"] == {"login": "Client ID", "password": "Client Secret"}
+    assert {"host", "port", "schema"} <= set(behaviour["hidden_fields"])
+
+
+def test_fields_saved_by_the_form_are_read_like_plain_extras(monkeypatch):
+    extra = {f"extra__azure_ml__{k}": v for k, v in WORKSPACE.items()}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AML_FORM", json.dumps({"conn_type": "azure_ml", "extra": extra})
+    )
+    assert AzureMLHook(azureml_conn_id="aml_form").workspace.name == "ws"
+
+
+def test_the_workspace_comes_from_the_extra(connection):
+    ws = connection().workspace
+    assert ws.path == (
+        "/subscriptions/sub-1/resourceGroups/rg/providers/Microsoft.MachineLearningServices/"
+        "workspaces/ws"
+    )
+    assert ws.arm_url == ARM and ws.scope == f"{ARM}/.default" and ws.verify is True
+    gov = connection(endpoint="https://management.usgovcloudapi.net/", ca_bundle="/ca.pem")
+    assert gov.workspace.scope == "https://management.usgovcloudapi.net/.default"
+    assert gov.workspace.verify == "/ca.pem"
+
+
+def test_a_missing_workspace_field_is_named(connection, monkeypatch):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AML_TEST", json.dumps({"conn_type": "azure_ml", "extra": {"x": 1}})
+    )
+    with pytest.raises(ValueError, match="has no subscription_id"):
+        AzureMLHook(azureml_conn_id="aml_test").workspace  # noqa: B018
+
+
+def test_a_client_secret_makes_a_service_principal_credential(connection):
+    from azure.identity import ClientSecretCredential
+    from azure.identity.aio import ClientSecretCredential as AsyncClientSecretCredential
+
+    hook = connection(login="app-id", password="s3cret", tenant_id="tenant-1")
+    assert hook.credential_kind == "client_secret"
+    assert isinstance(hook.get_credential(), ClientSecretCredential)
+    assert isinstance(hook.get_async_credential(), AsyncClientSecretCredential)
+    with pytest.raises(ValueError, match="no tenant_id"):
+        connection(login="app-id", password="s3cret").credential_kind  # noqa: B018
+
+
+def test_without_a_secret_default_azure_credential_with_the_identity_ids(connection):
+    from azure.identity import DefaultAzureCredential
+    from azure.identity.aio import DefaultAzureCredential as AsyncDefaultAzureCredential
+
+    hook = connection(managed_identity_client_id="mi-client", workload_identity_tenant_id="t")
+    assert hook.credential_kind == "default"
+    assert isinstance(hook.get_credential(), DefaultAzureCredential)
+    assert isinstance(hook.get_async_credential(), AsyncDefaultAzureCredential)
+
+
+def test_the_emulator_token_is_only_for_an_endpoint_on_this_machine(connection):
+    hook = connection(endpoint="https://127.0.0.1:8443", emulator_token=True)
+    assert hook.credential_kind == "emulator"
+    assert hook.get_credential().get_token(hook.workspace.scope).token == "emulator"
+    remote = connection(endpoint="https://management.azure.com", emulator_token=True)
+    with pytest.raises(ValueError, match="not on this machine"):
+        remote.get_credential()

@@ -1,0 +1,169 @@
+"""The Azure ML job request, states and billing, built without any API call."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_stepop.backends.azureml import AzureMLBackend, is_transient_error
+from airflow_stepop.backends.azureml_config import AzureMLJobConfig
+from airflow_stepop.backends.azureml_launch import (
+    AzureMLConfigError,
+    billing_facts,
+    blob_url,
+    build_launch,
+    job_body,
+    map_status,
+)
+from airflow_stepop.backends.base import JobRequest
+
+ROOT = "abfs://data/stepop"
+RUN = f"{ROOT}/dag/run/task/-1/1"
+
+
+def request(**kwargs) -> JobRequest:
+    return JobRequest(
+        job_name="dag-task-0123456789-t1",
+        task_key="dag/run/task/-1",
+        spec_uri=f"{RUN}/spec.json",
+        run_uri=RUN,
+        code_uri=f"{ROOT}/code/abc.zip",
+        labels={"dag_id": "dag", "task_id": "task"},
+        **kwargs,
+    )
+
+
+def ref(uri: str) -> dict:
+    return {"ref": {"uri": uri, "sha256": "0" * 64}}
+
+
+def test_abfs_uris_become_blob_urls_the_job_can_mount():
+    assert blob_url("abfs://data/a/b", "acct") == "https://acct.blob.core.windows.net/data/a/b"
+    assert (
+        blob_url("abfss://data@other.dfs.core.windows.net/a", "acct")
+        == "https://other.blob.core.windows.net/data/a"
+    )
+    with pytest.raises(AzureMLConfigError, match="abfs:// artifact_root"):
+        blob_url("s3://bucket/x", "acct")
+    with pytest.raises(AzureMLConfigError, match="storage account"):
+        blob_url("abfs://data/x", None)
+
+
+def test_the_launch_maps_code_run_upstream_inputs_and_the_result_output():
+    spec = {
+        "args": [ref(f"{ROOT}/dag/run/up/-1/1/up-job/result/outputs/return_value.npy")],
+        "kwargs": {"model": ref(f"{ROOT}/dag/run/fit/-1/1/fit-job/result/outputs/model"),
+                   "staged": ref(f"{RUN}/inputs/x.pkl")},
+    }  # fmt: skip
+    inputs, outputs, launch, command, output_uri = build_launch(
+        request(), spec, AzureMLJobConfig(), "acct"
+    )
+    blob = "https://acct.blob.core.windows.net/data/stepop"
+    assert inputs["code"] == {"jobInputType": "uri_file", "uri": f"{blob}/code/abc.zip",
+                              "mode": "Download"}  # fmt: skip
+    assert inputs["run"]["uri"] == f"{blob}/dag/run/task/-1/1/"
+    assert sorted(i["uri"] for n, i in inputs.items() if n.startswith("in")) == [
+        f"{blob}/dag/run/fit/-1/1/fit-job/result/outputs/",
+        f"{blob}/dag/run/up/-1/1/up-job/result/outputs/",
+    ]  # the staged input travels in the run directory
+    assert output_uri == f"{RUN}/dag-task-0123456789-t1/result"
+    result = f"{blob}/dag/run/task/-1/1/dag-task-0123456789-t1/result/"
+    assert outputs == {"result": {"jobOutputType": "uri_folder", "mode": "Upload", "uri": result}}
+    assert launch["path_map"][f"{ROOT}/code/abc.zip"] == "code"
+    assert launch["path_map"][output_uri] == "result"
+    assert command.startswith('python3 "${{inputs.run}}/stepop_entry.py" "code=${{inputs.code}}"')
+    assert '"result=${{outputs.result}}"' in command and "checkpoints" not in command
+
+
+def test_spot_jobs_mount_the_checkpoints_shared_by_every_try():
+    _, outputs, launch, command, _ = build_launch(
+        request(), {}, AzureMLJobConfig(job_tier="Spot"), "acct"
+    )
+    assert outputs["checkpoints"] == {
+        "jobOutputType": "uri_folder",
+        "uri": "https://acct.blob.core.windows.net/data/stepop/dag/run/task/-1/checkpoints/",
+        "mode": "ReadWriteMount",
+    }
+    assert (
+        launch["checkpoints"] == "checkpoints" and "checkpoints=${{outputs.checkpoints}}" in command
+    )
+
+
+def test_the_job_body_carries_every_setting():
+    job = AzureMLJobConfig(
+        instance_type="Standard_NC6s_v3", instance_count=2, processes_per_instance=4,
+        job_tier="Spot", max_runtime_s=3600, experiment_name="exp",
+        identity={"identityType": "UserIdentity"}, shm_size="16g",
+    )  # fmt: skip
+    body = job_body(
+        request(environment={"A": "1"}), job, environment_id="env", compute_id=None, inputs={},
+        outputs={}, command="cmd", properties={"p": "1"}, tags={"t": "1"},
+    )["properties"]  # fmt: skip
+    assert body["resources"] == {"instanceCount": 2, "instanceType": "Standard_NC6s_v3",
+                                 "shmSize": "16g"}  # fmt: skip
+    assert body["distribution"] == {"distributionType": "PyTorch", "processCountPerInstance": 4}
+    assert body["queueSettings"] == {"jobTier": "Spot"}
+    assert body["limits"] == {"jobLimitsType": "Command", "timeout": "PT3600S"}
+    assert body["identity"] == {"identityType": "UserIdentity"}
+    assert body["environmentVariables"] == {"A": "1", "PYTHONUNBUFFERED": "1"}
+    assert body["experimentName"] == "exp" and body["displayName"] == "task"
+    single = job_body(
+        request(), AzureMLJobConfig(), environment_id="env", compute_id="c", inputs={},
+        outputs={}, command="c", properties={}, tags={},
+    )["properties"]  # fmt: skip
+    assert "distribution" not in single and "queueSettings" not in single
+    assert "identity" not in single and single["computeId"] == "c"
+
+
+@pytest.mark.parametrize(
+    ("status", "state"),
+    [
+        ("NotStarted", "pending"), ("Queued", "pending"), ("Preparing", "pending"),
+        ("Running", "running"), ("Finalizing", "running"), ("CancelRequested", "running"),
+        ("Completed", "succeeded"), ("Failed", "failed"), ("Canceled", "stopped"),
+        ("NotResponding", "failed"), ("Paused", "failed"),
+    ],
+)  # fmt: skip
+def test_statuses_map_to_step_states_and_paused_is_never_success(status, state):
+    assert map_status(status).state == state
+
+
+def test_a_failure_carries_the_services_code_and_message():
+    status = map_status("Failed", {"code": "QuotaExceeded", "message": "no cores left"})
+    assert status.reason == "QuotaExceeded: no cores left"
+    assert "NotResponding" in map_status("NotResponding").reason
+
+
+def test_billing_counts_run_seconds_instances_and_the_spot_price():
+    resource = {
+        "name": "job-1",
+        "properties": {
+            "resources": {"instanceType": "Standard_NC6s_v3", "instanceCount": 2},
+            "queueSettings": {"jobTier": "Spot"},
+            "properties": {},
+        },
+    }
+    details = {"startTimeUtc": "2026-01-01T00:00:00Z", "endTimeUtc": "2026-01-01T01:00:00Z"}
+    facts = billing_facts(resource, details)
+    assert facts["run_seconds"] == 3600
+    billing = AzureMLBackend().billing(facts)
+    assert billing["machine"] == "Standard_NC6s_v3" and billing["count"] == 2
+    assert billing["spot"] is True and billing["price_per_hour_usd"] == 0.612
+    assert billing["estimated_cost_usd"] == pytest.approx(2 * 0.612)
+    assert AzureMLBackend().billing({**facts, "run_seconds": 0}) is None
+
+
+def test_throttling_server_errors_and_network_errors_are_transient():
+    from azure.core.exceptions import HttpResponseError, ServiceRequestError
+
+    class Answer:
+        def __init__(self, status):
+            self.status_code, self.reason, self.headers = status, "x", {}
+
+        def text(self):
+            return ""
+
+    assert is_transient_error(HttpResponseError(response=Answer(429)))
+    assert is_transient_error(HttpResponseError(response=Answer(503)))
+    assert not is_transient_error(HttpResponseError(response=Answer(400)))
+    assert is_transient_error(ServiceRequestError("connection reset"))
+    assert not is_transient_error(ValueError("x"))
