@@ -266,6 +266,14 @@ def up() -> dict[str, str]:
     if current and running(current):
         log(f"reusing the running stack of {ENV_FILE}")
         create_buckets(current, DEMO_BUCKET)  # a stack started by an older checkout may lack it
+        google = google_connection(
+            "stepop-local",
+            current.get("STEPOP_VERTEX_ENDPOINT"),
+            current.get("STEPOP_VERTEX_LOGGING_ENDPOINT"),
+        )
+        if current.get("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT") != google:  # written by an older one
+            current["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = google
+            write_env(current)
         return current
     if current or (STATE / "pids").exists():
         log("a previous stack is partly down: stopping its leftovers")

@@ -38,7 +38,7 @@ class VertexConfigError(ValueError):
 
 
 def label_value(value: Any) -> str:
-    return _LABEL_VALUE.sub("-", str(value).lower())[:63].strip("-") or "none"
+    return _LABEL_VALUE.sub("-", str(value).lower())[:63]
 
 
 def task_digest(task_key: str) -> str:
@@ -66,7 +66,9 @@ def _ref_uris(node: Any) -> list[str]:
 
 
 def job_labels(request: JobRequest, job: VertexJobConfig) -> dict[str, str]:
-    ours = {f"airflow_{key}": label_value(value) for key, value in request.labels.items()}
+    run_id, _, map_index = request.task_key.split("/", 1)[1].rsplit("/", 2)
+    ids = {**request.labels, "run_id": run_id, "map_index": map_index}
+    ours = {f"airflow_{key}": label_value(value) for key, value in ids.items()}
     ours.update(dict([OUR_LABEL]), stepop_task=task_digest(request.task_key))
     ours["stepop_try"] = request.job_name.rsplit("-t", 1)[-1]
     return {**ours, **job.labels}

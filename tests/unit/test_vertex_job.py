@@ -51,7 +51,8 @@ def test_the_job_reads_every_bucket_through_the_gcs_mount_and_passes_vertex_chec
     assert body["job_spec"]["base_output_directory"]["output_uri_prefix"] == RUN.rsplit("/", 1)[0]
     assert body["job_spec"]["scheduling"]["strategy"] == "SPOT"
     assert body["labels"]["stepop"] == "step" and body["labels"]["airflow_dag_id"] == "my_dag"
-    assert body["labels"]["stepop_try"] == "1"
+    assert body["labels"]["stepop_try"] == "1" and body["labels"]["airflow_run_id"] == "run"
+    assert body["labels"]["airflow_map_index"] == "-1"
     # what the fake checks as Vertex does (labels, pools, durations), in REST field names
     from google.cloud import aiplatform_v1
 
