@@ -1,10 +1,12 @@
-"""Start and stop the emulated clouds: ``python -m cloud.stack up|down|env|status``.
+"""Start and stop the emulated clouds: ``python -m cloud.stack up|down|env|status|serve``.
 
-``up`` starts every piece on a free loopback port, waits until each answers, and writes the
+``up`` starts every piece on a free loopback port (or fixed ports and another address: see
+:data:`BIND`, :data:`HOST`, :data:`PORT_BASE`), waits until each answers, and writes the
 endpoints to ``.cloud/env`` (KEY=VALUE lines). A stack whose ``.cloud/env`` still answers is
 reused. ``down`` stops every process ``up`` started, by the PIDs kept under ``.cloud/pids``
 (each piece runs in its own session, so its whole process group goes), every job process a fake
-left (``.cloud/jobs/**/*.pid``) and every container labelled ``stepop.fake``.
+left (``.cloud/jobs/**/*.pid``) and every container labelled ``stepop.fake``. ``serve`` is
+``up``, then waiting for SIGTERM, then ``down``: the command of a container.
 
 Pieces:
 
@@ -45,6 +47,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -57,9 +60,17 @@ STATE = Path(os.environ.get("STEPOP_CLOUD_DIR", ROOT / ".cloud"))
 ENV_FILE = STATE / "env"
 CACHE = Path(os.environ.get("STEPOP_CLOUD_CACHE", "/var/tmp/airflow-stepop-cloud"))
 AZURITE_VERSION = os.environ.get("STEPOP_AZURITE_VERSION", "3.35.0")
-REGISTRY = os.environ.get("STEPOP_REGISTRY", "127.0.0.1:5000")
+# scripts/engine.sh's registry (STEPOP_REGISTRY_PORT), unless another is named.
+REGISTRY = os.environ.get("STEPOP_REGISTRY") or (
+    f"127.0.0.1:{os.environ.get('STEPOP_REGISTRY_PORT', '5000')}"
+)
 BASE_IMAGE = os.environ.get("STEPOP_TEST_BASE_IMAGE", "stepop-base/python:3.11-bookworm")
-HOST = "127.0.0.1"
+# Where the pieces listen, and the host name the URLs in .cloud/env use. In a container (the
+# `emulated` profile of docker-compose.yaml): STEPOP_CLOUD_BIND=0.0.0.0, STEPOP_CLOUD_HOST=clouds.
+BIND = os.environ.get("STEPOP_CLOUD_BIND", "127.0.0.1")
+HOST = os.environ.get("STEPOP_CLOUD_HOST", "127.0.0.1")
+# Fixed ports from this one on (moto, GCS, Azurite, then the fakes in FAKES' order); 0: free ports.
+PORT_BASE = int(os.environ.get("STEPOP_CLOUD_PORT_BASE", "0"))
 REGION = "us-east-1"
 # Azurite's well-known development account (public, documented by Microsoft).
 AZURITE_ACCOUNT = "devstoreaccount1"
@@ -95,7 +106,7 @@ def log(msg: str) -> None:
 def free_port() -> int:
     """A loopback port nobody listens on now."""
     with socket.socket() as s:
-        s.bind((HOST, 0))
+        s.bind((BIND, 0))
         return int(s.getsockname()[1])
 
 
@@ -294,25 +305,29 @@ def up() -> dict[str, str]:
         "GOOGLE_CLOUD_PROJECT": "stepop-local",
     }
     pending: list[tuple[str, str, int]] = []
+    fixed = iter(range(PORT_BASE, PORT_BASE + 16))
 
-    port = free_port()
+    def next_port() -> int:
+        return next(fixed) if PORT_BASE else free_port()
+
+    port = next_port()
     moto = f"http://{HOST}:{port}"
-    pid = _spawn("moto", [str(bindir / "moto_server"), "-H", HOST, "-p", str(port)])
+    pid = _spawn("moto", [str(bindir / "moto_server"), "-H", BIND, "-p", str(port)])
     pending.append(("moto", f"{moto}/moto-api/", pid))
     env.update({"STEPOP_MOTO_ENDPOINT": moto, "AWS_ENDPOINT_URL": moto})
 
-    port = free_port()
+    port = next_port()
     gcs = f"http://{HOST}:{port}"
-    argv = [str(bindir / "gcp-storage-emulator"), "start", "--host", HOST, "--port", str(port),
+    argv = [str(bindir / "gcp-storage-emulator"), "start", "--host", BIND, "--port", str(port),
             "--in-memory"]  # fmt: skip
     pid = _spawn("gcs", argv)
     pending.append(("gcs", gcs, pid))
     env["STORAGE_EMULATOR_HOST"] = gcs
 
-    port = free_port()
+    port = next_port()
     blob = f"http://{HOST}:{port}/{AZURITE_ACCOUNT}"
     flags = ["--inMemoryPersistence", "--skipApiVersionCheck", "--disableTelemetry", "--loose"]
-    argv = [str(azurite_bin()), "--blobHost", HOST, "--blobPort", str(port), *flags]
+    argv = [str(azurite_bin()), "--blobHost", BIND, "--blobPort", str(port), *flags]
     pid = _spawn("azurite", argv)
     pending.append(("azurite", blob, pid))
     env.update({
@@ -332,9 +347,9 @@ def up() -> dict[str, str]:
         if not _has_serve(fake.module):
             log(f"{fake.name}: {fake.module} has no serve() yet, skipped")
             continue
-        port = free_port()
+        port = next_port()
         url = f"http://{HOST}:{port}"
-        argv = [py, "-m", "cloud.serve", fake.module, HOST, str(port)]
+        argv = [py, "-m", "cloud.serve", fake.module, BIND, str(port)]
         pid = _spawn(fake.name, argv, {"STEPOP_CLOUD_ENV_JSON": json.dumps(env)})
         fakes.append((fake, url, pid))
     for fake, url, pid in fakes:
@@ -487,18 +502,38 @@ def status() -> int:
     return 0 if ok else 1
 
 
+def serve() -> int:
+    """Run the stack in the foreground, as a container's command: up, wait for SIGTERM, down.
+
+    Returns 1 (after stopping the rest) when a piece stops answering, so the container's restart
+    policy or health check sees it.
+    """
+    up()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    healthy = True
+    while healthy and not stop.wait(10):
+        healthy = running()
+    if not healthy:
+        log("a piece stopped answering: stopping the stack")
+    down()
+    return 0 if healthy else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point."""
     parser = argparse.ArgumentParser(
         prog="python -m cloud.stack", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("command", choices=["up", "down", "env", "status"])
+    parser.add_argument("command", choices=["up", "down", "env", "status", "serve"])
     args = parser.parse_args(argv)
     actions: dict[str, Callable[[], int]] = {
         "up": lambda: (up(), 0)[1],
         "down": lambda: (down(), 0)[1],
         "env": lambda: (print(ENV_FILE.read_text(), end=""), 0)[1],
         "status": status,
+        "serve": serve,
     }
     return actions[args.command]()
 
