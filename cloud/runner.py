@@ -24,6 +24,11 @@ Two modes, same contract:
     host name mapped to 127.0.0.1, and labels ``stepop.fake``/``stepop.job``/``stepop.node`` so
     leftovers can be found and removed.
 
+``timer`` (scale benchmarks)
+    No process at all: each node prints one line, "runs" for ``STEPOP_FAKE_TIMER_SECONDS``
+    (default 60) and exits 0, so a thousand jobs fit on a small machine. The job's code never
+    runs, so it leaves no result: use it to measure the control plane, not a step.
+
 Nodes are independent: multi-node jobs pass per-node host/rank information in
 :class:`NodeSpec` (env and extra mounts such as a per-node resourceconfig.json). A job has
 failed as soon as one node exits non-zero (the others are then stopped, as the services do); it
@@ -50,7 +55,8 @@ from typing import IO, Any
 
 MODE_PROCESS = "process"
 MODE_CONTAINER = "container"
-MODES = (MODE_PROCESS, MODE_CONTAINER)
+MODE_TIMER = "timer"
+MODES = (MODE_PROCESS, MODE_CONTAINER, MODE_TIMER)
 
 STDOUT = "stdout"
 STDERR = "stderr"
@@ -277,6 +283,28 @@ def _chunks(pipe: IO[bytes] | None) -> Iterable[bytes]:
             yield chunk
 
 
+class TimerNode(Node):
+    """A node with no process: it ends with exit code 0 after a fixed time (or -15 if stopped)."""
+
+    def __init__(self, spec: NodeSpec, on_line: LineCallback | None, seconds: float) -> None:
+        super().__init__(spec, on_line)
+        self.seconds = seconds
+        self.started = 0.0
+        self.stopped = False
+
+    def start(self) -> None:
+        self.started = time.time()
+        self._emit(STDOUT, f"timer node {self.spec.host}: ends in {self.seconds:g}s".encode())
+
+    def _exit_code(self) -> int | None:
+        if self.stopped:
+            return -signal.SIGTERM
+        return 0 if time.time() - self.started >= self.seconds else None
+
+    def stop(self, grace: float = 10.0) -> None:
+        self.stopped = True
+
+
 class ContainerNode(Node):
     """A node as a detached container on the local engine."""
 
@@ -461,6 +489,9 @@ class Runner:
             client = self.docker()
             self.pull(launch.image)
             nodes = [ContainerNode(launch, s, client, on_line) for s in launch.nodes]
+        elif mode == MODE_TIMER:
+            seconds = float(os.environ.get("STEPOP_FAKE_TIMER_SECONDS", "60"))
+            nodes = [TimerNode(s, on_line, seconds) for s in launch.nodes]
         elif mode == MODE_PROCESS:
             workdir = workdir or self.job_dir(launch)
             nodes = [

@@ -131,6 +131,10 @@ class StepBackend(abc.ABC):
     @abc.abstractmethod
     async def astop(self, handle: dict[str, Any]) -> None: ...
 
+    async def aclose(self) -> None:
+        """Close what the async calls keep open (clients); the poller calls it when it ends."""
+        return None
+
     def release(self, handle: dict[str, Any]) -> None:
         """Free what a finished job still holds (e.g. a stopped container); logs were relayed."""
         return None

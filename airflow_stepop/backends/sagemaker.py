@@ -196,6 +196,7 @@ class SageMakerBackend(StepBackend):
         self._hooks: dict[str, Any] = {}
         self._phase: dict[str, str] = {}  # job -> last SecondaryStatus seen by astatus
         self._final: set[str] = set()
+        self._aclients: dict[tuple[str, int], Any] = {}  # (kind, loop) -> opening task
 
     def serialize(self) -> dict[str, Any]:
         return {"aws_conn_id": self.aws_conn_id, "region_name": self.region_name}
@@ -443,11 +444,28 @@ class SageMakerBackend(StepBackend):
     # ---- triggerer side ----------------------------------------------------------------
 
     async def _client(self, kind: str) -> Any:
-        return await self._hook(kind).get_async_conn()
+        """One open async client per kind and event loop: making one costs ~0.1 s of CPU, and
+        the poll group's triggers share this backend (closed by ``aclose``)."""
+        import asyncio
+
+        key = (kind, id(asyncio.get_running_loop()))
+        if key not in self._aclients:  # a task, so that concurrent first calls share one
+            self._aclients[key] = asyncio.ensure_future(self._open_client(kind))
+        return (await self._aclients[key])[1]
+
+    async def _open_client(self, kind: str) -> tuple[Any, Any]:
+        creator = await self._hook(kind).get_async_conn()
+        return creator, await creator.__aenter__()
+
+    async def aclose(self) -> None:
+        clients, self._aclients = self._aclients, {}
+        for opening in clients.values():
+            creator, _ = await opening
+            await creator.__aexit__(None, None, None)
 
     async def adescribe(self, handle: dict[str, Any]) -> dict[str, Any]:
-        async with await self._client("sagemaker") as client:
-            return await client.describe_training_job(TrainingJobName=handle["job_id"])
+        client = await self._client("sagemaker")
+        return await client.describe_training_job(TrainingJobName=handle["job_id"])
 
     async def astatus(self, handle: dict[str, Any]) -> JobStatus:
         description = await self.adescribe(handle)
@@ -469,21 +487,21 @@ class SageMakerBackend(StepBackend):
         since = min(float(h.get("submitted_at") or 0) for h in handles) - LIST_WINDOW_SLACK
         out: dict[str, JobStatus] = {}
         limiter = list_limiter(self.poll_group())
-        async with await self._client("sagemaker") as client:
-            kwargs: dict[str, Any] = {"MaxResults": 100, "SortBy": "CreationTime"}
-            if since > 0:
-                kwargs["CreationTimeAfter"] = since
-            for _ in range(max(1, (len(wanted) + 99) // 100) + 1):
-                await limiter.aacquire()
-                answer = await client.list_training_jobs(**kwargs)
-                for summary in answer.get("TrainingJobSummaries", []):
-                    name = summary["TrainingJobName"]
-                    if name in wanted:
-                        out[name] = map_status(summary)
-                        self._phase[name] = summary.get("SecondaryStatus", "")
-                if len(out) == len(wanted) or not answer.get("NextToken"):
-                    break
-                kwargs["NextToken"] = answer["NextToken"]
+        client = await self._client("sagemaker")
+        kwargs: dict[str, Any] = {"MaxResults": 100, "SortBy": "CreationTime"}
+        if since > 0:
+            kwargs["CreationTimeAfter"] = since
+        for _ in range(max(1, (len(wanted) + 99) // 100) + 1):
+            await limiter.aacquire()
+            answer = await client.list_training_jobs(**kwargs)
+            for summary in answer.get("TrainingJobSummaries", []):
+                name = summary["TrainingJobName"]
+                if name in wanted:
+                    out[name] = map_status(summary)
+                    self._phase[name] = summary.get("SecondaryStatus", "")
+            if len(out) == len(wanted) or not answer.get("NextToken"):
+                break
+            kwargs["NextToken"] = answer["NextToken"]
         return out
 
     async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
@@ -499,56 +517,56 @@ class SageMakerBackend(StepBackend):
             return [], cursor
         cursor["read"] = now
         lines: list[str] = []
-        async with await self._client("logs") as client:
-            streams: dict[str, str | None] = dict(cursor["streams"])
-            if (
-                final
-                or not streams
-                or (phase == "Training" != cursor.get("phase"))  # (re)started: new streams
-                or now - cursor["listed"] >= LOG_STREAMS_INTERVAL
-            ):
-                cursor["listed"] = now
-                cursor["phase"] = phase
-                try:
-                    answer = await client.describe_log_streams(
-                        logGroupName=LOG_GROUP, logStreamNamePrefix=f"{job}/"
-                    )
-                except Exception as exc:
-                    if _error_code(exc) == "ResourceNotFoundException":
-                        return [], cursor
-                    raise
-                for stream in answer.get("logStreams", []):
-                    streams.setdefault(stream["logStreamName"], None)
-            for name in sorted(streams):
-                token = streams[name]
-                for _ in range(50 if final else 1):
-                    kwargs: dict[str, Any] = {
-                        "logGroupName": LOG_GROUP,
-                        "logStreamName": name,
-                        "startFromHead": True,
-                    }
-                    if token:
-                        kwargs["nextToken"] = token
-                    answer = await client.get_log_events(**kwargs)
-                    events = answer.get("events", [])
-                    prefix = f"{name.split('/', 1)[1].split('-')[0]}: " if len(streams) > 1 else ""
-                    lines.extend(prefix + event["message"] for event in events)
-                    next_token = answer.get("nextForwardToken")
-                    done = not events or next_token == token
-                    token = next_token or token
-                    if done:
-                        break
-                streams[name] = token
-            cursor["streams"] = streams
+        client = await self._client("logs")
+        streams: dict[str, str | None] = dict(cursor["streams"])
+        if (
+            final
+            or not streams
+            or (phase == "Training" != cursor.get("phase"))  # (re)started: new streams
+            or now - cursor["listed"] >= LOG_STREAMS_INTERVAL
+        ):
+            cursor["listed"] = now
+            cursor["phase"] = phase
+            try:
+                answer = await client.describe_log_streams(
+                    logGroupName=LOG_GROUP, logStreamNamePrefix=f"{job}/"
+                )
+            except Exception as exc:
+                if _error_code(exc) == "ResourceNotFoundException":
+                    return [], cursor
+                raise
+            for stream in answer.get("logStreams", []):
+                streams.setdefault(stream["logStreamName"], None)
+        for name in sorted(streams):
+            token = streams[name]
+            for _ in range(50 if final else 1):
+                kwargs: dict[str, Any] = {
+                    "logGroupName": LOG_GROUP,
+                    "logStreamName": name,
+                    "startFromHead": True,
+                }
+                if token:
+                    kwargs["nextToken"] = token
+                answer = await client.get_log_events(**kwargs)
+                events = answer.get("events", [])
+                prefix = f"{name.split('/', 1)[1].split('-')[0]}: " if len(streams) > 1 else ""
+                lines.extend(prefix + event["message"] for event in events)
+                next_token = answer.get("nextForwardToken")
+                done = not events or next_token == token
+                token = next_token or token
+                if done:
+                    break
+            streams[name] = token
+        cursor["streams"] = streams
         return lines, cursor
 
     async def astop(self, handle: dict[str, Any]) -> None:
-        async with await self._client("sagemaker") as client:
-            try:
-                await client.stop_training_job(TrainingJobName=handle["job_id"])
-            except Exception as exc:
-                if _error_code(exc) != "ValidationException":
-                    raise
+        client = await self._client("sagemaker")
+        try:
+            await client.stop_training_job(TrainingJobName=handle["job_id"])
+        except Exception as exc:
+            if _error_code(exc) != "ValidationException":
+                raise
 
 
 def checkpoint_uri(run_uri: str) -> str:

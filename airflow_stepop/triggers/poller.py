@@ -8,7 +8,8 @@ List calls per poll interval however many jobs it runs. Jobs the batch leaves ou
 ``astatus`` each. The poller's backend instance is shared by its triggers (``backend``), so
 per-job knowledge a backend keeps (phases, final reads) is in one place.
 
-A poller belongs to one event loop and ends when no trigger waits on it.
+A poller belongs to one event loop. Triggers ``attach`` while they run and ``detach`` when they
+end; the last to detach closes the backend's clients and retires the poller.
 """
 
 from __future__ import annotations
@@ -41,6 +42,21 @@ class JobPoller:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_round = 0.0
+        self.users = 0
+
+    def attach(self) -> None:
+        self.users += 1
+
+    async def detach(self) -> None:
+        self.users -= 1
+        if self.users > 0:
+            return
+        if _pollers.get(self.key) is self:
+            del _pollers[self.key]
+        try:
+            await self.backend.aclose()
+        except Exception as exc:
+            log.warning("Closing the clients of %s failed: %s", self.key[1], exc)
 
     async def status(self, handle: dict[str, Any], due: float) -> JobStatus:
         """The job's state from the first round at or after ``due`` (a ``time.monotonic()``)."""
@@ -48,7 +64,7 @@ class JobPoller:
         waiter = _Waiter(handle, due, loop.create_future())
         self._waiting[handle["job_id"]] = waiter
         self._wake.set()
-        if self._task is None or self._task.done():
+        if self._task is None:
             self._task = loop.create_task(self._run())
         try:
             return await waiter.answer
@@ -69,7 +85,7 @@ class JobPoller:
                     continue  # someone new may be due sooner: look again
                 await self._round([w for w in self._waiting.values() if not w.answer.done()])
         finally:
-            _forget(self)
+            self._task = None
 
     async def _round(self, waiters: list[_Waiter]) -> None:
         self._last_round = time.monotonic()
@@ -112,8 +128,3 @@ def poller_for(backend_path: str, backend: StepBackend) -> JobPoller:
     if poller is None:
         poller = _pollers[key] = JobPoller(backend, key)
     return poller
-
-
-def _forget(poller: JobPoller) -> None:
-    if not poller._waiting and _pollers.get(poller.key) is poller:
-        del _pollers[poller.key]

@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from airflow_stepop.runtime.storage import join
@@ -21,6 +22,12 @@ from airflow_stepop.runtime.storage import join
 log = logging.getLogger(__name__)
 
 SAVE_SECONDS = 10.0
+# Object-store clients are made per thread: one thread for every trigger's cursor keeps it one.
+_IO = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stepop-relay-cursor")
+
+
+async def _in_io_thread(function: Any, *args: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(_IO, function, *args)
 
 
 class CursorStore:
@@ -47,7 +54,7 @@ class CursorStore:
             return document.get("cursor") if document.get("job_id") == self.job_id else None
 
         try:
-            cursor = await asyncio.to_thread(read)
+            cursor = await _in_io_thread(read)
         except Exception as exc:
             log.warning(
                 "Could not read the log cursor %s (%s); relaying from the top", self.uri, exc
@@ -68,6 +75,6 @@ class CursorStore:
         self.saved = time.monotonic()
         self.pending = False
         try:
-            await asyncio.to_thread(self._storage().write_bytes, self.uri, document.encode())
+            await _in_io_thread(self._storage().write_bytes, self.uri, document.encode())
         except Exception as exc:
             log.warning("Could not save the log cursor of job %s: %s", self.job_id, exc)

@@ -26,6 +26,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_stepop.backends.base import JobStatus, StepBackend
+from airflow_stepop.triggers.poller import JobPoller, poller_for
 from airflow_stepop.triggers.progress import Progress
 from airflow_stepop.triggers.relay_cursor import CursorStore
 
@@ -75,10 +76,17 @@ class StepJobTrigger(BaseTrigger):
         return load_backend(self.backend_path, self.backend_kwargs)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_stepop.backends.ratelimit import log_limiter
-        from airflow_stepop.triggers.poller import poller_for
-
         poller = poller_for(self.backend_path, self.backend)
+        poller.attach()
+        try:
+            async for event in self._watch(poller):
+                yield event
+        finally:
+            await poller.detach()
+
+    async def _watch(self, poller: JobPoller) -> AsyncIterator[TriggerEvent]:
+        from airflow_stepop.backends.ratelimit import log_limiter
+
         backend = poller.backend  # shared by the group's triggers
         log_budget = log_limiter(backend.poll_group())
         job_id = self.handle["job_id"]
@@ -147,4 +155,8 @@ class StepJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         self.log.info("Task killed by a user: stopping job %s", self.handle["job_id"])
-        await self.backend.astop(self.handle)
+        backend = self.backend
+        try:
+            await backend.astop(self.handle)
+        finally:
+            await backend.aclose()
