@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import TaskDeferred
@@ -21,12 +21,13 @@ from airflow_stepop.artifacts.ref import ArtifactRef
 from airflow_stepop.artifacts.storage import worker_storage
 from airflow_stepop.backends.base import JobRequest, StepBackend
 from airflow_stepop.backends.naming import job_name, task_key
-from airflow_stepop.links.job import persist_links
 from airflow_stepop.runtime import spec as specs
 from airflow_stepop.runtime import values
 from airflow_stepop.runtime.storage import Storage, join
 from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
-from airflow_stepop.triggers.step_job import StepJobTrigger
+
+if TYPE_CHECKING:  # imported where used: a DAG file's parse needs neither (nor their imports)
+    from airflow_stepop.triggers.step_job import StepJobTrigger
 
 _TRACEBACK = "Traceback (most recent call last):"
 
@@ -143,6 +144,8 @@ class BaseStepOperator(BaseOperator):
         return self.execute_complete(context, event)
 
     def _trigger(self, backend: StepBackend, handle: dict[str, Any]) -> StepJobTrigger:
+        from airflow_stepop.triggers.step_job import StepJobTrigger
+
         return StepJobTrigger(
             backend_path=f"{type(backend).__module__}.{type(backend).__qualname__}",
             backend_kwargs=backend.serialize(),
@@ -202,6 +205,8 @@ class BaseStepOperator(BaseOperator):
     def _store_links(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> None:
         """Links are best effort: an API server that does not answer never fails a step."""
         try:
+            from airflow_stepop.links.job import persist_links
+
             persist_links(context, backend.links(handle))
         except Exception as exc:
             self.log.warning("Could not store the links of job %s: %s", handle["job_id"], exc)
