@@ -316,6 +316,11 @@ class AzureMLBackend(StepBackend):
         cursor["files"] = offsets
         return lines, cursor
 
+    async def aclose(self) -> None:
+        client, self._async = self._async, None
+        if client is not None:
+            await client.aclose()
+
     async def astop(self, handle: dict[str, Any]) -> None:
         from azure.core.exceptions import ResourceNotFoundError
 

@@ -16,7 +16,7 @@ from typing import Any
 API_VERSION = "2024-04-01"
 HISTORY_API = "/history/v1.0"
 RETRIES = 3  # per call, by azure-core; then the trigger's own backoff takes over
-_history_urls: dict[str, str] = {}  # workspace path -> run history base URL (process cache)
+_history_urls: dict[str, str] = {}  # endpoint + workspace -> run history base URL (per process)
 
 
 def _policies(credential: Any, scope: str | None, *, asynchronous: bool) -> list[Any]:
@@ -91,30 +91,41 @@ class ArmClient:
 
 
 class AsyncArmClient:
-    """Async calls for the triggerer: job state, run history details, log files, cancel."""
+    """Async calls for the triggerer: job state, run history details, log files, cancel.
+
+    One open pipeline (aiohttp session) per kind and event loop, shared by the poll group's
+    triggers: opening one per call costs CPU and a TLS handshake. ``aclose`` closes them.
+    """
 
     def __init__(self, workspace: Any, credential: Any) -> None:
         self.workspace = workspace
         self.credential = credential
+        self._clients: dict[tuple[bool, int], Any] = {}
 
-    def _pipeline(self, *, authenticated: bool = True) -> Any:
+    async def _pipeline(self, *, authenticated: bool = True) -> Any:
+        import asyncio
+
         from azure.core import AsyncPipelineClient
 
-        scope = self.workspace.scope if authenticated else None
-        return AsyncPipelineClient(
-            self.workspace.arm_url, policies=_policies(self.credential, scope, asynchronous=True)
-        )
+        key = (authenticated, id(asyncio.get_running_loop()))
+        if key not in self._clients:
+            scope = self.workspace.scope if authenticated else None
+            self._clients[key] = AsyncPipelineClient(  # its session opens on the first call
+                self.workspace.arm_url,
+                policies=_policies(self.credential, scope, asynchronous=True),
+            )
+        return self._clients[key]
 
     async def _send(
         self, method: str, url: str, params: dict[str, Any] | None, authenticated: bool = True
     ) -> Any:
         from azure.core.rest import HttpRequest
 
-        async with self._pipeline(authenticated=authenticated) as client:
-            request = HttpRequest(method, url, params=params or {})
-            response = await client.send_request(request, connection_verify=self.workspace.verify)
-            _raise_for(response)  # not streamed: the body is read already
-            return response
+        client = await self._pipeline(authenticated=authenticated)
+        request = HttpRequest(method, url, params=params or {})
+        response = await client.send_request(request, connection_verify=self.workspace.verify)
+        _raise_for(response)  # not streamed: the body is read already
+        return response
 
     async def get(self, path: str, **params: Any) -> Any:
         url, query = _url(path, params)
@@ -127,7 +138,7 @@ class AsyncArmClient:
 
     async def history_url(self) -> str:
         """The workspace's run history base (from its discovery document), cached per process."""
-        key = self.workspace.path.lower()
+        key = f"{self.workspace.arm_url}{self.workspace.path}".lower()
         if key not in _history_urls:
             ws = await self.get(self.workspace.path)
             discovery = ws["properties"]["discoveryUrl"]
@@ -145,16 +156,19 @@ class AsyncArmClient:
         """A log file's bytes from ``offset`` (a SAS URL: no bearer token is sent)."""
         from azure.core.rest import HttpRequest
 
-        async with self._pipeline(authenticated=False) as client:
-            request = HttpRequest("GET", url, headers={"Range": f"bytes={offset}-"})
-            response = await client.send_request(request, connection_verify=self.workspace.verify)
-            body = response.content
-            if response.status_code == 416:  # nothing past offset yet
-                return b""
-            _raise_for(response)
-            return body if response.status_code == 206 else body[offset:]
+        client = await self._pipeline(authenticated=False)
+        request = HttpRequest("GET", url, headers={"Range": f"bytes={offset}-"})
+        response = await client.send_request(request, connection_verify=self.workspace.verify)
+        if response.status_code == 416:  # nothing past offset yet
+            return b""
+        _raise_for(response)
+        body = response.content
+        return body if response.status_code == 206 else body[offset:]
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            await client.close()
         close = getattr(self.credential, "close", None)
         if close is not None:
             await close()
