@@ -23,12 +23,12 @@ import types
 import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
 import airflow_stepop.runtime as runtime_package
-from airflow_stepop.runtime.main import BUNDLE_CALLABLE, BUNDLE_CODE_DIR, BUNDLE_DEPS_DIR
+from airflow_stepop.runtime.spec import BUNDLE_CALLABLE, BUNDLE_CODE_DIR, BUNDLE_DEPS_DIR
 
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -39,6 +39,8 @@ class PackagingError(ValueError):
 
 @dataclass(frozen=True)
 class CodeBundle:
+    """The zip, its sha256 (its name in storage) and how the runtime finds the callable."""
+
     data: bytes
     sha256: str
     callable_entry: dict[str, Any]
@@ -46,7 +48,8 @@ class CodeBundle:
 
 def _stdlib_and_site_dirs() -> tuple[Path, ...]:
     names = ("stdlib", "platstdlib", "purelib", "platlib")
-    return tuple({Path(p).resolve() for n in names if (p := sysconfig.get_paths().get(n))})
+    paths = sysconfig.get_paths()
+    return tuple({Path(p).resolve() for n in names if (p := paths.get(n))})
 
 
 @cache
@@ -57,6 +60,7 @@ def _excluded_dirs() -> tuple[Path, ...]:
     return (*_stdlib_and_site_dirs(), own, Path(sys.prefix).resolve())
 
 
+@lru_cache(maxsize=4096)
 def _is_local_file(path: Path) -> bool:
     resolved = path.resolve()
     if "site-packages" in resolved.parts or "dist-packages" in resolved.parts:
@@ -80,9 +84,17 @@ def _import_root(module_name: str, file: Path) -> Path:
     return root
 
 
-def _imported_names(file: Path, module_name: str, is_package: bool) -> set[str]:
+def _imported_names(file: Path, module_name: str, is_package: bool) -> frozenset[str]:
     """Absolute names of modules a source file imports (static: no code is run)."""
-    tree = ast.parse(file.read_bytes(), filename=str(file))
+    return _names_in_source(file.read_bytes(), str(file), module_name, is_package)
+
+
+@lru_cache(maxsize=1024)
+def _names_in_source(
+    source: bytes, filename: str, module_name: str, is_package: bool
+) -> frozenset[str]:
+    # keyed by the source itself: a warm execute() parses nothing, an edited file is re-parsed
+    tree = ast.parse(source, filename=filename)
     package = module_name if is_package else module_name.rpartition(".")[0]
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -99,7 +111,7 @@ def _imported_names(file: Path, module_name: str, is_package: bool) -> set[str]:
             if target:
                 names.add(target)
                 names.update(f"{target}.{alias.name}" for alias in node.names)
-    return names
+    return frozenset(names)
 
 
 def imports_airflow(module: types.ModuleType) -> bool:
@@ -222,20 +234,19 @@ def build_bundle(function: Callable[..., Any]) -> CodeBundle:
         )
     files["airflow_stepop/__init__.py"] = b'"""The step runtime package, as shipped to jobs."""\n'
 
-    data = _zip(files)
-    return CodeBundle(
-        data=data,
-        sha256=hashlib.sha256(data).hexdigest(),
-        callable_entry=entry,
-    )
+    data, sha256 = _zip(tuple(sorted(files.items())))
+    return CodeBundle(data=data, sha256=sha256, callable_entry=entry)
 
 
-def _zip(files: dict[str, bytes]) -> bytes:
+@lru_cache(maxsize=16)
+def _zip(files: tuple[tuple[str, bytes], ...]) -> tuple[bytes, str]:
+    """The zip of (name, content) pairs and its sha256; the same files are zipped once."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name in sorted(files):
+        for name, content in files:
             info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, files[name])
-    return buffer.getvalue()
+            archive.writestr(info, content)
+    data = buffer.getvalue()
+    return data, hashlib.sha256(data).hexdigest()

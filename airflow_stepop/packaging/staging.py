@@ -16,6 +16,8 @@ from airflow_stepop.runtime.storage import Storage, join
 
 @dataclass(frozen=True)
 class StepIdentity:
+    """Which try of which task instance a step is (names its run directory)."""
+
     dag_id: str
     run_id: str
     task_id: str
@@ -25,6 +27,8 @@ class StepIdentity:
 
 @dataclass(frozen=True)
 class StagedStep:
+    """Where the staged step's spec, run directory and code bundle are."""
+
     spec_uri: str
     run_uri: str
     code_uri: str

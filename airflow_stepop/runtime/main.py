@@ -18,11 +18,9 @@ from typing import Any
 
 from airflow_stepop.runtime import spec as specs
 from airflow_stepop.runtime import values
+from airflow_stepop.runtime.spec import BUNDLE_CALLABLE, BUNDLE_CODE_DIR, BUNDLE_DEPS_DIR
 from airflow_stepop.runtime.storage import Storage, join, sha256_file
 
-BUNDLE_CODE_DIR = "code/"
-BUNDLE_DEPS_DIR = "deps/"
-BUNDLE_CALLABLE = "callable.pkl"
 OUTPUT_URI_ENV = "STEPOP_OUTPUT_URI"
 
 

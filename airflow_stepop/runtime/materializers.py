@@ -1,18 +1,23 @@
-"""How a Python value becomes an artifact on disk, and back.
+"""How a Python value becomes an artifact, and back.
 
-Each materializer writes one kind of value to a local path (a file, or a directory for
-``pathlib.Path`` results) and reads it back. Optional libraries are imported only when a value
-of theirs is seen. The first materializer that accepts a value wins; cloudpickle is the last
-resort. Reads happen only after the caller has verified the artifact's sha256.
+Most materializers write a value as bytes to a binary stream (which hashes them as they are
+written) and load it back from bytes that were read and verified in one pass. The ``path``
+materializer copies a returned file or directory tree (model checkpoints) and gives back a
+local path. Optional libraries are imported only when a value of theirs is seen. The first
+materializer that accepts a value wins; cloudpickle is the last resort. Loads happen only
+after the caller has verified the artifact's sha256.
 """
 
 from __future__ import annotations
 
+import io
 import json
-import shutil
+import math
 import sys
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, BinaryIO, ClassVar
+
+from airflow_stepop.runtime.storage import copy_hashed
 
 
 class NoMaterializerError(TypeError):
@@ -44,14 +49,17 @@ def type_name(value: Any) -> str:
 class Materializer:
     name: ClassVar[str]
     suffix: ClassVar[str] = ""
+    # True: the artifact is a file or tree used in place (copy/open); else bytes (dump/load).
+    on_disk: ClassVar[bool] = False
 
     def handles(self, value: Any) -> bool:
         raise NotImplementedError
 
-    def write(self, value: Any, path: Path) -> None:
+    def dump(self, value: Any, stream: BinaryIO) -> None:
         raise NotImplementedError
 
-    def read(self, path: Path) -> Any:
+    def load(self, data: memoryview) -> Any:
+        """The value from its verified bytes (writable memory the value may keep)."""
         raise NotImplementedError
 
 
@@ -62,11 +70,11 @@ class JsonMaterializer(Materializer):
     def handles(self, value: Any) -> bool:
         return is_strict_json(value)
 
-    def write(self, value: Any, path: Path) -> None:
-        path.write_text(json.dumps(value))
+    def dump(self, value: Any, stream: BinaryIO) -> None:
+        stream.write(json.dumps(value).encode())
 
-    def read(self, path: Path) -> Any:
-        return json.loads(path.read_text())
+    def load(self, data: memoryview) -> Any:
+        return json.loads(bytes(data))
 
 
 class StrMaterializer(Materializer):
@@ -76,11 +84,11 @@ class StrMaterializer(Materializer):
     def handles(self, value: Any) -> bool:
         return type(value) is str
 
-    def write(self, value: Any, path: Path) -> None:
-        path.write_bytes(value.encode("utf-8"))
+    def dump(self, value: Any, stream: BinaryIO) -> None:
+        stream.write(value.encode("utf-8"))
 
-    def read(self, path: Path) -> Any:
-        return path.read_bytes().decode("utf-8")
+    def load(self, data: memoryview) -> Any:
+        return str(data, "utf-8")
 
 
 class BytesMaterializer(Materializer):
@@ -90,11 +98,11 @@ class BytesMaterializer(Materializer):
     def handles(self, value: Any) -> bool:
         return isinstance(value, (bytes, bytearray, memoryview))
 
-    def write(self, value: Any, path: Path) -> None:
-        path.write_bytes(bytes(value))
+    def dump(self, value: Any, stream: BinaryIO) -> None:
+        stream.write(value if isinstance(value, (bytes, bytearray)) else bytes(value))
 
-    def read(self, path: Path) -> Any:
-        return path.read_bytes()
+    def load(self, data: memoryview) -> Any:
+        return bytes(data)
 
 
 class NumpyMaterializer(Materializer):
@@ -105,16 +113,42 @@ class NumpyMaterializer(Materializer):
         numpy = sys.modules.get("numpy")
         return numpy is not None and isinstance(value, numpy.ndarray) and value.dtype != object
 
-    def write(self, value: Any, path: Path) -> None:
+    def dump(self, value: Any, stream: BinaryIO) -> None:
+        """The bytes ``numpy.save`` writes; a contiguous array's memory is written as it is."""
         import numpy
+        from numpy.lib import format as npy
 
-        with open(path, "wb") as handle:
-            numpy.save(handle, value, allow_pickle=False)
+        header: io.BytesIO | None = io.BytesIO()
+        try:
+            npy.write_array_header_1_0(header, npy.header_data_from_array_1_0(value))
+        except (ValueError, UnicodeEncodeError):  # needs format 2.0/3.0
+            header = None
+        data = value if value.flags.c_contiguous else value.T  # F order: the header says so
+        if header is None or not data.flags.c_contiguous or value.dtype.itemsize == 0:
+            numpy.save(stream, value, allow_pickle=False)  # numpy's own (chunked) writer
+            return
+        stream.write(header.getvalue())
+        stream.write(data.reshape(-1).view(numpy.uint8))
 
-    def read(self, path: Path) -> Any:
+    def load(self, data: memoryview) -> Any:
+        """The array over the verified bytes themselves (no copy), for .npy format 1.0/2.0."""
         import numpy
+        from numpy.lib import format as npy
 
-        return numpy.load(path, allow_pickle=False)
+        head = io.BytesIO(bytes(data[:12]))
+        version = npy.read_magic(head)
+        if version not in ((1, 0), (2, 0)):  # 3.0 (utf-8 field names): numpy's own reader
+            return numpy.load(io.BytesIO(data), allow_pickle=False)
+        width = 2 if version == (1, 0) else 4
+        end = 8 + width + int.from_bytes(data[8 : 8 + width], "little")
+        head = io.BytesIO(bytes(data[:end]))
+        npy.read_magic(head)
+        read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+        shape, fortran_order, dtype = read_header(head)
+        if dtype.hasobject or dtype.itemsize == 0:
+            return numpy.load(io.BytesIO(data), allow_pickle=False)
+        array = numpy.frombuffer(data, dtype=dtype, count=math.prod(shape), offset=end)
+        return array.reshape(shape, order="F" if fortran_order else "C")
 
 
 class PandasParquetMaterializer(Materializer):
@@ -131,30 +165,29 @@ class PandasParquetMaterializer(Materializer):
             return False
         return True
 
-    def write(self, value: Any, path: Path) -> None:
-        value.to_parquet(path)
+    def dump(self, value: Any, stream: BinaryIO) -> None:
+        value.to_parquet(stream)
 
-    def read(self, path: Path) -> Any:
+    def load(self, data: memoryview) -> Any:
         import pandas
 
-        return pandas.read_parquet(path)
+        return pandas.read_parquet(io.BytesIO(data))
 
 
 class PathMaterializer(Materializer):
     """A returned ``pathlib.Path``: the file or directory tree it names (model checkpoints)."""
 
     name = "path"
+    on_disk = True
 
     def handles(self, value: Any) -> bool:
         return isinstance(value, Path) and value.exists()
 
-    def write(self, value: Any, path: Path) -> None:
-        if value.is_dir():
-            shutil.copytree(value, path)
-        else:
-            shutil.copyfile(value, path)
+    def copy(self, value: Path, target: Path) -> tuple[str, int]:
+        """Copy the file or tree to ``target``; its sha256 and size, hashed while copying."""
+        return copy_hashed(value, target)
 
-    def read(self, path: Path) -> Any:
+    def open(self, path: Path) -> Any:
         return path
 
 
@@ -165,7 +198,7 @@ class CloudpickleMaterializer(Materializer):
     def handles(self, value: Any) -> bool:
         return True
 
-    def write(self, value: Any, path: Path) -> None:
+    def dump(self, value: Any, stream: BinaryIO) -> None:
         import cloudpickle
 
         try:
@@ -178,12 +211,12 @@ class CloudpickleMaterializer(Materializer):
                 "types instead: e.g. list(...) of a generator, or save the object to files in a "
                 "directory and return that Path."
             ) from exc
-        path.write_bytes(data)
+        stream.write(data)
 
-    def read(self, path: Path) -> Any:
+    def load(self, data: memoryview) -> Any:
         import cloudpickle
 
-        return cloudpickle.loads(path.read_bytes())
+        return cloudpickle.loads(data)
 
 
 MATERIALIZERS: tuple[Materializer, ...] = (

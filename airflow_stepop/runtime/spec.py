@@ -31,6 +31,11 @@ ERROR_NAME = "error.json"
 INPUTS_DIR = "inputs"
 OUTPUTS_DIR = "outputs"
 
+# Inside the code bundle (a zip the runtime extracts and puts on sys.path):
+BUNDLE_CODE_DIR = "code/"  # the callable's module and the local modules it imports
+BUNDLE_DEPS_DIR = "deps/"  # the worker's cloudpickle, when the callable travels pickled
+BUNDLE_CALLABLE = "callable.pkl"  # the callable pickled by value
+
 
 class SpecError(ValueError):
     """A spec this runtime cannot run."""

@@ -10,17 +10,23 @@ URI is read and written as a plain local path, so the image needs no cloud SDK.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import mmap
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import unquote, urlsplit
 
 PATH_MAP_ENV = "STEPOP_PATH_MAP"
 CHUNK = 4 * 1024 * 1024
+# Data at least this large is hashed on a helper thread while the file I/O runs: sha256 and
+# the read/write system calls both release the GIL, so a pass costs max(I/O, hash), not the sum.
+OVERLAP_MIN = 2 * CHUNK
 
 # (uri) -> (fsspec filesystem, path within it); lets the worker attach Airflow connections.
 FilesystemResolver = Callable[[str], tuple[Any, str]]
@@ -79,6 +85,131 @@ def digest_of(path: Path) -> tuple[str, int]:
     if path.is_dir():
         return tree_digest(path)
     return sha256_file(path), path.stat().st_size
+
+
+class _Overlap:
+    """Runs each digest update on one helper thread, in order, while the caller does I/O.
+
+    Made per file (never shared or kept), so a process forked while one exists is unharmed.
+    """
+
+    def __init__(self, digest: Any) -> None:
+        self.digest = digest
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="stepop-sha256")
+        self.pending: Future[None] | None = None
+
+    def update(self, data: memoryview) -> None:
+        """Hash ``data`` in the background; the caller must not change it until ``wait()``."""
+        self.wait()
+        self.pending = self.pool.submit(self.digest.update, data)
+
+    def wait(self) -> None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self.pool.shutdown()
+
+
+class HashingWriter(io.RawIOBase):
+    """A binary stream over an open file that hashes exactly the bytes written, in the same pass.
+
+    Materializers write through it, so an artifact's sha256 costs no second read of its bytes.
+    Closing it leaves the file open.
+    """
+
+    def __init__(self, file: BinaryIO) -> None:
+        super().__init__()
+        self.file = file
+        self.digest = hashlib.sha256()
+        self.size = 0
+        self._overlap: _Overlap | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.size
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        if len(view) < OVERLAP_MIN:
+            self.digest.update(view)
+            self.file.write(view)
+        else:
+            self._overlap = self._overlap or _Overlap(self.digest)
+            for start in range(0, len(view), CHUNK):
+                chunk = view[start : start + CHUNK]
+                self._overlap.update(chunk)
+                try:
+                    self.file.write(chunk)
+                finally:
+                    self._overlap.wait()
+        self.size += len(view)
+        return len(view)
+
+    def hexdigest(self) -> str:
+        return self.digest.hexdigest()
+
+    def close(self) -> None:
+        if self._overlap is not None:
+            self._overlap.close()
+            self._overlap = None
+        super().close()
+
+
+def read_hashed(file: BinaryIO, size: int) -> tuple[memoryview, str]:
+    """Exactly ``size`` bytes of an open (unbuffered) file and their sha256, in one pass.
+
+    Raises EOFError when the file ends early. The caller deserializes these very bytes, so
+    what was verified is what is loaded, whatever happens to the file afterwards. The memory
+    is writable (arrays loaded over it stay writable); a large buffer is an anonymous mapping,
+    which the kernel hands out without first filling it with zeros.
+    """
+    buffer = mmap.mmap(-1, size) if size >= OVERLAP_MIN else bytearray(size)
+    view = memoryview(buffer)
+    digest = hashlib.sha256()
+    overlap = _Overlap(digest) if size >= OVERLAP_MIN else None
+    try:
+        for start in range(0, size, CHUNK):
+            chunk = view[start : start + CHUNK]
+            filled = 0
+            while filled < len(chunk):
+                count = file.readinto(chunk[filled:])
+                if not count:
+                    raise EOFError(f"the file ended after {start + filled} of {size} bytes")
+                filled += count
+            if overlap is not None:
+                overlap.update(chunk)  # hashed while the next chunk is read
+            else:
+                digest.update(chunk)
+    finally:
+        if overlap is not None:
+            overlap.close()
+    return view, digest.hexdigest()
+
+
+def copy_hashed(source: Path, target: Path) -> tuple[str, int]:
+    """Copy a file or directory tree, hashing what is written (same digests as ``digest_of``)."""
+    if not source.is_dir():
+        with open(source, "rb") as reader, open(target, "wb") as file, HashingWriter(file) as out:
+            while block := reader.read(OVERLAP_MIN):
+                out.write(block)
+            return out.hexdigest(), out.size
+    tree = hashlib.sha256()
+    total = 0
+    target.mkdir(parents=True)
+    for path in iter_tree(source):
+        rel = path.relative_to(source).as_posix()
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        sha256, size = copy_hashed(path, target / rel)
+        total += size
+        tree.update(f"{rel}\0{size}\0{sha256}\n".encode())
+    return tree.hexdigest(), total
 
 
 class Storage:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from typing import Any
 
 from airflow_stepop.runtime import materializers
 from airflow_stepop.runtime.spec import python_version
-from airflow_stepop.runtime.storage import Storage, digest_of
+from airflow_stepop.runtime.storage import HashingWriter, Storage, digest_of, read_hashed
 
 
 class ArtifactMissingError(FileNotFoundError):
@@ -93,19 +94,31 @@ def decode(node: dict[str, Any], load_ref: Callable[[dict[str, Any]], Any]) -> A
 
 
 def write_artifact(value: Any, uri: str, storage: Storage) -> dict[str, Any]:
-    """Materialize a value at ``uri`` (suffix added) and return its reference record."""
+    """Materialize a value at ``uri`` (suffix added) and return its reference record.
+
+    The sha256 is taken of exactly the bytes written, as they are written (no second read).
+    A local target is written beside itself and renamed into place; a remote one is written to
+    a local scratch file first, then uploaded.
+    """
     materializer = materializers.for_value(value)
     uri = uri + materializer.suffix
     local = storage.local_path(uri)
-    if local is not None:  # write beside the target, then rename into place
+    where = None  # a remote target's scratch copy goes to the system's temp directory
+    if local is not None:
         local.parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=".tmp-", dir=local.parent))
-    else:
-        scratch = Path(tempfile.mkdtemp(prefix="stepop-out-"))
-    try:
+        where = local.parent
+    if materializer.on_disk:
+        scratch = Path(tempfile.mkdtemp(prefix=".tmp-", dir=where))
         path = scratch / "artifact"
-        materializer.write(value, path)
-        sha256, size = digest_of(path)
+    else:  # a file of the usual permissions (mkstemp's would be private to this user)
+        scratch = path = Path(where or tempfile.gettempdir()) / f".tmp-{secrets.token_hex(8)}"
+    try:
+        if materializer.on_disk:
+            sha256, size = materializer.copy(value, path)
+        else:
+            with open(path, "xb") as file, HashingWriter(file) as writer:
+                materializer.dump(value, writer)
+                sha256, size = writer.hexdigest(), writer.size
         if local is not None:
             if local.is_dir():
                 shutil.rmtree(local)
@@ -113,7 +126,10 @@ def write_artifact(value: Any, uri: str, storage: Storage) -> dict[str, Any]:
         else:
             storage.put(path, uri)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if scratch.is_dir():
+            shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            scratch.unlink(missing_ok=True)
     ref = {
         "uri": uri,
         "sha256": sha256,
@@ -126,8 +142,7 @@ def write_artifact(value: Any, uri: str, storage: Storage) -> dict[str, Any]:
     return ref
 
 
-def verified_path(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> Path:
-    """A local path with the artifact's bytes, checked against its recorded sha256."""
+def _fetch(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> Path:
     uri = ref["uri"]
     try:
         path = storage.fetch(uri, cache_dir / ref["sha256"])
@@ -135,18 +150,41 @@ def verified_path(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> Pat
         raise ArtifactMissingError(_missing(uri)) from exc
     if not path.exists():
         raise ArtifactMissingError(_missing(uri))
-    sha256, _ = digest_of(path)
-    if sha256 != ref["sha256"]:
-        raise ArtifactIntegrityError(
-            f"Artifact {uri} does not match the sha256 recorded when it was written "
-            f"(expected {ref['sha256']}, found {sha256}): it was modified or replaced after "
-            "the step wrote it. Refusing to deserialize it; re-run the task that produced it."
-        )
     return path
 
 
+def _check(ref: dict[str, Any], sha256: str) -> None:
+    if sha256 != ref["sha256"]:
+        raise ArtifactIntegrityError(
+            f"Artifact {ref['uri']} does not match the sha256 recorded when it was written "
+            f"(expected {ref['sha256']}, found {sha256}): it was modified or replaced after "
+            "the step wrote it. Refusing to deserialize it; re-run the task that produced it."
+        )
+
+
+def verified_path(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> Path:
+    """A local path with the artifact's file or tree, checked against its recorded sha256."""
+    path = _fetch(ref, storage, cache_dir)
+    _check(ref, digest_of(path)[0])
+    return path
+
+
+def verified_bytes(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> bytearray:
+    """The artifact's bytes, read once and checked against its recorded sha256 and size."""
+    path = _fetch(ref, storage, cache_dir)
+    with open(path, "rb", buffering=0) as file:
+        try:
+            data, sha256 = read_hashed(file, ref["size"])
+        except EOFError:
+            data, sha256 = bytearray(), "a shorter file"
+        if file.read(1):
+            sha256 = "a longer file"
+    _check(ref, sha256)
+    return data
+
+
 def read_artifact(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> Any:
-    path = verified_path(ref, storage, cache_dir)
+    """The artifact's value; its bytes are verified before any of them is deserialized."""
     written_by = ref.get("python")
     if written_by and written_by != python_version():
         raise PythonVersionMismatchError(
@@ -155,7 +193,10 @@ def read_artifact(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> Any
             "same Python minor version on the worker and in the job image "
             "(DockerSettings.parent_image), or return a type with its own materializer."
         )
-    return materializers.by_name(ref["materializer"]).read(path)
+    materializer = materializers.by_name(ref["materializer"])
+    if materializer.on_disk:
+        return materializer.open(verified_path(ref, storage, cache_dir))
+    return materializer.load(verified_bytes(ref, storage, cache_dir))
 
 
 def _missing(uri: str) -> str:
