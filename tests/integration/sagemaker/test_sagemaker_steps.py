@@ -71,6 +71,23 @@ def test_a_retry_reattaches_to_the_running_job_with_one_create(aws, ctl):
     assert counters["CreateTrainingJob"] == 1  # try 2 re-attached instead of submitting
 
 
+def test_a_retry_after_the_job_succeeded_returns_its_result_with_one_create(aws, ctl):
+    run = dags().sm_retry_after_success().test()
+    assert run.state == "success"
+    assert xcoms(run)[("paid_once", "return_value", -1)] == "computed once"
+    assert ctl.counters()["CreateTrainingJob"] == 1  # try 2 reused try 1's verified result
+
+
+def test_a_failure_after_submit_with_no_retry_left_stops_the_training_job(aws, ctl):
+    run = dags().sm_failure_after_submit().test()
+    assert run.state == "failed"
+    [job] = training_jobs("orphan")
+    assert ctl.counters()["StopTrainingJob"] == 1
+    assert wait_until(
+        lambda: training_jobs("orphan")[0]["TrainingJobStatus"] == "Stopped", 60, what="a stop"
+    )
+
+
 def test_throttling_on_a_fifth_of_the_calls_still_succeeds(aws, ctl):
     ctl.add_faults({"kind": "throttle", "operation": "*", "rate": 0.2})
     run = dags().sm_pipeline().test()
