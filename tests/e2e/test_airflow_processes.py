@@ -7,11 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.services import Api
 from tests.processes import process_alive
 from tests.waiting import free_port, wait_for
 
@@ -57,33 +57,6 @@ def test_example_dag_under_airflow_dags_test(tmp_path):
         (home / "stepop-artifacts").glob("stepop_train_pipeline/*/prepare/-1/1/outputs/train.npy")
     )
     assert npy.stat().st_size > 50 * 10**6
-
-
-class Api:
-    def __init__(self, base: str) -> None:
-        self.base = base
-        self.token = self._call("GET", "/auth/token", auth=False)["access_token"]
-
-    def _call(self, method: str, path: str, body: dict | None = None, auth: bool = True):
-        request = urllib.request.Request(
-            self.base + path,
-            method=method,
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={"Content-Type": "application/json"},
-        )
-        if auth:
-            request.add_header("Authorization", f"Bearer {self.token}")
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read() or b"null")
-
-    def get(self, path: str):
-        return self._call("GET", path)
-
-    def post(self, path: str, body: dict):
-        return self._call("POST", path, body)
-
-    def patch(self, path: str, body: dict):
-        return self._call("PATCH", path, body)
 
 
 def wait_for_ok(what: str, check, timeout: float):
