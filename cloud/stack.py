@@ -43,6 +43,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -264,6 +265,13 @@ def google_connection(project: str, vertex: str | None = None, logging: str | No
     return json.dumps(conn, separators=(",", ":"))
 
 
+def _script(name: str) -> str:
+    """A console script of this interpreter's packages: next to it (a virtualenv), else on PATH
+    (a system or ``pip --user`` install, as in the compose image)."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else (shutil.which(name) or str(beside))
+
+
 def _has_serve(module: str) -> bool:
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
@@ -291,7 +299,6 @@ def up() -> dict[str, str]:
         down()
     STATE.mkdir(parents=True, exist_ok=True)
     py = sys.executable
-    bindir = Path(py).parent
     env: dict[str, str] = {
         "STEPOP_CLOUD_DIR": str(STATE),
         "STEPOP_REGISTRY": REGISTRY,
@@ -312,13 +319,13 @@ def up() -> dict[str, str]:
 
     port = next_port()
     moto = f"http://{HOST}:{port}"
-    pid = _spawn("moto", [str(bindir / "moto_server"), "-H", BIND, "-p", str(port)])
+    pid = _spawn("moto", [_script("moto_server"), "-H", BIND, "-p", str(port)])
     pending.append(("moto", f"{moto}/moto-api/", pid))
     env.update({"STEPOP_MOTO_ENDPOINT": moto, "AWS_ENDPOINT_URL": moto})
 
     port = next_port()
     gcs = f"http://{HOST}:{port}"
-    argv = [str(bindir / "gcp-storage-emulator"), "start", "--host", BIND, "--port", str(port),
+    argv = [_script("gcp-storage-emulator"), "start", "--host", BIND, "--port", str(port),
             "--in-memory"]  # fmt: skip
     pid = _spawn("gcs", argv)
     pending.append(("gcs", gcs, pid))
