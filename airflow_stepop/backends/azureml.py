@@ -41,8 +41,10 @@ from airflow_stepop.runtime.storage import join
 
 log = logging.getLogger(__name__)
 
-# Run history is read for logs at most this often per job (besides the log-rate budget).
+# Log files are read at most this often per job (besides the log-rate budget); the list of
+# files (run history details) is refreshed at most every LOG_FILES_INTERVAL, and at the end.
 LOG_DETAILS_INTERVAL = 5.0
+LOG_FILES_INTERVAL = 60.0
 LOG_READ_MAX = 1 << 20  # bytes of one log file per call
 
 
@@ -63,6 +65,7 @@ class AzureMLBackend(StepBackend):
         self.azureml_conn_id = azureml_conn_id
         self.job = job
         self._states: dict[str, str] = {}  # job -> last status seen by astatus
+        self._log_files: dict[str, tuple[dict[str, str], float]] = {}  # job -> (URLs, when)
         self._async: Any = None
 
     def serialize(self) -> dict[str, Any]:
@@ -256,6 +259,7 @@ class AzureMLBackend(StepBackend):
         if not status.terminal:
             return status
         details = await self.aclient.run_details(name)
+        self._log_files[name] = (_user_logs(details), time.monotonic())  # the final list
         error = (details.get("error") or {}).get("error")
         final = map_status(state, error)
         from dataclasses import replace
@@ -293,11 +297,14 @@ class AzureMLBackend(StepBackend):
                 return True
             return limiter.try_acquire()
 
-        if not await token():
-            return [], cursor
+        # Log file URLs (SAS URLs on Azure) stay in memory, never in the stored cursor.
+        files, listed = self._log_files.get(name, ({}, 0.0))
+        if not files or now - listed >= LOG_FILES_INTERVAL:  # at the end astatus listed them
+            if not await token():
+                return [], cursor
+            files = _user_logs(await self.aclient.run_details(name))
+            self._log_files[name] = (files, now)
         cursor["read"] = now
-        details = await self.aclient.run_details(name)
-        files = {k: v for k, v in (details.get("logFiles") or {}).items() if "user_logs/" in k}
         offsets = dict(cursor["files"])
         lines: list[str] = []
         for path in sorted(files):
@@ -326,6 +333,11 @@ class AzureMLBackend(StepBackend):
 
         with contextlib.suppress(ResourceNotFoundError):
             await self.aclient.post(f"{self.workspace.path}/jobs/{handle['job_id']}/cancel")
+
+
+def _user_logs(details: dict[str, Any]) -> dict[str, str]:
+    """The job's own output files (``user_logs/``) of run history details: name -> URL."""
+    return {k: v for k, v in (details.get("logFiles") or {}).items() if "user_logs/" in k}
 
 
 def _rank_of(path: str) -> str:

@@ -119,7 +119,7 @@ def test_a_spot_preemption_resumes_from_the_checkpoint(azure, ctl):
     assert billing["spot"] is True and billing["price_per_hour_usd"] == 0.0586  # low priority
 
 
-def test_two_nodes_of_two_processes_get_torch_ranks_and_rank_0_answers(azure, ctl):
+def test_two_nodes_of_two_processes_get_torch_ranks_and_rank_0_answers(azure, ctl, capfd):
     run = dags().aml_two_nodes().test()
     assert run.state == "success"
     assert xcoms(run)[("ranks", "return_value", -1)] == {
@@ -129,6 +129,9 @@ def test_two_nodes_of_two_processes_get_torch_ranks_and_rank_0_answers(azure, ct
     job = jobs(azure["fake"], "aml-two-nodes-ranks")[-1]["properties"]
     assert job["resources"]["instanceCount"] == 2
     assert job["distribution"] == {"distributionType": "PyTorch", "processCountPerInstance": 2}
+    out, err = capfd.readouterr()
+    for rank in range(4):  # every process's log reaches the task log, named by its rank
+        assert f"rank {rank}: rank {rank} of 4" in out + err
 
 
 BAD_ARGUMENTS = [
