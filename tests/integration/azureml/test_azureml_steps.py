@@ -261,3 +261,17 @@ def test_the_connection_reaches_the_workspace_and_gives_an_mlclient(azure, ctl):
     assert hook.test_connection() == (True, "Workspace stepop-ws in eastus answers.")
     assert hook.get_conn().workspaces.get().name == "stepop-ws"  # azure-ai-ml, same connection
     assert ctl.counters()["Workspaces_Get"] == 2
+
+
+def test_a_named_cluster_is_checked_against_the_request_before_submitting(azure, ctl):
+    run = dags().aml_named_clusters().test()
+    assert run.state == "failed"  # too_small failed; on_gpus ran
+    rows = xcoms(run)
+    assert rows[("on_gpus", "return_value", -1)] == "ran on the cluster"
+    assert rows[("on_gpus", "azureml_billing", -1)]["machine"] == "Standard_NC6s_v3"
+    job = jobs(azure["fake"], "aml-named-clusters-on-gpus")[-1]["properties"]
+    assert job["computeId"].endswith("/computes/gpu-cluster")
+    failure = _read(azure["results"], "failure")
+    assert "compute='cpu-cluster' runs Standard_DS3_v2" in failure
+    assert "does not fit resources=" in failure
+    assert jobs(azure["fake"], "aml-named-clusters-too-small") == []  # refused before any job

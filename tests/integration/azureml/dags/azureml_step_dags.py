@@ -218,3 +218,27 @@ def aml_container():
 
 
 aml_container()
+
+
+@dag(schedule=None)
+def aml_named_clusters():
+    @task.azureml_step(
+        docker=PARENT_ONLY, compute="gpu-cluster", resources=ResourceSettings(gpu_count=1)
+    )
+    def on_gpus():
+        return "ran on the cluster"
+
+    @task.azureml_step(
+        docker=PARENT_ONLY,
+        compute="cpu-cluster",
+        resources=ResourceSettings(gpu_count=1),
+        on_failure_callback=_remember_failure,
+    )
+    def too_small():
+        return "never runs"
+
+    on_gpus()
+    too_small()
+
+
+aml_named_clusters()
