@@ -66,6 +66,10 @@ def test_up_starts_what_is_missing_and_down_stops_only_that(
         assert again.returncode == 0 and again.stdout.split() == []  # nothing new started
     finally:
         down = engine("down", "registry")
+        # the private tag only: the image is the shared base, tagged elsewhere too
+        private = f"127.0.0.1:{port}/stepop-base/python:3.11-bookworm"
+        if any(private in image.tags for image in docker_engine.images.list()):
+            docker_engine.images.remove(private, noprune=True)
     assert down.returncode == 0, down.stderr
     assert not _answers(f"http://127.0.0.1:{port}/v2/")
     docker_engine.ping()  # the engine it did not start still runs
