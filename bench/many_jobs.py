@@ -16,7 +16,7 @@ The local backend needs no service: its poller reads N job records per round (fi
 API call); ``--backend local`` measures its CPU share with N supervised ``sleep`` jobs.
 
     make cloud-up
-    .venv/bin/python bench/many_jobs.py [--jobs 1000] [--seconds 120] [--poll 10]
+    .venv/bin/python bench/many_jobs.py [--jobs 1000] [--seconds 240] [--poll 10]
 """
 
 from __future__ import annotations
@@ -115,25 +115,31 @@ def _sagemaker(args: argparse.Namespace) -> None:
     image = f"{env.get('STEPOP_REGISTRY', '127.0.0.1:5000')}/stepop-base/python:3.11-bookworm"
     stamp = int(time.time())
     print(f"Creating {args.jobs} timer jobs of {args.seconds:g} s on a private SageMaker fake...")
-    handles = []
-    for i in range(args.jobs):
+    creating = time.monotonic()
+
+    def create(i: int) -> dict[str, Any]:
         name = f"bench-{stamp}-{i}-t1"
         run_uri = f"s3://{bucket}/runs/{name}"
         client.create_training_job(
             TrainingJobName=name,
             RoleArn=ROLE,
-            AlgorithmSpecification={"TrainingImage": image,
-                                    "TrainingInputMode": "File",
+            AlgorithmSpecification={"TrainingImage": image, "TrainingInputMode": "File",
                                     "ContainerEntrypoint": ["python3", "-c", "pass"]},
             OutputDataConfig={"S3OutputPath": run_uri, "CompressionType": "NONE"},
             ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1,
                             "VolumeSizeInGB": 1},
             StoppingCondition={"MaxRuntimeInSeconds": 3600},
         )  # fmt: skip
-        handles.append({"job_id": name, "task_key": name, "run_uri": run_uri,
-                        "output_uri": f"{run_uri}/{name}/output/model", "region": "us-east-1",
-                        "submitted_at": time.time(), "machine": "ml.m5.large x 1",
-                        "price_per_hour": 0.115})  # fmt: skip
+        return {"job_id": name, "task_key": name, "run_uri": run_uri,
+                "output_uri": f"{run_uri}/{name}/output/model", "region": "us-east-1",
+                "submitted_at": time.time(), "machine": "ml.m5.large x 1",
+                "price_per_hour": 0.115}  # fmt: skip
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        handles = list(pool.map(create, range(args.jobs)))
+    print(f"Created in {time.monotonic() - creating:.0f} s; watching...")
     backend = SageMakerBackend()
     triggers = [
         StepJobTrigger(
@@ -247,7 +253,7 @@ def _local(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
-    parser.add_argument("--seconds", type=float, default=120.0, help="how long each job runs")
+    parser.add_argument("--seconds", type=float, default=240.0, help="how long each job runs")
     parser.add_argument("--poll", type=float, default=10.0, help="poll_interval")
     parser.add_argument("--backend", choices=("sagemaker", "local"), default="sagemaker")
     args = parser.parse_args()

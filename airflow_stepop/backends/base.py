@@ -126,7 +126,14 @@ class StepBackend(abc.ABC):
 
     @abc.abstractmethod
     async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
-        """New log lines since ``cursor`` (None at first) and the cursor to use next."""
+        """New log lines since ``cursor`` (None at first) and the cursor to use next.
+
+        Each call to a log service first takes a token of ``log_limiter(self.poll_group())``
+        (``try_acquire``; none left: stop here and return what was read, the cursor where it
+        stopped), so log calls stay within a per-process budget however many jobs run: each
+        job's lines come less often, never lost. A finished job's last read takes no token:
+        it happens once per job, and no task should wait on other jobs' logs to end.
+        """
 
     @abc.abstractmethod
     async def astop(self, handle: dict[str, Any]) -> None: ...

@@ -57,6 +57,7 @@ LOG_STREAMS_INTERVAL = 60.0
 LOG_EVENTS_INTERVAL = 2.0
 # ListTrainingJobs asks from the oldest watched job's submit time, less this margin (clock skew).
 LIST_WINDOW_SLACK = 300.0
+LIST_EXTRA_PAGES = 2  # pages read beyond what the watched jobs alone would fill
 TRANSIENT_CODES = frozenset(
     {
         "ThrottlingException",
@@ -478,20 +479,26 @@ class SageMakerBackend(StepBackend):
         return status
 
     async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:
-        """One ListTrainingJobs page per 100 jobs, from the oldest watched job's creation on.
+        """ListTrainingJobs pages (100 jobs each) over the watched jobs' creation window.
 
-        A summary has the job's status and phase; a job missing from the pages (older than
-        the window, or listed past the last page) is left to the poller's describe.
+        Oldest first from the earliest watched submit, so the pages needed grow with the
+        watched jobs, not with the account's history; other jobs created meanwhile may push some
+        of ours past the last page read, and those are left to the poller's describe.
         """
         wanted = {h["job_id"] for h in handles}
-        since = min(float(h.get("submitted_at") or 0) for h in handles) - LIST_WINDOW_SLACK
+        stamps = [float(h.get("submitted_at") or 0) for h in handles]
+        kwargs: dict[str, Any] = {
+            "MaxResults": 100,
+            "SortBy": "CreationTime",
+            "SortOrder": "Ascending",
+        }
+        if min(stamps) > 0:
+            kwargs["CreationTimeAfter"] = min(stamps) - LIST_WINDOW_SLACK
+            kwargs["CreationTimeBefore"] = max(stamps) + LIST_WINDOW_SLACK
         out: dict[str, JobStatus] = {}
         limiter = list_limiter(self.poll_group())
         client = await self._client("sagemaker")
-        kwargs: dict[str, Any] = {"MaxResults": 100, "SortBy": "CreationTime"}
-        if since > 0:
-            kwargs["CreationTimeAfter"] = since
-        for _ in range(max(1, (len(wanted) + 99) // 100) + 1):
+        for _ in range((len(wanted) + 99) // 100 + LIST_EXTRA_PAGES):
             await limiter.aacquire()
             answer = await client.list_training_jobs(**kwargs)
             for summary in answer.get("TrainingJobSummaries", []):
@@ -525,6 +532,8 @@ class SageMakerBackend(StepBackend):
             or (phase == "Training" != cursor.get("phase"))  # (re)started: new streams
             or now - cursor["listed"] >= LOG_STREAMS_INTERVAL
         ):
+            if not self._log_call_allowed(job):
+                return [], cursor
             cursor["listed"] = now
             cursor["phase"] = phase
             try:
@@ -547,6 +556,8 @@ class SageMakerBackend(StepBackend):
                 }
                 if token:
                     kwargs["nextToken"] = token
+                if not self._log_call_allowed(job):
+                    break
                 answer = await client.get_log_events(**kwargs)
                 events = answer.get("events", [])
                 prefix = f"{name.split('/', 1)[1].split('-')[0]}: " if len(streams) > 1 else ""
@@ -559,6 +570,12 @@ class SageMakerBackend(StepBackend):
             streams[name] = token
         cursor["streams"] = streams
         return lines, cursor
+
+    def _log_call_allowed(self, job: str) -> bool:
+        """A token of the log budget for one call; a finished job's last read needs none."""
+        from airflow_stepop.backends.ratelimit import log_limiter
+
+        return job in self._final or log_limiter(self.poll_group()).try_acquire()
 
     async def astop(self, handle: dict[str, Any]) -> None:
         client = await self._client("sagemaker")

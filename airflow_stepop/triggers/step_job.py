@@ -8,8 +8,8 @@ triggerer restart does not stop it. ``run()`` has no side effect that cannot be 
 second copy under triggerer HA is harmless.
 
 Many steps, few calls: the job's state comes from the poll group's shared poller
-(``poller.py``), log calls take tokens of a per-process budget (``[stepop]
-log_calls_per_second``: with many jobs each job's lines come less often, never lost), and the
+(``poller.py``), the backend's log calls take tokens of a per-process budget (``[stepop]
+log_calls_per_second``, see ``StepBackend.alogs``), and the
 log cursor is saved beside the run (``relay.json``) so that a trigger resumed by another
 triggerer continues the relay where it stopped instead of from the start.
 """
@@ -85,10 +85,7 @@ class StepJobTrigger(BaseTrigger):
             await poller.detach()
 
     async def _watch(self, poller: JobPoller) -> AsyncIterator[TriggerEvent]:
-        from airflow_stepop.backends.ratelimit import log_limiter
-
         backend = poller.backend  # shared by the group's triggers
-        log_budget = log_limiter(backend.poll_group())
         job_id = self.handle["job_id"]
         tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         cursors = CursorStore(self.handle, self.storage_conn_id)
@@ -102,13 +99,7 @@ class StepJobTrigger(BaseTrigger):
                 status = await poller.status(self.handle, time.monotonic() + wait)
                 if status.terminal and not status.details:
                     status = await backend.astatus(self.handle)  # final facts: one describe
-                if status.terminal:
-                    await log_budget.aacquire()  # the last words are never skipped
-                    lines, cursor = await backend.alogs(self.handle, cursor)
-                elif log_budget.try_acquire():
-                    lines, cursor = await backend.alogs(self.handle, cursor)
-                else:
-                    lines = []
+                lines, cursor = await backend.alogs(self.handle, cursor)
                 failures = 0
             except Exception as exc:
                 if not backend.is_transient(exc):

@@ -1,0 +1,114 @@
+"""The fault matrix: each fault a step can meet, per backend, and the test that proves it.
+
+Every row is a test of the suite that injects the fault (through ``dag.test()``, the emulated
+clouds' fault rules, or a trigger run twice) and asserts the row's claims: how many jobs were
+created, that no artifact was lost, and that the job was stopped when the task was. This
+script runs those tests (``pytest``) and prints the table with each row's outcome.
+
+    make cloud-up            # the SageMaker rows need the engine's registry and moto
+    .venv/bin/python bench/fault_matrix.py [--backend local|sagemaker]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCAL = "tests/e2e/test_local_steps.py"
+FAULTS = "tests/e2e/test_faults.py"
+LOCAL_BACKEND = "tests/integration/test_local_backend.py"
+SAGEMAKER = "tests/integration/sagemaker/test_sagemaker_steps.py"
+
+
+@dataclass(frozen=True)
+class Row:
+    fault: str
+    backend: str
+    test: str
+    jobs: str  # jobs created per task instance, as the test asserts
+    stopped: str  # whether the job was stopped when the task was
+
+
+ROWS = [
+    Row("worker killed between submit and defer", "local",
+        f"{LOCAL}::test_a_retry_reattaches_to_the_running_job", "1 (re-attached)", "n/a"),
+    Row("worker killed between submit and defer", "sagemaker",
+        f"{SAGEMAKER}::test_a_retry_reattaches_to_the_running_job_with_one_create",
+        "1 (re-attached)", "n/a"),
+    Row("failure in execute() after submit, no retry left", "local",
+        f"{FAULTS}::test_a_failure_after_submit_with_no_retry_left_stops_the_job", "1", "yes"),
+    Row("failure in execute() after submit, no retry left", "sagemaker",
+        f"{SAGEMAKER}::test_a_failure_after_submit_with_no_retry_left_stops_the_training_job",
+        "1", "yes"),
+    Row("worker killed after the job succeeded", "local",
+        f"{FAULTS}::test_a_retry_after_the_job_succeeded_returns_its_result_without_a_second_job",
+        "1 (result reused)", "n/a"),
+    Row("worker killed after the job succeeded", "sagemaker",
+        f"{SAGEMAKER}::test_a_retry_after_the_job_succeeded_returns_its_result_with_one_create",
+        "1 (result reused)", "n/a"),
+    Row("triggerer killed and restarted mid-job", "local",
+        f"{LOCAL_BACKEND}::test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_"
+        "it_stopped", "1 (no line relayed twice)", "n/a"),
+    Row("20% API throttling", "sagemaker",
+        f"{SAGEMAKER}::test_throttling_on_a_fifth_of_the_calls_still_succeeds", "1 per step",
+        "n/a"),
+    Row("API 5xx beyond the client's retries", "sagemaker",
+        f"{SAGEMAKER}::test_a_run_of_5xx_answers_longer_than_the_client_retries_is_waited_out",
+        "1", "n/a"),
+    Row("job failure (the step raises)", "local",
+        f"{LOCAL}::test_a_raising_step_fails_the_task_with_the_remote_exception", "1", "n/a"),
+    Row("job failure (the step raises)", "sagemaker",
+        f"{SAGEMAKER}::test_a_raising_step_fails_with_the_remote_exception_and_the_failure_reason",
+        "1", "n/a"),
+    Row("spot interruption", "sagemaker",
+        f"{SAGEMAKER}::test_a_spot_interruption_resumes_from_the_checkpoint",
+        "1 (resumed from its checkpoint)", "n/a"),
+    Row("user kill", "local", f"{LOCAL_BACKEND}::test_user_kill_stops_the_job", "1", "yes"),
+    Row("user kill", "sagemaker", f"{SAGEMAKER}::test_a_user_kill_stops_the_training_job", "1",
+        "yes"),
+    Row("execution_timeout", "local", f"{LOCAL}::test_execution_timeout_stops_the_job", "1",
+        "yes"),
+]  # fmt: skip
+
+
+def run(rows: list[Row]) -> dict[str, str]:
+    """pytest outcome per test id: passed, failed, error or skipped."""
+    report = ROOT / ".pytest_cache" / "fault-matrix.xml"
+    report.parent.mkdir(exist_ok=True)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               f"--junitxml={report}", *sorted({r.test for r in rows})]  # fmt: skip
+    subprocess.run(command, cwd=ROOT, check=False)
+    outcomes: dict[str, str] = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        path = case.get("classname", "").replace(".", "/") + ".py"
+        test_id = f"{path}::{case.get('name')}"
+        kinds = {child.tag for child in case}
+        outcome = next((k for k in ("failure", "error", "skipped") if k in kinds), "passed")
+        outcomes[test_id] = {"failure": "failed"}.get(outcome, outcome)
+    return outcomes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("local", "sagemaker"), default=None)
+    args = parser.parse_args()
+    rows = [r for r in ROWS if args.backend in (None, r.backend)]
+    outcomes = run(rows)
+    print(f"\n{'fault':52s} {'backend':10s} {'outcome':9s} {'jobs':30s} {'lost':5s} stopped")
+    for row in rows:
+        outcome = outcomes.get(row.test, "not run")
+        shown = "survived" if outcome == "passed" else outcome.upper()
+        print(f"{row.fault:52s} {row.backend:10s} {shown:9s} {row.jobs:30s} {'none':5s} "
+              f"{row.stopped}")  # fmt: skip
+    survived = sum(outcomes.get(r.test) == "passed" for r in rows)
+    print(f"\n{survived} of {len(rows)} rows survived")
+    sys.exit(0 if survived == len(rows) else 1)
+
+
+if __name__ == "__main__":
+    main()
