@@ -60,6 +60,9 @@ ROWS = [
     Row("API 5xx beyond the client's retries", "sagemaker",
         f"{SAGEMAKER}::test_a_run_of_5xx_answers_longer_than_the_client_retries_is_waited_out",
         "1", "n/a"),
+    Row("object-store 5xx on write and read (every first call)", "any",
+        "tests/unit/test_storage_retry.py::test_staging_a_step_and_reading_back_survive_a_503_on_"
+        "every_first_call", "n/a (staging, result, load)", "n/a"),
     Row("job failure (the step raises)", "local",
         f"{LOCAL}::test_a_raising_step_fails_the_task_with_the_remote_exception", "1", "n/a"),
     Row("job failure (the step raises)", "sagemaker",
@@ -97,7 +100,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("local", "sagemaker"), default=None)
     args = parser.parse_args()
-    rows = [r for r in ROWS if args.backend in (None, r.backend)]
+    rows = [r for r in ROWS if args.backend in (None, r.backend) or r.backend == "any"]
     outcomes = run(rows)
     print(f"\n{'fault':52s} {'backend':10s} {'outcome':9s} {'jobs':30s} {'lost':5s} stopped")
     for row in rows:
