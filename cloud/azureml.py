@@ -28,7 +28,9 @@ What it serves (``{WS}`` = ``/subscriptions/{s}/resourceGroups/{rg}/providers/
 Microsoft.MachineLearningServices/workspaces/{ws}``; any ``api-version`` is accepted):
 
 ``GET {WS}``                                   the workspace (with ``discoveryUrl``)
-``PUT|GET {WS}/environments/{n}/versions/{v}``  environment versions (image environments)
+``PUT|GET {WS}/environments/{n}/versions/{v}``  environment versions: an image, or a build
+                                               context (``build.contextUri``) the fake builds
+                                               with the local engine in container mode
 ``GET {WS}/environments/{n}/versions``         list
 ``PUT|GET {WS}/jobs/{name}``, ``GET {WS}/jobs`` command jobs
 ``POST {WS}/jobs/{name}/cancel``               202 + ``Location`` (+ ``Retry-After``), polled at
@@ -55,7 +57,8 @@ working dir ``/mnt/azureml/cr/j/<id>/exe/wd``) and the env ``AZUREML_RUN_ID``,
 ``AZURE_ML_INPUT_<x>``, ``AZURE_ML_OUTPUT_<y>``, the job's ``environmentVariables`` and, per
 process, ``RANK``/``LOCAL_RANK``/``NODE_RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``
 (``resources.instanceCount`` x ``distribution.processCountPerInstance`` processes). Inputs are
-downloaded from Azurite before the start and outputs uploaded after the exit (see
+downloaded from Azurite before the start and outputs uploaded after the exit (a
+``ReadWriteMount`` output first shows what its path already holds, as a mount would; see
 :mod:`cloud.azureml_storage`); an output without a path goes to ``azureml://datastores/
 workspaceblobstore/paths/azureml/{job}/{output}/`` as Azure ML does. In process mode
 ``python`` in the command is this virtualenv's interpreter.
@@ -103,6 +106,7 @@ Integration notes for cloud-up
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -265,6 +269,7 @@ class AzureMLService(FakeService):
         self.keep_workdirs = keep_workdirs
         self.url = ""  # set by serve(): the fake's own base URL (discovery, log URLs)
         self.environments: dict[str, dict[str, Any]] = {}  # lower-cased id -> resource
+        self.built_images: dict[str, str] = {}  # environment id -> image built from its context
         self.jobs: dict[str, AmlJob] = {}  # lower-cased id -> job
         self._lock = threading.RLock()
         self._stopping = threading.Event()
@@ -510,24 +515,30 @@ class AzureMLService(FakeService):
             raise invalid("The request body must contain 'properties'.")
         if not props.get("image") and not props.get("build"):
             raise bad("An environment needs either 'image' or 'build'.")
-        if props.get("build"):
-            raise ArmError(
-                400,
-                "UserError",
-                "Environments built from a context are not supported by the fake.",
-                "NotSupported",
-            )
-        image = props["image"]
-        if not re.match(r"^[a-z0-9][a-z0-9._\-/:@]*$", image, re.IGNORECASE) or " " in image:
+        build = props.get("build")
+        if build:
+            if props.get("image"):
+                raise bad("An environment has either 'image' or 'build', not both.")
+            try:
+                parse_uri(str(build.get("contextUri") or ""), DATASTORES)
+            except ValueError as exc:
+                raise bad(f"build.contextUri: {exc}") from exc
+        image = props.get("image")
+        if image is not None and (
+            not re.match(r"^[a-z0-9][a-z0-9._\-/:@]*$", image, re.IGNORECASE) or " " in image
+        ):
             raise bad(f"Image '{image}' is not a valid image reference.")
         env_id = f"{self._ws_id(m)}/environments/{m['env']}/versions/{m['ver']}"
         now = time.time()
         with self._lock:
             existing = self.environments.get(env_id.lower())
-            if existing is not None and existing["properties"]["image"] != image:
+            if existing is not None and (
+                existing["properties"].get("image") != image
+                or existing["properties"].get("build") != build
+            ):
                 raise bad(
-                    f"Environment {m['env']}:{m['ver']} already exists with a different image; "
-                    "environment versions are immutable.",
+                    f"Environment {m['env']}:{m['ver']} already exists with a different image "
+                    "or build; environment versions are immutable.",
                     "Conflict",
                 )
             resource = existing or {
@@ -1020,6 +1031,11 @@ class AzureMLService(FakeService):
                 continue
             host = os.path.join(cap_host, name)
             os.makedirs(host, exist_ok=True)
+            if spec.get("mode") == "ReadWriteMount" and service is not None:
+                # a read-write mount shows what the datastore already holds there
+                container, path = parse_uri(spec["uri"], DATASTORES)
+                with contextlib.suppress(FileNotFoundError):
+                    download(service, container, path, host, False)
             values[("outputs", name)] = f"{cap}/{name}"
             env[f"AZURE_ML_OUTPUT_{name}"] = f"{cap}/{name}"
             outputs[name] = (host, spec["uri"])
@@ -1036,7 +1052,13 @@ class AzureMLService(FakeService):
             AZUREML_CR_DATA_CAPABILITY_PATH=cap,
         )
         env.update(props.get("environmentVariables") or {})
-        image = self._resolve_env(props["environmentId"])["properties"]["image"]
+        environment = self._resolve_env(props["environmentId"])
+        image = environment["properties"].get("image") or ""
+        if environment["properties"].get("build"):
+            built = self._build_image(job, environment, service)
+            if built is None:
+                return None  # the job failed with the build's error
+            image = built
         tier = (props.get("queueSettings") or {}).get("jobTier")
         try:
             while True:
@@ -1063,6 +1085,57 @@ class AzureMLService(FakeService):
             if job.final is None or job.final[0] != "Canceled":
                 self._set_status(job, "Finalizing")
             self._finalize(job, service, outputs)
+
+    def _build_image(self, job: AmlJob, environment: dict[str, Any], service: Any) -> str | None:
+        """An environment with a build context: the image Azure ML builds in its own registry.
+
+        Container mode builds the context with the local engine (``network_mode`` host, as the
+        test engine has no bridge network) and pushes it to ``STEPOP_REGISTRY``; the build log
+        is ``system_logs/image_build.txt``. A process-mode job runs no image, so nothing is
+        built. Built images are reused by environment version. None: the job failed.
+        """
+        mode = (job.props.get("tags") or {}).get("stepop_fake_mode") or self.runner.mode
+        log_file = "system_logs/image_build.txt"
+        if mode != runner_mod.MODE_CONTAINER:
+            self._log(job, log_file, "process mode: the build context is not built")
+            return ""
+        env_id = environment["id"].lower()
+        with self._lock:
+            if env_id in self.built_images:
+                return self.built_images[env_id]
+        build = environment["properties"]["build"]
+        registry = os.environ.get("STEPOP_REGISTRY", "127.0.0.1:5000")
+        name, version = env_id.split("/environments/")[1].split("/versions/")
+        tag = f"{registry}/azureml/{name}:{version}"
+        context = tempfile.mkdtemp(prefix="stepop-azureml-build-", dir=self.tmp_base)
+        try:
+            if service is None:
+                raise RuntimeError("no storage is configured for this fake")
+            container, path = parse_uri(build["contextUri"], DATASTORES)
+            download(service, container, path, context, False)
+            client = self.runner.docker()
+            for chunk in client.api.build(
+                path=context, dockerfile=build.get("dockerfilePath") or "Dockerfile", tag=tag,
+                network_mode="host", rm=True, decode=True,
+            ):  # fmt: skip
+                if "error" in chunk:
+                    raise RuntimeError(chunk["error"].strip())
+                for line in str(chunk.get("stream", "")).splitlines():
+                    if line.strip():
+                        self._log(job, log_file, line)
+            repo, _, tag_name = tag.rpartition(":")
+            for chunk in client.images.push(repo, tag=tag_name, stream=True, decode=True):
+                if "error" in chunk:
+                    raise RuntimeError(chunk["error"].strip())
+        except Exception as exc:
+            self._log(job, log_file, f"image build failed: {exc}")
+            self._fail(job, "ImageBuildFailure", f"Building the environment's image failed: {exc}")
+            return None
+        finally:
+            shutil.rmtree(context, ignore_errors=True)
+        with self._lock:
+            self.built_images[env_id] = tag
+        return tag
 
     def _finalize(self, job: AmlJob, service: Any, outputs: dict[str, tuple[str, str]]) -> None:
         final, job.final = job.final, None

@@ -275,3 +275,16 @@ def test_a_named_cluster_is_checked_against_the_request_before_submitting(azure,
     assert "compute='cpu-cluster' runs Standard_DS3_v2" in failure
     assert "does not fit resources=" in failure
     assert jobs(azure["fake"], "aml-named-clusters-too-small") == []  # refused before any job
+
+
+@pytest.mark.container
+def test_without_an_engine_azure_ml_builds_the_image_from_the_same_dockerfile(
+    azure, ctl, docker_engine, registry_image, monkeypatch
+):
+    monkeypatch.setenv("AIRFLOW__STEPOP__AZUREML_IMAGE_BUILD", "service")
+    run = dags().aml_service_build().test()
+    assert run.state == "success"
+    assert xcoms(run)[("built", "return_value", -1)] == "azureml"  # the ENV line of the build
+    job = jobs(azure["fake"], "aml-service-build-built")[-1]["properties"]
+    assert "/environments/stepop-build/versions/" in job["environmentId"]
+    assert ctl.counters()["EnvironmentVersions_CreateOrUpdate"] == 1

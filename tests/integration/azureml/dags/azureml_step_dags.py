@@ -242,3 +242,17 @@ def aml_named_clusters():
 
 
 aml_named_clusters()
+
+
+@dag(schedule=None)
+def aml_service_build():
+    built_by_service = DockerSettings(parent_image=BASE, environment={"STEPOP_BUILT_BY": "azureml"})
+
+    @task.azureml_step(docker=built_by_service, tags={"stepop_fake_mode": "container"})
+    def built():
+        return os.environ["STEPOP_BUILT_BY"]
+
+    built()
+
+
+aml_service_build()
