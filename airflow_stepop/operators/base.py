@@ -19,14 +19,14 @@ from airflow.sdk.exceptions import TaskDeferred
 from airflow_stepop import config
 from airflow_stepop.artifacts.ref import ArtifactRef
 from airflow_stepop.artifacts.storage import worker_storage
-from airflow_stepop.backends.base import JobRequest, StepBackend
 from airflow_stepop.backends.naming import job_name, task_key
 from airflow_stepop.runtime import spec as specs
 from airflow_stepop.runtime import values
 from airflow_stepop.runtime.storage import Storage, join
 from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
 
-if TYPE_CHECKING:  # imported where used: a DAG file's parse needs neither (nor their imports)
+if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
+    from airflow_stepop.backends.base import JobRequest, StepBackend
     from airflow_stepop.triggers.step_job import StepJobTrigger
 
 _TRACEBACK = "Traceback (most recent call last):"
@@ -233,6 +233,7 @@ class BaseStepOperator(BaseOperator):
 
     def _prepare(self, context: Any, key: str) -> JobRequest:
         """Upload code and inputs, write the spec: everything the job reads."""
+        from airflow_stepop.backends.base import JobRequest
         from airflow_stepop.packaging.staging import StepIdentity, stage_step
 
         ti = context["ti"]
