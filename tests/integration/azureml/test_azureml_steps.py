@@ -288,3 +288,20 @@ def test_without_an_engine_azure_ml_builds_the_image_from_the_same_dockerfile(
     job = jobs(azure["fake"], "aml-service-build-built")[-1]["properties"]
     assert "/environments/stepop-build/versions/" in job["environmentId"]
     assert ctl.counters()["EnvironmentVersions_CreateOrUpdate"] == 1
+
+
+def test_a_spot_retry_resumes_from_the_checkpoints_of_the_first_try(azure, ctl):
+    run = dags().aml_spot_retry_resumes().test()
+    assert run.state == "success"
+    assert xcoms(run)[("flaky_training", "return_value", -1)] == "try 2 resumed at epoch 3"
+    names = [j["name"] for j in jobs(azure["fake"], "aml-spot-retry-resumes-flaky-training")]
+    assert [n[-3:] for n in names] == ["-t1", "-t2"]  # a failed job is not re-attached
+
+
+def test_a_worker_lost_before_recording_its_job_is_covered_by_one_list_call(azure, ctl):
+    run = dags().aml_lost_worker().test()
+    assert run.state == "success"
+    assert xcoms(run)[("held", "return_value", -1)] == "done by the first job"
+    counters = ctl.counters()
+    assert counters["Jobs_CreateOrUpdate"] == 1
+    assert len(jobs(azure["fake"], "aml-lost-worker-held")) == 1

@@ -256,3 +256,54 @@ def aml_service_build():
 
 
 aml_service_build()
+
+
+@dag(schedule=None)
+def aml_spot_retry_resumes():
+    @task.azureml_step(docker=PARENT_ONLY, spot=True, retries=1, retry_delay=timedelta(seconds=0))
+    def flaky_training():
+        from pathlib import Path
+
+        state = Path(os.environ["STEPOP_CHECKPOINT_DIR"]) / "epoch.txt"
+        if state.exists():
+            return f"try 2 resumed at epoch {state.read_text()}"
+        state.write_text("3")
+        raise RuntimeError("the first try dies after its checkpoint")
+
+    flaky_training()
+
+
+aml_spot_retry_resumes()
+
+
+class LosesWorkerInSubmit(AzureMLStepOperator):
+    """A worker lost right after the job was created, before the try could record it."""
+
+    def make_backend(self):
+        backend = super().make_backend()
+        submit = backend.submit
+
+        def submit_then_die(request):
+            submit(request)
+            if request.job_name.endswith("-t1"):
+                raise RuntimeError("simulated: worker lost right after creating the job")
+            raise AssertionError("try 2 must re-attach, not create another job")
+
+        backend.submit = submit_then_die
+        return backend
+
+
+@dag(schedule=None)
+def aml_lost_worker():
+    LosesWorkerInSubmit(
+        task_id="held",
+        python_callable=held_step,
+        op_args=[f"{RESULTS}/release"],
+        docker=PARENT_ONLY,
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+        on_retry_callback=lambda context: open(f"{RESULTS}/release", "w").close(),
+    )
+
+
+aml_lost_worker()
