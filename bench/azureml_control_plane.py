@@ -15,7 +15,11 @@ Then the worker time of ``AzureMLStepOperator.execute()`` (stage, submit, defer)
 caches (the code bundle exists), median of a few runs.
 
     make cloud-up
+    .venv/bin/uv pip install --python .venv/bin/python --target /tmp/amlprov --no-deps \
+        airflow-provider-azure-machinelearning==0.0.1b2    # Microsoft's operator, kept apart
     .venv/bin/python bench/azureml_control_plane.py [--seconds 30] [--poll 5]
+
+(``STEPOP_BENCH_AML_PROVIDER`` names another directory holding that package.)
 """
 
 from __future__ import annotations

@@ -293,6 +293,13 @@ def up() -> dict[str, str]:
         if current.get("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT") != google:  # written by an older one
             current["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = google
             write_env(current)
+        if current.get("STEPOP_AZUREML_ENDPOINT"):  # an older azure_ml connection, too
+            from cloud import azureml
+
+            fresh = azureml.stack_env(current["STEPOP_AZUREML_ENDPOINT"], current)
+            if any(current.get(key) != value for key, value in fresh.items()):
+                current.update(fresh)
+                write_env(current)
         return current
     if current or (STATE / "pids").exists():
         log("a previous stack is partly down: stopping its leftovers")
