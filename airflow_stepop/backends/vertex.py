@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import random
@@ -39,6 +40,7 @@ from airflow_stepop.runtime.storage import join
 log = logging.getLogger(__name__)
 
 LOG_LOOKBACK_S = 10.0  # late log entries within this window of the newest one are not lost
+LOG_SETTLE_S = 5.0  # the last read waits this long after the job's end: entries arrive late
 FINAL_LOG_PAGES = 20
 CREATE_ATTEMPTS = 6
 CONSOLE = "https://console.cloud.google.com"
@@ -81,7 +83,7 @@ class VertexBackend(StepBackend):
             gcp_conn_id, tuple(self.impersonation_chain), project_id, location
         )
         self._state: dict[str, str] = {}  # job id -> last JobStatus.state seen
-        self._final: set[str] = set()
+        self._final: dict[str, float] = {}  # job id -> when it ended (epoch seconds)
 
     def serialize(self) -> dict[str, Any]:
         return {
@@ -254,14 +256,15 @@ class VertexBackend(StepBackend):
         job_id = job.name.rsplit("/", 1)[1]
         self._state[job_id] = status.state
         if status.terminal:
-            self._final.add(job_id)  # the next alogs call reads everything left
-            status = replace(status, details=job_details(job))
+            details = job_details(job)
+            ended = details["end_time"]
+            # the next alogs call reads everything left, once late entries had time to arrive
+            self._final.setdefault(job_id, epoch(ended) if ended else time.time())
+            status = replace(status, details=details)
         return status
 
     async def _aaccess(self) -> GoogleAccess:
         """The connection is read in a thread: never a blocking lookup on the event loop."""
-        import asyncio
-
         access = self.access
         await asyncio.to_thread(lambda: (access.project, access.region, access.credentials))
         return access
@@ -302,6 +305,8 @@ class VertexBackend(StepBackend):
         if not final and self._state.get(job_id) in (None, "pending"):
             return [], cursor  # no log call while the machines are being provisioned
         access = await self._aaccess()
+        if final:
+            await asyncio.sleep(max(0.0, self._final[job_id] + LOG_SETTLE_S - time.time()))
         limiter = log_limiter(self.poll_group())
         query = f'resource.type="ml_job" AND resource.labels.job_id="{job_id}"'
         if cursor["ts"]:

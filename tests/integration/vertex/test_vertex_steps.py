@@ -40,6 +40,13 @@ def test_arrays_and_a_model_directory_pass_between_vertex_steps(gcp, ctl):
     link = rows[("train", "_link_StepJobLink", -1)]
     assert link.startswith("https://console.cloud.google.com/vertex-ai/locations/us-central1/")
     assert "resource.labels.job_id" in rows[("train", "_link_StepLogsLink", -1)]
+    # nothing of the connection reaches a job: only the step's and our own variables
+    for job in custom_jobs(gcp["fake"]):
+        names = {
+            e["name"] for e in job["job_spec"]["worker_pool_specs"][0]["container_spec"]["env"]
+        }
+        assert names <= {"SETTING", "PYTHONUNBUFFERED", "STEPOP_PATH_MAP", "STEPOP_SPEC_URI",
+                         "STEPOP_CODE_PATH"}, names  # fmt: skip
 
 
 def test_a_raising_step_fails_with_the_remote_exception_and_the_job_error(gcp, ctl):
@@ -65,7 +72,8 @@ def test_throttling_on_a_fifth_of_the_calls_still_succeeds(gcp, ctl):
     run = dags().vx_chain().test()
     assert run.state == "success"
     assert xcoms(run)[("total", "return_value", -1)] == 50_000.0
-    assert ctl.counters()["CreateCustomJob"] == 2  # a throttled create is retried, never doubled
+    assert ctl.counters()["CreateCustomJob"] >= 2  # throttled creates are counted too
+    assert len(custom_jobs(gcp["fake"], "vx-chain-")) == 2  # retried, never doubled
 
 
 def test_a_stockout_fails_the_task_with_the_services_reason(gcp, ctl):
@@ -140,27 +148,30 @@ def _hold(release: str) -> str:
     return "released"
 
 
-def test_a_user_kill_cancels_the_custom_job(gcp, ctl):
+def _submit(gcp, function, args, task_id="held"):
+    """Stage and submit one step straight through the backend (no DAG): (backend, handle)."""
     from airflow_stepop.artifacts.storage import worker_storage
     from airflow_stepop.backends.base import JobRequest
     from airflow_stepop.backends.naming import job_name, task_key
     from airflow_stepop.backends.vertex import VertexBackend
     from airflow_stepop.backends.vertex_config import VertexJobConfig
     from airflow_stepop.packaging.staging import StepIdentity, stage_step
+
+    run_id = f"run-{uuid.uuid4().hex[:6]}"
+    key = task_key("vx_direct", run_id, task_id, -1)
+    step = StepIdentity("vx_direct", run_id, task_id, -1, 1)
+    storage = worker_storage("google_cloud_default")
+    staged = stage_step(function, args, {}, root=gcp["root"], step=step, storage=storage)
+    backend = VertexBackend(job=VertexJobConfig(machine_type="n1-standard-4", image_uri=BASE))
+    request = JobRequest(job_name(key, 1), key, staged.spec_uri, staged.run_uri, staged.code_uri)
+    return backend, backend.submit(request)
+
+
+def test_a_user_kill_cancels_the_custom_job(gcp, ctl):
     from airflow_stepop.triggers.step_job import StepJobTrigger
     from tests.waiting import wait_for
 
-    run_id = f"run-{uuid.uuid4().hex[:6]}"
-    key = task_key("vx_kill", run_id, "held", -1)
-    staged = stage_step(
-        _hold, [str(gcp["results"] / "never")], {}, root=gcp["root"],
-        step=StepIdentity("vx_kill", run_id, "held", -1, 1),
-        storage=worker_storage("google_cloud_default"),
-    )  # fmt: skip
-    backend = VertexBackend(job=VertexJobConfig(machine_type="n1-standard-4", image_uri=BASE))
-    handle = backend.submit(
-        JobRequest(job_name(key, 1), key, staged.spec_uri, staged.run_uri, staged.code_uri)
-    )
+    backend, handle = _submit(gcp, _hold, [str(gcp["results"] / "never")])
     trigger = StepJobTrigger(
         backend_path="airflow_stepop.backends.vertex.VertexBackend",
         backend_kwargs=backend.serialize(),
@@ -212,3 +223,49 @@ def test_a_step_runs_in_the_image_in_container_mode(gcp, ctl, registry_image, do
     assert xcoms(run)[("contained", "return_value", -1)] == {"double": 42, "python": True}
     (job,) = custom_jobs(gcp["fake"], "contained")
     assert job["labels"]["stepop_fake_mode"] == "container"
+
+
+def _count_lines(n: int) -> int:
+    import time
+
+    for i in range(n):
+        print(f"line {i}", flush=True)
+        time.sleep(0.01)
+    return n
+
+
+def test_one_list_call_answers_for_many_jobs(gcp, ctl):
+    from tests.waiting import wait_for
+
+    submitted = [_submit(gcp, _count_lines, [3], task_id=f"many{i}") for i in range(3)]
+    backend, handles = submitted[0][0], [h for _, h in submitted]
+    ctl.reset()
+
+    def all_done() -> bool:
+        answers = asyncio.run(backend.astatuses(handles))
+        return len(answers) == 3 and all(a.terminal for a in answers.values()) and answers
+
+    answers = wait_for(all_done, 60, "three jobs to end")
+    counters = ctl.counters()
+    assert counters["ListCustomJobs"] >= 1 and "GetCustomJob" not in counters  # one List a poll
+    assert {a.state for a in answers.values()} == {"succeeded"}
+    assert all(a.details["machine_type"] == "n1-standard-4" for a in answers.values())
+
+
+def test_log_lines_that_arrive_late_are_relayed_once_and_in_order(gcp, ctl):
+    ctl.add_faults({"kind": "log_delay", "seconds": 3.0})
+    backend, handle = _submit(gcp, _count_lines, [300], task_id="chatty")
+
+    async def relay() -> list[str]:
+        lines: list[str] = []
+        cursor = None
+        while True:
+            status = await backend.astatus(handle)
+            got, cursor = await backend.alogs(handle, cursor)
+            lines += got
+            if status.terminal:
+                return lines
+            await asyncio.sleep(0.3)
+
+    lines = [line for line in asyncio.run(relay()) if line.startswith("line ")]
+    assert lines == [f"line {i}" for i in range(300)]
