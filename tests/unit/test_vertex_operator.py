@@ -138,3 +138,35 @@ def test_templated_image_uri_is_checked_at_run_time():
 def test_docker_settings_alone_are_enough():
     op = _op(image_uri=None, docker=DockerSettings(parent_image="python:3.11-slim"))
     assert op.job_config.image_uri is None
+
+
+def test_the_decorator_is_registered_and_builds_the_operator():
+    from airflow.sdk import task
+
+    from airflow_stepop import get_provider_info
+
+    names = {d["name"] for d in get_provider_info()["task-decorators"]}
+    assert "vertex_step" in names
+    with DAG("vx_decorated", schedule=None) as dag:
+
+        @task.vertex_step(image_uri=IMAGE, machine_type="g2-standard-8")
+        def fit(x: int):
+            return x
+
+        fit(1)
+    (op,) = dag.tasks
+    assert isinstance(op, VertexStepOperator) and op.job_config.accelerator_type == "NVIDIA_L4"
+
+
+def test_links_name_the_job_its_logs_and_the_experiment_run():
+    from airflow_stepop.backends.vertex import VertexBackend
+
+    handle = {"project": "p", "location": "europe-west4", "job_id": "123",
+              "display_name": "d-t1", "experiment": "churn"}  # fmt: skip
+    links = VertexBackend().links(handle)
+    assert links["job"] == (
+        "https://console.cloud.google.com/vertex-ai/locations/europe-west4/training/123/cpu?project=p"
+    )
+    assert "resource.labels.job_id%3D%22123%22" in links["logs"]
+    assert links["experiment"].endswith("/experiments/churn/runs/churn-d-t1?project=p")
+    assert "experiment" not in VertexBackend().links({**handle, "experiment": None})
