@@ -269,3 +269,10 @@ def test_log_lines_that_arrive_late_are_relayed_once_and_in_order(gcp, ctl):
 
     lines = [line for line in asyncio.run(relay()) if line.startswith("line ")]
     assert lines == [f"line {i}" for i in range(300)]
+
+
+def test_without_deferral_the_worker_waits_and_gets_the_same_result(gcp, ctl):
+    run = dags().vx_not_deferred().test()
+    assert run.state == "success"
+    assert xcoms(run)[("blocking", "return_value", -1)] == 144
+    assert ctl.counters()["CreateCustomJob"] == 1

@@ -233,3 +233,16 @@ def vx_stockout():
 
 
 vx_stockout()
+
+
+@dag(schedule=None)
+def vx_not_deferred():
+    @task.vertex_step(docker=PARENT_ONLY, deferrable=False)
+    def blocking(x: int):
+        print(f"computing {x} squared")
+        return x * x
+
+    blocking(12)
+
+
+vx_not_deferred()
