@@ -284,23 +284,13 @@ def up() -> dict[str, str]:
     current = read_env()
     if current and running(current):
         log(f"reusing the running stack of {ENV_FILE}")
-        create_buckets(current, DEMO_BUCKET)  # a stack started by an older checkout may lack it
-        google = google_connection(
-            "stepop-local",
-            current.get("STEPOP_VERTEX_ENDPOINT"),
-            current.get("STEPOP_VERTEX_LOGGING_ENDPOINT"),
-        )
-        if current.get("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT") != google:  # written by an older one
-            current["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = google
-            write_env(current)
-        if current.get("STEPOP_AZUREML_ENDPOINT"):  # an older azure_ml connection, too
-            from cloud import azureml
-
-            fresh = azureml.stack_env(current["STEPOP_AZUREML_ENDPOINT"], current)
-            if any(current.get(key) != value for key, value in fresh.items()):
-                current.update(fresh)
-                write_env(current)
-        return current
+        # A stack started by an older checkout gets today's connections and bucket.
+        fresh = derived(current)
+        if fresh != current:
+            write_env(fresh)
+            log(f"refreshed the connections of {ENV_FILE}")
+        create_buckets(fresh, DEMO_BUCKET)
+        return fresh
     if current or (STATE / "pids").exists():
         log("a previous stack is partly down: stopping its leftovers")
         down()
@@ -370,27 +360,32 @@ def up() -> dict[str, str]:
         _wait(fake.name, url + "/_fake/health", pid)
         log(f"{fake.name} answers at {url}")
         env[fake.url_key] = url
-        module = importlib.import_module(fake.module)
-        extra = getattr(module, "stack_env", None)
-        if extra is not None:
-            env.update(extra(url, dict(env)))
 
-    if "STEPOP_SAGEMAKER_ENDPOINT" in env:  # boto3's per-service override (service id SageMaker)
-        env["AWS_ENDPOINT_URL_SAGEMAKER"] = env["STEPOP_SAGEMAKER_ENDPOINT"]
-    env["AIRFLOW_CONN_AWS_DEFAULT"] = aws_connection(moto, env.get("STEPOP_SAGEMAKER_ENDPOINT"))
-    env.setdefault(
-        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT",
-        google_connection(
-            "stepop-local",
-            env.get("STEPOP_VERTEX_ENDPOINT"),
-            env.get("STEPOP_VERTEX_LOGGING_ENDPOINT"),
-        ),
-    )
-    env["STEPOP_DEMO_BUCKET"] = DEMO_BUCKET
+    env = derived(env)
     create_buckets(env, DEMO_BUCKET)
     write_env(env)
     log(f"wrote {ENV_FILE}")
     return env
+
+
+def derived(env: dict[str, str]) -> dict[str, str]:
+    """``env`` plus what follows from its endpoints: the connections, each fake's ``stack_env``
+    and the demo bucket's name. ``up`` recomputes it for a stack it reuses."""
+    out = dict(env)
+    for fake in FAKES:
+        extra = getattr(importlib.import_module(fake.module), "stack_env", None)
+        if fake.url_key in out and extra is not None:
+            out.update(extra(out[fake.url_key], dict(out)))
+    if "STEPOP_SAGEMAKER_ENDPOINT" in out:  # boto3's per-service override (service id SageMaker)
+        out["AWS_ENDPOINT_URL_SAGEMAKER"] = out["STEPOP_SAGEMAKER_ENDPOINT"]
+    out["AIRFLOW_CONN_AWS_DEFAULT"] = aws_connection(
+        out["STEPOP_MOTO_ENDPOINT"], out.get("STEPOP_SAGEMAKER_ENDPOINT")
+    )
+    out["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = google_connection(
+        "stepop-local", out.get("STEPOP_VERTEX_ENDPOINT"), out.get("STEPOP_VERTEX_LOGGING_ENDPOINT")
+    )
+    out["STEPOP_DEMO_BUCKET"] = DEMO_BUCKET
+    return out
 
 
 def create_buckets(env: dict[str, str], name: str) -> None:
