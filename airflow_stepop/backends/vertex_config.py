@@ -24,6 +24,7 @@ CATALOG = "vertex_custom_training"
 DEFAULT_RUNTIME_S = 7 * 24 * 3600  # Vertex's own default scheduling.timeout
 MAX_RUNTIME_S = 30 * 24 * 3600
 MAX_REPLICAS = 100
+ENV_ENTRIES_MAX = 96  # a container takes 100; four are ours (see vertex_job.build_job)
 USER_LABELS_MAX = 50  # Vertex takes 64 labels; the rest are ours (see vertex.job_labels)
 ACCELERATORS = (
     "NVIDIA_TESLA_K80", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_V100", "NVIDIA_TESLA_P4",
@@ -103,6 +104,7 @@ class VertexJobConfig:
         image_repository: str | None = None,
         persistent_resource_id: str | None = None,
         experiment: str | None = None,
+        environment: Mapping[str, str] | None = None,
     ) -> VertexJobConfig:
         from airflow_stepop import config
         from airflow_stepop.catalog import load
@@ -159,6 +161,12 @@ class VertexJobConfig:
         check.matching(OWNER, "experiment", experiment, _EXPERIMENT,
                        "a Vertex AI experiment name", "churn-model")  # fmt: skip
         check.artifact_root(OWNER, artifact_root, ("gs",), "gs://my-bucket/stepop")
+        if environment and len(environment) > ENV_ENTRIES_MAX:
+            raise SettingsError(
+                f"{OWNER}.environment has {len(environment)} entries; a Vertex container takes "
+                f"100 variables, {ENV_ENTRIES_MAX} of them the step's. Pass fewer (e.g. one JSON "
+                "value)."
+            )
         row = catalog.get(machine_name(machine, accelerator, count))
         price = None
         if row is not None:

@@ -91,7 +91,7 @@ class VertexStepOperator(BaseStepOperator):
             restart_on_worker_restart=restart_on_worker_restart, service_account=service_account,
             network=network, encryption_key=encryption_key, labels=labels, image_uri=image_uri,
             image_repository=image_repository, persistent_resource_id=persistent_resource_id,
-            experiment=experiment,
+            experiment=experiment, environment=self.environment,
         )  # fmt: skip
         self.image_uri = image_uri
 

@@ -82,6 +82,7 @@ def _op(**kwargs):
         ),
         ({"experiment": "Churn Model"}, ["experiment='Churn Model'", "churn-model"]),
         ({"artifact_root": "s3://bucket/x"}, ["artifact_root='s3://bucket/x'", "gs://"]),
+        ({"environment": {f"V{i}": "x" for i in range(97)}}, ["environment has 97 entries", "96"]),
     ],
 )
 def test_a_wrong_argument_is_refused_by_name(kwargs, words):
