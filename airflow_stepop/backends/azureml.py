@@ -291,16 +291,14 @@ class AzureMLBackend(StepBackend):
             return [], cursor
         limiter = log_limiter(self.poll_group())
 
-        async def token() -> bool:
-            if final:  # the last words: wait for a token rather than lose them
-                await limiter.aacquire()
-                return True
-            return limiter.try_acquire()
+        def token() -> bool:
+            # a finished job's last read takes none: no task waits on other jobs' logs
+            return final or limiter.try_acquire()
 
         # Log file URLs (SAS URLs on Azure) stay in memory, never in the stored cursor.
         files, listed = self._log_files.get(name, ({}, 0.0))
         if not files or now - listed >= LOG_FILES_INTERVAL:  # at the end astatus listed them
-            if not await token():
+            if not token():
                 return [], cursor
             files = _user_logs(await self.aclient.run_details(name))
             self._log_files[name] = (files, now)
@@ -308,7 +306,7 @@ class AzureMLBackend(StepBackend):
         offsets = dict(cursor["files"])
         lines: list[str] = []
         for path in sorted(files):
-            if not await token():
+            if not token():
                 break
             offset = offsets.get(path, 0)
             data = (await self.aclient.read_log(files[path], offset))[:LOG_READ_MAX]
