@@ -57,7 +57,7 @@ LOG_STREAMS_INTERVAL = 60.0
 LOG_EVENTS_INTERVAL = 2.0
 # ListTrainingJobs asks from the oldest watched job's submit time, less this margin (clock skew).
 LIST_WINDOW_SLACK = 300.0
-LIST_EXTRA_PAGES = 2  # pages read beyond what the watched jobs alone would fill
+LIST_MAX_PAGES = 50  # 5000 jobs in progress in the window; any beyond are described
 TRANSIENT_CODES = frozenset(
     {
         "ThrottlingException",
@@ -479,16 +479,18 @@ class SageMakerBackend(StepBackend):
         return status
 
     async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:
-        """ListTrainingJobs pages (100 jobs each) over the watched jobs' creation window.
+        """The watched jobs still in progress, from ListTrainingJobs pages of 100.
 
-        Oldest first from the earliest watched submit, so the pages needed grow with the
-        watched jobs, not with the account's history; other jobs created meanwhile may push some
-        of ours past the last page read, and those are left to the poller's describe.
+        Only InProgress jobs of the watched jobs' creation window are listed, oldest first, so
+        the pages grow with the running jobs, not with the account's history. A watched job
+        missing from them has ended (or hides beyond the last page read): the poller describes
+        it, which is the one describe its final facts need anyway.
         """
         wanted = {h["job_id"] for h in handles}
         stamps = [float(h.get("submitted_at") or 0) for h in handles]
         kwargs: dict[str, Any] = {
             "MaxResults": 100,
+            "StatusEquals": "InProgress",
             "SortBy": "CreationTime",
             "SortOrder": "Ascending",
         }
@@ -498,7 +500,7 @@ class SageMakerBackend(StepBackend):
         out: dict[str, JobStatus] = {}
         limiter = list_limiter(self.poll_group())
         client = await self._client("sagemaker")
-        for _ in range((len(wanted) + 99) // 100 + LIST_EXTRA_PAGES):
+        for _ in range(LIST_MAX_PAGES):
             await limiter.aacquire()
             answer = await client.list_training_jobs(**kwargs)
             for summary in answer.get("TrainingJobSummaries", []):

@@ -47,10 +47,10 @@ class CursorStore:
         """The cursor a previous trigger of this job saved, or None (start from the top)."""
 
         def read() -> Any:
-            storage = self._storage()
-            if not storage.exists(self.uri):
+            try:  # one call: no exists() first
+                document = self._storage().read_json(self.uri)
+            except FileNotFoundError:
                 return None
-            document = storage.read_json(self.uri)
             return document.get("cursor") if document.get("job_id") == self.job_id else None
 
         try:
