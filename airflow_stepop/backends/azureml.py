@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -151,8 +152,6 @@ class AzureMLBackend(StepBackend):
 
     def _compute(self, job: AzureMLJobConfig) -> tuple[AzureMLJobConfig, str | None]:
         """The named cluster's id; its VM size checked against the request before submitting."""
-        from dataclasses import replace
-
         if not job.compute:
             return job, None
         compute_id = f"{self.workspace.path}/computes/{job.compute}"
@@ -262,8 +261,6 @@ class AzureMLBackend(StepBackend):
         self._log_files[name] = (_user_logs(details), time.monotonic())  # the final list
         error = (details.get("error") or {}).get("error")
         final = map_status(state, error)
-        from dataclasses import replace
-
         return replace(final, details=billing_facts(resource, details))
 
     async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:
