@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 
 import pytest
@@ -241,3 +242,52 @@ def test_a_run_of_5xx_answers_longer_than_the_client_retries_is_waited_out(aws, 
     assert (
         "(ServiceUnavailable)" in out + err and "retrying in" in out + err
     )  # the trigger's backoff
+
+
+def test_concurrent_steps_share_one_list_per_poll_and_one_describe_per_finished_job(
+    aws, ctl, monkeypatch
+):
+    """Twelve deferred steps in one triggerer loop: batched status, one final describe each."""
+    import boto3
+
+    from airflow_stepop.triggers.step_job import StepJobTrigger
+
+    monkeypatch.setenv("STEPOP_FAKE_TIMER_SECONDS", "8")  # longer than the first poll (5 s)
+    ctl.mode("timer")  # jobs end on a timer, no process: the control plane alone is measured
+    client = boto3.client("sagemaker", endpoint_url=aws["fake"])
+    stamp, handles = uuid.uuid4().hex[:6], []
+    for i in range(12):
+        name = f"batch-{stamp}-{i}-t1"
+        client.create_training_job(
+            TrainingJobName=name, RoleArn=ROLE,
+            AlgorithmSpecification={"TrainingImage": BASE, "TrainingInputMode": "File"},
+            OutputDataConfig={"S3OutputPath": f"{aws['root']}/{name}"},
+            ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1,
+                            "VolumeSizeInGB": 1},
+            StoppingCondition={"MaxRuntimeInSeconds": 600},
+        )  # fmt: skip
+        handles.append({"job_id": name, "task_key": name, "run_uri": f"{aws['root']}/{name}",
+                        "submitted_at": time.time()})  # fmt: skip
+    triggers = [
+        StepJobTrigger(
+            backend_path="airflow_stepop.backends.sagemaker.SageMakerBackend",
+            backend_kwargs={"aws_conn_id": "aws_default", "region_name": None},
+            handle=handle,
+            poll_interval=0.5,
+        )
+        for handle in handles
+    ]
+
+    async def watch_all() -> list[str]:
+        async def one(trigger):
+            async for event in trigger.run():
+                return event.payload["status"]
+
+        return await asyncio.gather(*(one(t) for t in triggers))
+
+    ctl.reset()
+    assert asyncio.run(watch_all()) == ["succeeded"] * 12
+    counters = ctl.counters()
+    assert counters["DescribeTrainingJob"] == 12  # the final facts of each job, nothing more
+    # one page per poll round for all twelve jobs, not one describe per job per poll
+    assert 1 <= counters["ListTrainingJobs"] < counters["DescribeTrainingJob"]
