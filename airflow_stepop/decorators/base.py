@@ -35,11 +35,13 @@ def step_task_decorator(
         multiple_outputs: bool | None = None,
         **kwargs: Any,
     ) -> TaskDecorator:
+        from airflow_stepop.operators.base import rename_step_resources
+
         return task_decorator_factory(
             python_callable=python_callable,
             multiple_outputs=multiple_outputs,
             decorated_operator_class=decorated_operator_class,
-            **kwargs,
+            **rename_step_resources(kwargs),  # so that .expand() keeps them (see partial())
         )
 
     decorator.__doc__ = f"Run the decorated function as {decorated_operator_class.__name__} does."

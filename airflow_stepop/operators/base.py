@@ -54,6 +54,7 @@ class BaseStepOperator(BaseOperator):
         op_args: Collection[Any] | None = None,
         op_kwargs: Mapping[str, Any] | None = None,
         resources: ResourceSettings | None = None,
+        step_resources: ResourceSettings | None = None,
         docker: DockerSettings | None = None,
         artifact_root: str | None = None,
         deferrable: bool = True,
@@ -63,6 +64,8 @@ class BaseStepOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         name = getattr(self, "custom_operator_name", None) or type(self).__name__
+        if step_resources is not None:  # resources= of a mapped step (see partial())
+            resources = step_resources
         if not callable(python_callable):
             raise SettingsError(f"{name}.python_callable={python_callable!r} is not callable.")
         if resources is not None and not isinstance(resources, ResourceSettings):
@@ -95,6 +98,16 @@ class BaseStepOperator(BaseOperator):
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self.environment = dict(environment or {})
+
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:
+        """``.partial(resources=ResourceSettings(...))`` for mapped steps.
+
+        Airflow reserves ``resources`` of a mapped task for its own ``Resources`` and converts it
+        when expanding, so a step's ``ResourceSettings`` travels as ``step_resources``.
+        """
+        kwargs = rename_step_resources(kwargs)
+        return super().partial(**kwargs)
 
     # ---- what a service's subclass provides ------------------------------------------------
 
@@ -351,6 +364,15 @@ class EarlierJob:
 
 
 STATE_KEY = "stepop_job"
+
+
+def rename_step_resources(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``resources=ResourceSettings(...)`` as ``step_resources`` (Airflow's mapping keeps
+    ``resources`` for its own ``Resources``); any other ``resources`` is left to Airflow."""
+    if isinstance(kwargs.get("resources"), ResourceSettings):
+        kwargs = dict(kwargs)
+        kwargs["step_resources"] = kwargs.pop("resources")
+    return kwargs
 
 
 def _recall(store: Any) -> dict[str, Any] | None:

@@ -70,6 +70,15 @@ def test_mapped_steps_run_one_job_per_element(results, tmp_path):
     assert len(jobs) == 3 and len(set(jobs)) == 3
 
 
+def test_mapped_steps_keep_their_resource_settings(results):
+    run = _dags(results).mapped_steps_with_resources().test()
+    assert run.state == "success"
+    assert (results / "mapped-total.txt").read_text() == "6"
+    for index in (0, 1):
+        recorded = json.loads((results / f"resources-{index}.json").read_text())
+        assert recorded["cpu_count"] == 2
+
+
 def test_multiple_outputs_without_deferral(results):
     run = _dags(results).multiple_outputs_step().test()
     assert run.state == "success"

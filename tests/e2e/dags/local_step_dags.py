@@ -185,3 +185,34 @@ def container_step():
 
 
 container_step()
+
+
+class RecordsResources(LocalStepOperator):
+    """Writes the ResourceSettings its (mapped) task got, then runs the step."""
+
+    def execute(self, context):
+        with open(f"{RESULTS}/resources-{context['ti'].map_index}.json", "w") as handle:
+            import json
+
+            json.dump(self.resource_settings.to_dict(), handle)
+        return super().execute(context)
+
+
+@dag(schedule=None)
+def mapped_steps_with_resources():
+    @task.local_step(resources=ResourceSettings(cpu_count=1, memory="1GiB"))
+    def double(x: int) -> int:
+        return 2 * x
+
+    @task
+    def total(values):
+        with open(f"{RESULTS}/mapped-total.txt", "w") as handle:
+            handle.write(str(sum(values)))
+
+    total(double.expand(x=[1, 2]))
+    RecordsResources.partial(
+        task_id="classic", python_callable=abs, resources=ResourceSettings(cpu_count=2)
+    ).expand(op_args=[[-1], [-2]])
+
+
+mapped_steps_with_resources()
