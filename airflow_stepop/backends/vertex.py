@@ -322,9 +322,7 @@ class VertexBackend(StepBackend):
         seen: dict[str, float] = dict(cursor["seen"])
         newest = cursor["ts"]
         for _ in range(FINAL_LOG_PAGES if final else 1):
-            if final:
-                await limiter.aacquire()  # the last words: wait for a token, lose no line
-            elif not limiter.try_acquire():
+            if not final and not limiter.try_acquire():  # a last read takes no token
                 break
             answer = await access.log_entries(body)
             for entry in answer.get("entries", []):
