@@ -18,7 +18,7 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,8 @@ def encode(
     as_ref: Callable[[Any], dict[str, Any] | None] = lambda value: None,
 ) -> dict[str, Any]:
     """Turn a value into a node: a reference, inline JSON, or a newly written artifact."""
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray, list, tuple)):
+        value = list(value)  # e.g. Airflow's lazy sequence of a mapped task's results
     ref = as_ref(value)
     if ref is not None:
         return {"ref": ref}

@@ -79,6 +79,12 @@ def test_mapped_steps_keep_their_resource_settings(results):
         assert recorded["cpu_count"] == 2
 
 
+def test_a_mapped_task_s_results_feed_a_step(results):
+    run = _dags(results).mapped_results_into_a_step().test()
+    assert run.state == "success"
+    assert (results / "mapped-into-step.txt").read_text() == "14"
+
+
 def test_multiple_outputs_without_deferral(results):
     run = _dags(results).multiple_outputs_step().test()
     assert run.state == "success"

@@ -216,3 +216,24 @@ def mapped_steps_with_resources():
 
 
 mapped_steps_with_resources()
+
+
+@dag(schedule=None)
+def mapped_results_into_a_step():
+    @task.local_step
+    def square(x: int) -> int:
+        return x * x
+
+    @task.local_step
+    def add_up(values) -> int:
+        return sum(values)
+
+    @task
+    def keep(total):
+        with open(f"{RESULTS}/mapped-into-step.txt", "w") as handle:
+            handle.write(str(total))
+
+    keep(add_up(square.expand(x=[1, 2, 3])))
+
+
+mapped_results_into_a_step()
