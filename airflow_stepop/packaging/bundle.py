@@ -21,7 +21,7 @@ import sys
 import sysconfig
 import types
 import zipfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
@@ -97,7 +97,7 @@ def _names_in_source(
     tree = ast.parse(source, filename=filename)
     package = module_name if is_package else module_name.rpartition(".")[0]
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _statements(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -112,6 +112,15 @@ def _names_in_source(
                 names.add(target)
                 names.update(f"{target}.{alias.name}" for alias in node.names)
     return frozenset(names)
+
+
+def _statements(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node but expressions (an import is a statement): most of a tree is expressions."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        yield node
+        pending.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, ast.expr))
 
 
 def imports_airflow(module: types.ModuleType) -> bool:
