@@ -7,8 +7,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from airflow_stepop.runtime import values
-
 
 def _cache_dir() -> Path:
     root = os.environ.get("STEPOP_CACHE_DIR") or os.path.expanduser("~/.cache/airflow-stepop")
@@ -36,6 +34,7 @@ class ArtifactRef:
     def load(self, conn_id: str | None = None) -> Any:
         """The artifact's value (a local ``Path`` for directories), after checking its sha256."""
         from airflow_stepop.artifacts.storage import worker_storage
+        from airflow_stepop.runtime import values
 
         return values.read_artifact(self.to_record(), worker_storage(conn_id), _cache_dir())
 

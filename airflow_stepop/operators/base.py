@@ -18,15 +18,11 @@ from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_stepop import config
 from airflow_stepop.artifacts.ref import ArtifactRef
-from airflow_stepop.artifacts.storage import worker_storage
-from airflow_stepop.backends.naming import job_name, task_key
-from airflow_stepop.runtime import spec as specs
-from airflow_stepop.runtime import values
-from airflow_stepop.runtime.storage import Storage, join
 from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
 
 if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
     from airflow_stepop.backends.base import JobRequest, StepBackend
+    from airflow_stepop.runtime.storage import Storage
     from airflow_stepop.triggers.step_job import StepJobTrigger
 
 _TRACEBACK = "Traceback (most recent call last):"
@@ -122,6 +118,8 @@ class BaseStepOperator(BaseOperator):
     # ---- execute ---------------------------------------------------------------------------
 
     def execute(self, context: Any) -> Any:
+        from airflow_stepop.backends.naming import task_key
+
         backend = self.make_backend()
         ti = context["ti"]
         key = task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
@@ -199,6 +197,8 @@ class BaseStepOperator(BaseOperator):
 
     def _reuse(self, handle: dict[str, Any], try_number: Any) -> Reused | None:
         """The verified result of an earlier try's finished job, or None if it is not whole."""
+        from airflow_stepop.artifacts.storage import worker_storage
+
         storage = worker_storage(self.storage_conn_id)
         try:
             result = read_result(handle, storage)
@@ -246,7 +246,9 @@ class BaseStepOperator(BaseOperator):
 
     def _prepare(self, context: Any, key: str) -> JobRequest:
         """Upload code and inputs, write the spec: everything the job reads."""
+        from airflow_stepop.artifacts.storage import worker_storage
         from airflow_stepop.backends.base import JobRequest
+        from airflow_stepop.backends.naming import job_name
         from airflow_stepop.packaging.staging import StepIdentity, stage_step
 
         ti = context["ti"]
@@ -275,6 +277,8 @@ class BaseStepOperator(BaseOperator):
     # ---- completion ------------------------------------------------------------------------
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        from airflow_stepop.artifacts.storage import worker_storage
+
         handle = event["handle"]
         storage = worker_storage(self.storage_conn_id)
         try:
@@ -318,6 +322,9 @@ class BaseStepOperator(BaseOperator):
             self.log.warning("Could not release job %s: %s", handle["job_id"], exc)
 
     def _failure(self, event: dict[str, Any], storage: Storage) -> Exception:
+        from airflow_stepop.runtime import spec as specs
+        from airflow_stepop.runtime.storage import join
+
         handle = event["handle"]
         parts = [f"Step job {handle['job_id']} {event['status']}"]
         if event.get("reason"):
@@ -390,6 +397,10 @@ def _remember(store: Any, record: dict[str, Any]) -> None:
 
 def read_result(handle: dict[str, Any], storage: Storage) -> Any:
     """The step's result from its manifest; every artifact it names must be there, whole."""
+    from airflow_stepop.runtime import spec as specs
+    from airflow_stepop.runtime import values
+    from airflow_stepop.runtime.storage import join
+
     manifest = storage.read_json(join(_output_uri(handle), specs.RESULT_NAME))
     for record in _artifact_records(manifest["outputs"]):
         if not storage.exists(record["uri"]):
