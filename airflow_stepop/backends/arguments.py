@@ -130,7 +130,7 @@ def string_map(
     return out
 
 
-def image_uri(owner: str, value: Any, example: str) -> str | None:
+def _image_reference(owner: str, value: Any, example: str) -> str | None:
     if value is not None and not (
         is_templated(value)
         or (isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@\-]*", value))
@@ -139,6 +139,24 @@ def image_uri(owner: str, value: Any, example: str) -> str | None:
             f"{owner}.image_uri={value!r} is not an image reference; use e.g. {example!r}."
         )
     return value
+
+
+def image(owner: str, image_uri: Any, docker: Any, image_repository: Any, example: str) -> None:
+    """A step needs an image: ``image_uri`` (prebuilt) or ``docker=`` (built, pushed to
+    ``image_repository`` when given: a repository, no tag)."""
+    _image_reference(owner, image_uri, example)
+    if image_uri is None and docker is None:
+        raise SettingsError(
+            f"{owner} needs an image: set image_uri= (a prebuilt image with python3) or "
+            "docker=DockerSettings(parent_image=..., requirements=[...])."
+        )
+    if image_repository is not None:
+        from airflow_stepop.images.registry import check_repository
+
+        try:
+            check_repository(image_repository, f"{owner}.image_repository")
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from exc
 
 
 def artifact_root(owner: str, value: str | None, schemes: Sequence[str], example: str) -> None:

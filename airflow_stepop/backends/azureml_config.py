@@ -109,19 +109,7 @@ class AzureMLJobConfig:
                     f"{owner}.environment has the name {name!r}; Azure ML takes names of "
                     "letters, digits and _ that do not start with a digit, e.g. 'DATA_DIR'."
                 )
-        check.image_uri(owner, image_uri, "myregistry.azurecr.io/train:1.0")
-        if image_uri is None and docker is None:
-            raise SettingsError(
-                f"{owner} needs an image: set image_uri= (a prebuilt image with python3) or "
-                "docker=DockerSettings(parent_image=..., requirements=[...])."
-            )
-        if image_repository is not None:
-            from airflow_stepop.images.registry import check_repository
-
-            try:
-                check_repository(image_repository, f"{owner}.image_repository")
-            except ValueError as exc:
-                raise SettingsError(str(exc)) from exc
+        check.image(owner, image_uri, docker, image_repository, "myregistry.azurecr.io/train:1.0")
         if shm_size is not None and (not isinstance(shm_size, str) or not _SHM.match(shm_size)):
             raise SettingsError(
                 f"{owner}.shm_size={shm_size!r} is not a size; use a number and a unit of "

@@ -51,7 +51,7 @@ def environment_body(backend: Any, request: JobRequest, storage: Any) -> tuple[s
             f"[stepop] azureml_image_build={mode!r} is not one of {', '.join(BUILD_MODES)} "
             "(AIRFLOW__STEPOP__AZUREML_IMAGE_BUILD); e.g. 'auto'."
         )
-    client = _engine() if mode in ("auto", "engine") else None
+    client = _engine_or_none() if mode in ("auto", "engine") else None
     if client is None and mode == "engine":
         raise ValueError(
             "[stepop] azureml_image_build='engine', but no container engine answers; start one, "
@@ -65,18 +65,6 @@ def environment_body(backend: Any, request: JobRequest, storage: Any) -> tuple[s
 def _image(reference: str) -> tuple[str, str, dict]:
     version = hashlib.sha256(reference.encode()).hexdigest()[:24]
     return IMAGE_ENVIRONMENT, version, {"properties": {"image": reference, "osType": "Linux"}}
-
-
-def _engine() -> Any:
-    try:
-        import docker
-
-        client = docker.from_env(timeout=120)
-        client.ping()
-        return client
-    except Exception as exc:
-        log.info("No container engine answers (%s): Azure ML builds the image", exc)
-        return None
 
 
 def _build_and_push(backend: Any, settings: Any, client: Any) -> str:
@@ -167,3 +155,12 @@ def _service_build(
     body = {"properties": {"build": {"contextUri": uri, "dockerfilePath": "Dockerfile"},
                            "osType": "Linux"}}  # fmt: skip
     return BUILD_ENVIRONMENT, digest, body
+
+
+def _engine_or_none() -> Any:
+    from airflow_stepop.images.builder import engine_client
+
+    client = engine_client()
+    if client is None:
+        log.info("No container engine answers: Azure ML builds the image")
+    return client

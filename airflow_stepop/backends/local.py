@@ -66,7 +66,7 @@ class LocalBackend(StepBackend):
         bundle = _local_bundle(request)
         job_dir = self.jobs_dir / request.job_name
         job_dir.mkdir(parents=True, exist_ok=False)
-        if request.docker is not None and (client := _docker_client()) is not None:
+        if request.docker is not None and (client := _engine()) is not None:
             handle = self._submit_container(client, request, job_dir, bundle)
         else:
             if request.docker is not None:
@@ -182,7 +182,7 @@ class LocalBackend(StepBackend):
         job_dir = Path(handle["job_dir"])
         (job_dir / "stop_requested").touch()
         if handle["mode"] == "container":
-            client = _docker_client()
+            client = _engine()
             if client is not None:
                 _container(client, handle).stop(timeout=int(STOP_GRACE_SECONDS))
             return
@@ -197,7 +197,7 @@ class LocalBackend(StepBackend):
             os.killpg(pid, signal.SIGKILL)
 
     def release(self, handle: dict[str, Any]) -> None:
-        if handle["mode"] != "container" or (client := _docker_client()) is None:
+        if handle["mode"] != "container" or (client := _engine()) is None:
             return
         import docker.errors
 
@@ -229,7 +229,7 @@ class LocalBackend(StepBackend):
     def _container_status(self, handle: dict[str, Any], stopped: bool) -> JobStatus:
         import docker.errors
 
-        client = _docker_client()
+        client = _engine()
         if client is None:
             return JobStatus("failed", "the container engine does not answer")
         try:
@@ -245,7 +245,7 @@ class LocalBackend(StepBackend):
     def _logs(self, handle: dict[str, Any], cursor: int | None) -> tuple[list[str], int]:
         cursor = cursor or 0
         if handle["mode"] == "container":
-            client = _docker_client()
+            client = _engine()
             if client is None:
                 return [], cursor
             raw = _container(client, handle).logs(stdout=True, stderr=True)
@@ -302,19 +302,11 @@ def _alive(job_dir: Path) -> bool:
     return False
 
 
-def _docker_client() -> Any | None:
-    """A docker client if an engine answers, else None (the SDK is imported only here)."""
-    try:
-        import docker
-    except ImportError:
-        return None
-    try:
-        client = docker.from_env(timeout=30)
-        client.ping()
-        return client
-    except Exception:  # any failure to reach the engine means "no engine"
-        return None
-
-
 def _container(client: Any, handle: dict[str, Any]) -> Any:
     return client.containers.get(handle.get("container_id") or handle["job_id"])
+
+
+def _engine() -> Any | None:
+    from airflow_stepop.images.builder import engine_client
+
+    return engine_client(timeout=30)

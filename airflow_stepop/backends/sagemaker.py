@@ -332,7 +332,7 @@ class SageMakerBackend(StepBackend):
         target = registry.prepare(
             repository, aws_conn_id=self.aws_conn_id, region_name=self.region_name
         )
-        client = _docker_client()
+        client = builder.require_engine()
         from airflow_stepop import config
 
         options = builder.BuildOptions(
@@ -591,20 +591,6 @@ class SageMakerBackend(StepBackend):
 def checkpoint_uri(run_uri: str) -> str:
     """Checkpoints of a task instance: shared by its tries (a retry resumes, too)."""
     return run_uri.rstrip("/").rsplit("/", 1)[0] + "/checkpoints"
-
-
-def _docker_client() -> Any:
-    try:
-        import docker
-
-        client = docker.from_env(timeout=120)
-        client.ping()
-        return client
-    except Exception as exc:
-        raise SageMakerConfigError(
-            f"Building the step's environment image needs a container engine, and none answers "
-            f"({exc}). Start one, or give a prebuilt image with image_uri=."
-        ) from exc
 
 
 def with_labels(request: JobRequest, **labels: Any) -> JobRequest:

@@ -167,19 +167,7 @@ class SageMakerArguments:
             "'aws:'.",
             value_pattern=_TAG_VALUE, value_rule="values are strings of at most 256 chars.",
         )  # fmt: skip
-        check.image_uri(owner, image_uri, IMAGE_EXAMPLE)
-        if image_uri is None and docker is None:
-            raise SettingsError(
-                f"{owner} needs an image: set image_uri= (a prebuilt image with python3) or "
-                "docker=DockerSettings(parent_image=..., requirements=[...])."
-            )
-        if image_repository is not None:
-            from airflow_stepop.images.registry import check_repository
-
-            try:
-                check_repository(image_repository, f"{owner}.image_repository")
-            except ValueError as exc:
-                raise SettingsError(str(exc)) from exc
+        check.image(owner, image_uri, docker, image_repository, IMAGE_EXAMPLE)
         check.artifact_root(owner, artifact_root, ["s3"], "s3://my-bucket/stepop")
         return cls(
             instance_type=instance_type,

@@ -46,20 +46,6 @@ CREATE_ATTEMPTS = 6
 CONSOLE = "https://console.cloud.google.com"
 
 
-def _docker_client() -> Any:
-    try:
-        import docker
-
-        client = docker.from_env(timeout=120)
-        client.ping()
-        return client
-    except Exception as exc:
-        raise VertexConfigError(
-            f"Building the step's environment image needs a container engine, and none answers "
-            f"({exc}). Start one, or give a prebuilt image with image_uri=."
-        ) from exc
-
-
 class VertexBackend(StepBackend):
     """Runs steps as Vertex AI CustomJobs through the google provider's connection."""
 
@@ -203,7 +189,7 @@ class VertexBackend(StepBackend):
             ca_bundle=config.get("build_ca_bundle") or None,
         )
         image, built = builder.ensure_image(
-            request.docker, _docker_client(), repository=target.repository, push=True,
+            request.docker, builder.require_engine(), repository=target.repository, push=True,
             options=options, auth_config=target.auth_config,
         )  # fmt: skip
         log.info("Environment image %s (%s)", image, "built and pushed" if built else "no build")

@@ -143,19 +143,8 @@ class VertexJobConfig:
             value_pattern=_LABEL_VALUE,
             value_rule="values are at most 63 lowercase letters, digits, '_' or '-'.",
         )  # fmt: skip
-        check.image_uri(OWNER, image_uri, "us-central1-docker.pkg.dev/my-project/train/env:1.0")
-        if image_uri is None and docker is None:
-            raise SettingsError(
-                f"{OWNER} needs an image: set image_uri= (a prebuilt image with python3) or "
-                "docker=DockerSettings(parent_image=..., requirements=[...])."
-            )
-        if image_repository is not None:
-            from airflow_stepop.images.registry import check_repository
-
-            try:
-                check_repository(image_repository, f"{OWNER}.image_repository")
-            except ValueError as exc:
-                raise SettingsError(str(exc)) from exc
+        example = "us-central1-docker.pkg.dev/my-project/train/env:1.0"
+        check.image(OWNER, image_uri, docker, image_repository, example)
         check.matching(OWNER, "persistent_resource_id", persistent_resource_id, _RESOURCE_ID,
                        "a persistent resource id", "stepop-warm-pool")  # fmt: skip
         check.matching(OWNER, "experiment", experiment, _EXPERIMENT,

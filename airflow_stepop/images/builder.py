@@ -208,3 +208,26 @@ def _push(client: Any, reference: str, auth_config: dict[str, str] | None = None
     ):
         if "error" in chunk:
             raise ImageBuildError(f"Pushing {reference} failed: {chunk['error']}")
+
+
+def engine_client(timeout: int = 120) -> Any | None:
+    """A docker client when a container engine answers, else None (the SDK imported only here)."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+        return client
+    except Exception:  # no SDK, no socket, a stopped engine: all mean "no engine"
+        return None
+
+
+def require_engine() -> Any:
+    """A docker client for a build on the worker, or a refusal that says what else works."""
+    client = engine_client()
+    if client is None:
+        raise ImageBuildError(
+            "Building the step's environment image needs a container engine, and none answers. "
+            "Start one, or give a prebuilt image with image_uri=."
+        )
+    return client
