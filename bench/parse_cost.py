@@ -72,7 +72,10 @@ def write_dags(directory: Path) -> dict[str, Path]:
 
 def measure(path: Path, env: dict[str, str]) -> tuple[float, float, list[str]]:
     command = [sys.executable, "-c", PROBE, str(path)]
-    out = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+    # run beside the DAG file: `-c` puts the working directory first on sys.path
+    out = subprocess.run(
+        command, capture_output=True, text=True, check=True, env=env, cwd=path.parent
+    )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     return result["seconds"], result["cpu"], result["heavy"]
 
