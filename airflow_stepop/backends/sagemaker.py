@@ -433,7 +433,12 @@ class SageMakerBackend(StepBackend):
             price = machine.spot_price_per_hour if spot else machine.price_per_hour
             price = price if price is not None else machine.price_per_hour
         billing = estimate_cost(details, price)
-        billing["catalog_date"] = catalog.date
+        billing.update(
+            machine=billing["instance_type"],
+            count=billing["instance_count"],
+            price_per_hour_usd=price,
+            catalog_date=catalog.date,
+        )
         return billing
 
     def status(self, handle: dict[str, Any]) -> JobStatus:

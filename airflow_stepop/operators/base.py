@@ -285,6 +285,7 @@ class BaseStepOperator(BaseOperator):
             if event["status"] != "succeeded":
                 raise self._failure(event, storage)
             result = read_result(handle, storage)
+            self.log.info("Step job %s succeeded; result: %s", handle["job_id"], _shown(result))
             self._report_billing(context, event)
             _remember(
                 context.get("task_state_store"),
@@ -415,6 +416,12 @@ def _artifact_records(node: Any) -> list[dict[str, Any]]:
         children = [*node.get("list", []), *(node.get("dict") or {}).values()]
         return [record for child in children for record in _artifact_records(child)]
     return []
+
+
+def _shown(result: Any, limit: int = 300) -> str:
+    """A result as the task log shows it: references as references, long values cut."""
+    text = str(result) if isinstance(result, ArtifactRef) else repr(result)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _output_uri(handle: dict[str, Any]) -> str:
