@@ -76,10 +76,7 @@ def _build_and_push(backend: Any, settings: Any, client: Any) -> str:
         or config.get("azureml_image_repository")
         or _workspace_registry(backend)
     )
-    options = builder.BuildOptions(
-        network_mode=config.get("build_network_mode") or None,
-        ca_bundle=config.get("build_ca_bundle") or None,
-    )
+    options = builder.BuildOptions.from_config()
     image, built = builder.ensure_image(
         settings, client, repository=repository, push=True, options=options,
         auth_config=acr_auth(backend, repository.split("/", 1)[0]),

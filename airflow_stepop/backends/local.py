@@ -118,14 +118,10 @@ class LocalBackend(StepBackend):
     ) -> dict[str, Any]:
         import docker.types
 
-        from airflow_stepop import config
         from airflow_stepop.images.builder import BuildOptions, ensure_image
 
         assert request.docker is not None
-        options = BuildOptions(
-            network_mode=config.get("build_network_mode") or None,
-            ca_bundle=config.get("build_ca_bundle") or None,
-        )
+        options = BuildOptions.from_config()
         image, built = ensure_image(request.docker, client, options=options)
         root = Storage().local_path(request.run_uri)
         assert root is not None

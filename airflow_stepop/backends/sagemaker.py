@@ -333,12 +333,8 @@ class SageMakerBackend(StepBackend):
             repository, aws_conn_id=self.aws_conn_id, region_name=self.region_name
         )
         client = builder.require_engine()
-        from airflow_stepop import config
 
-        options = builder.BuildOptions(
-            network_mode=config.get("build_network_mode") or None,
-            ca_bundle=config.get("build_ca_bundle") or None,
-        )
+        options = builder.BuildOptions.from_config()
         image, built = builder.ensure_image(
             request.docker,
             client,

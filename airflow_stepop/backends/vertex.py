@@ -184,10 +184,7 @@ class VertexBackend(StepBackend):
             or f"{self.access.region}-docker.pkg.dev/{self.access.project}/airflow-stepop"
         )
         target = registry.prepare_google(repository, self.access.registry_password)
-        options = builder.BuildOptions(
-            network_mode=config.get("build_network_mode") or None,
-            ca_bundle=config.get("build_ca_bundle") or None,
-        )
+        options = builder.BuildOptions.from_config()
         image, built = builder.ensure_image(
             request.docker, builder.require_engine(), repository=target.repository, push=True,
             options=options, auth_config=target.auth_config,

@@ -36,6 +36,16 @@ class BuildOptions:
     network_mode: str | None = None
     ca_bundle: str | None = None  # PEM file pip trusts during the build (TLS-re-signing proxies)
 
+    @classmethod
+    def from_config(cls) -> BuildOptions:
+        """``[stepop] build_network_mode`` and ``build_ca_bundle``."""
+        from airflow_stepop import config
+
+        return cls(
+            network_mode=config.get("build_network_mode") or None,
+            ca_bundle=config.get("build_ca_bundle") or None,
+        )
+
 
 class ImageBuildError(RuntimeError):
     """A failed image build; the message carries the tail of the build log."""

@@ -201,7 +201,7 @@ class BaseStepOperator(BaseOperator):
 
         storage = worker_storage(self.storage_conn_id)
         try:
-            result = read_result(handle, storage)
+            result = read_result(handle, storage, check_artifacts=True)
         except Exception as exc:
             self.log.warning(
                 "Job %s succeeded but its result cannot be used (%s)", handle["job_id"], exc
@@ -281,23 +281,23 @@ class BaseStepOperator(BaseOperator):
 
         handle = event["handle"]
         storage = worker_storage(self.storage_conn_id)
+        backend = self.make_backend()
         try:
             if event["status"] != "succeeded":
                 raise self._failure(event, storage)
             result = read_result(handle, storage)
             self.log.info("Step job %s succeeded; result: %s", handle["job_id"], _shown(result))
-            self._report_billing(context, event)
+            self._report_billing(context, backend, event)
             _remember(
                 context.get("task_state_store"),
                 {"handle": handle, "try_number": context["ti"].try_number, "delivered": True},
             )
             return result
         finally:
-            self._release(handle)
+            self._release(backend, handle)
 
-    def _report_billing(self, context: Any, event: dict[str, Any]) -> None:
+    def _report_billing(self, context: Any, backend: StepBackend, event: dict[str, Any]) -> None:
         """The finished job's billable time and cost: in the task log and an XCom."""
-        backend = self.make_backend()
         key = getattr(backend, "billing_xcom_key", None)
         billing = backend.billing(event.get("details") or {}) if key else None
         if not billing:
@@ -315,10 +315,10 @@ class BaseStepOperator(BaseOperator):
         )
         context["ti"].xcom_push(key=key, value=billing)
 
-    def _release(self, handle: dict[str, Any]) -> None:
+    def _release(self, backend: StepBackend, handle: dict[str, Any]) -> None:
         """Free the finished job's resources; never hides the step's own result or error."""
         try:
-            self.make_backend().release(handle)
+            backend.release(handle)
         except Exception as exc:
             self.log.warning("Could not release job %s: %s", handle["job_id"], exc)
 
@@ -396,14 +396,15 @@ def _remember(store: Any, record: dict[str, Any]) -> None:
         store.set(STATE_KEY, record)
 
 
-def read_result(handle: dict[str, Any], storage: Storage) -> Any:
-    """The step's result from its manifest; every artifact it names must be there, whole."""
+def read_result(handle: dict[str, Any], storage: Storage, *, check_artifacts: bool = False) -> Any:
+    """The step's result from its manifest. ``check_artifacts``: every artifact it names must
+    still be there (a result reused from an earlier try; a fresh one was just written)."""
     from airflow_stepop.runtime import spec as specs
     from airflow_stepop.runtime import values
     from airflow_stepop.runtime.storage import join
 
     manifest = storage.read_json(join(_output_uri(handle), specs.RESULT_NAME))
-    for record in _artifact_records(manifest["outputs"]):
+    for record in _artifact_records(manifest["outputs"]) if check_artifacts else ():
         if not storage.exists(record["uri"]):
             raise values.ArtifactMissingError(f"the result names {record['uri']}, which is gone")
     return values.decode(manifest["outputs"], ArtifactRef.from_record)
