@@ -126,8 +126,14 @@ def test_deferred_sagemaker_step_in_the_ui(deployment: dict[str, Any], artifacts
             page.reload()
             shows(page, re.compile(r"^Success$"), 30_000)
             shows(page, f"[{job}] [stepop] step finished in")
+            shows(page, f"Step job {job} succeeded; result: {{'accuracy': 0.97, 'epochs': 3}}")
             # the finished job's billing line: billable seconds and the estimated cost
-            shows(page, re.compile(rf"Job {job}: \d+ billable s x 1 x .* = about \$\d+\.\d{{4}}"))
+            shows(
+                page,
+                re.compile(
+                    rf"Job {job}: \d+ billable s x 1 x ml\.m5\.large = about \$\d+\.\d{{4}}"
+                ),
+            )
             page.screenshot(path=str(artifacts / "ui-finished-step.png"))
         except Exception:
             (artifacts / "page.html").write_text(page.content())

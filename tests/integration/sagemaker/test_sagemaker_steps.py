@@ -64,12 +64,25 @@ def test_a_raising_step_fails_with_the_remote_exception_and_the_failure_reason(a
     assert "in explode" in failure  # the traceback, from the job's log tail
 
 
-def test_a_retry_reattaches_to_the_running_job_with_one_create(aws, ctl):
+def test_a_retry_reattaches_to_the_running_job_with_one_create(aws, ctl, monkeypatch):
+    import botocore.client
+
+    worker_calls: list[str] = []  # the workers' (synchronous) AWS calls; triggers use aiobotocore
+    call = botocore.client.BaseClient._make_api_call
+
+    def recorded(client, operation, params):
+        worker_calls.append(operation)
+        return call(client, operation, params)
+
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", recorded)
     run = dags().sm_retry_reattaches().test()
     assert run.state == "success"
     assert xcoms(run)[("held", "return_value", -1)] == "done by the first job"
     counters = ctl.counters()
     assert counters["CreateTrainingJob"] == 1  # try 2 re-attached instead of submitting
+    # try 2 found try 1's job in the task state store: one describe, no List call
+    assert "ListTrainingJobs" not in worker_calls
+    assert worker_calls.count("DescribeTrainingJob") == 1
 
 
 def test_a_retry_after_the_job_succeeded_returns_its_result_with_one_create(aws, ctl):
