@@ -326,25 +326,14 @@ class SageMakerBackend(StepBackend):
             raise SageMakerConfigError("SageMaker steps need image_uri= or docker=DockerSettings")
         from airflow_stepop.images import builder, registry
 
-        if not request.docker.needs_build:  # a parent image alone is used as it is
-            return builder.image_reference(request.docker, builder.DEFAULT_REPOSITORY), False
-        repository = self.job.image_repository or self._default_repository()
-        target = registry.prepare(
-            repository, aws_conn_id=self.aws_conn_id, region_name=self.region_name
-        )
-        client = builder.require_engine()
-
-        options = builder.BuildOptions.from_config()
-        image, built = builder.ensure_image(
+        return builder.service_image(
             request.docker,
-            client,
-            repository=target.repository,
-            push=True,
-            options=options,
-            auth_config=target.auth_config,
+            lambda: registry.prepare(
+                self.job.image_repository or self._default_repository(),
+                aws_conn_id=self.aws_conn_id,
+                region_name=self.region_name,
+            ),
         )
-        log.info("Environment image %s (%s)", image, "built and pushed" if built else "no build")
-        return image, built
 
     def _default_repository(self) -> str:
         account = self._hook("sts").conn.get_caller_identity()["Account"]

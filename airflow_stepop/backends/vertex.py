@@ -176,21 +176,15 @@ class VertexBackend(StepBackend):
         from airflow_stepop import config
         from airflow_stepop.images import builder, registry
 
-        if not request.docker.needs_build:  # a parent image alone is used as it is
-            return builder.image_reference(request.docker, builder.DEFAULT_REPOSITORY), False
         repository = (
             self.job.image_repository
             or config.get("vertex_image_repository")
             or f"{self.access.region}-docker.pkg.dev/{self.access.project}/airflow-stepop"
         )
-        target = registry.prepare_google(repository, self.access.registry_password)
-        options = builder.BuildOptions.from_config()
-        image, built = builder.ensure_image(
-            request.docker, builder.require_engine(), repository=target.repository, push=True,
-            options=options, auth_config=target.auth_config,
-        )  # fmt: skip
-        log.info("Environment image %s (%s)", image, "built and pushed" if built else "no build")
-        return image, built
+        return builder.service_image(
+            request.docker,
+            lambda: registry.prepare_google(repository, self.access.registry_password),
+        )
 
     def find_active(self, task_key: str) -> dict[str, Any] | None:
         jobs = self._list(f'labels.stepop_task="{task_digest(task_key)}"')

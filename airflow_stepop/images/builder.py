@@ -12,11 +12,15 @@ import io
 import logging
 import sys
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.settings import DockerSettings
+
+if TYPE_CHECKING:
+    from airflow_stepop.images.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -241,3 +245,27 @@ def require_engine() -> Any:
             "Start one, or give a prebuilt image with image_uri=."
         )
     return client
+
+
+def service_image(
+    settings: DockerSettings, registry: Callable[[], Registry], client: Any = None
+) -> tuple[str, bool]:
+    """The image a cloud service's job runs for ``settings``, and whether this call built it.
+
+    A parent image alone is used as it is. Otherwise the content-hashed image is built on a
+    miss and pushed to the registry that ``registry()`` makes ready (called only then, so a
+    parent-only step needs no registry login); ``client`` is the engine (found when None).
+    """
+    if not settings.needs_build:
+        return image_reference(settings, DEFAULT_REPOSITORY), False
+    target = registry()
+    image, built = ensure_image(
+        settings,
+        client or require_engine(),
+        repository=target.repository,
+        push=True,
+        options=BuildOptions.from_config(),
+        auth_config=target.auth_config,
+    )
+    log.info("Environment image %s (%s)", image, "built and pushed" if built else "no build")
+    return image, built
