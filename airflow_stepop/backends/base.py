@@ -52,6 +52,9 @@ class JobStatus:
     # Small JSON facts of a finished job that the operator reports (e.g. billable seconds):
     # they ride in the trigger's event, so the worker needs no call of its own to get them.
     details: dict[str, Any] = field(default_factory=dict)
+    # A failure the service still holds (a paused or unresponsive job): it is cancelled when
+    # the step fails, so it waits on nobody and costs nothing more.
+    held: bool = False
 
     @property
     def terminal(self) -> bool:

@@ -75,7 +75,8 @@ def map_state(state: str, error: str | None) -> JobStatus:
     if state in RUNNING:
         return JobStatus("running")
     if state == "JOB_STATE_PAUSED":
-        return JobStatus("failed", "JOB_STATE_PAUSED: the job was paused (not a success)")
+        reason = "JOB_STATE_PAUSED: the job was paused (not a success)"
+        return JobStatus("failed", reason, held=True)
     return JobStatus("failed", f"{state}: {error or 'the job did not succeed'}")
 
 

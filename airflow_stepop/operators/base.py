@@ -183,6 +183,8 @@ class BaseStepOperator(BaseOperator):
         status = backend.status(handle)
         if not status.terminal:
             return EarlierJob(attach=handle)
+        if status.held:  # failed, but the service still holds it: nobody will come back for it
+            backend.stop(handle)
         if status.state == "succeeded" and not record.get("delivered"):
             reused = self._reuse(handle, record.get("try_number"))
             if reused is not None:

@@ -116,6 +116,9 @@ class StepJobTrigger(BaseTrigger):
             await cursors.save(cursor, relayed=len(lines), final=status.terminal)
             progress.update(status)
             if status.terminal:
+                if status.held:
+                    self.log.warning("Job %s %s; cancelling it", job_id, status.reason)
+                    await backend.astop(self.handle)
                 yield self._event(status, tail)
                 return
             if self.deadline is not None and time.time() >= self.deadline:

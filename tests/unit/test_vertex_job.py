@@ -130,6 +130,11 @@ def test_paused_and_expired_are_never_success(state, expected):
     assert map_state(state, "boom").state == expected
 
 
+def test_only_a_paused_job_is_a_failure_the_service_still_holds():
+    assert map_state("JOB_STATE_PAUSED", None).held  # cancelled when the step fails
+    assert not map_state("JOB_STATE_FAILED", "boom").held
+
+
 def test_the_failure_reason_carries_the_jobs_error_message():
     assert map_state("JOB_STATE_FAILED", "stockout").reason == "JOB_STATE_FAILED: stockout"
 

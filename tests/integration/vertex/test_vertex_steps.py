@@ -84,11 +84,19 @@ def test_a_stockout_fails_the_task_with_the_services_reason(gcp, ctl):
     assert "JOB_STATE_FAILED: The zone does not have enough resources available" in failure
 
 
-def test_a_paused_job_is_never_taken_as_success(gcp, ctl):
+def test_a_paused_job_is_never_taken_as_success_and_is_cancelled(gcp, ctl):
+    from tests.waiting import wait_for
+
     ctl.add_faults({"kind": "job_failure", "match": "scarce", "state": "JOB_STATE_PAUSED"})
     run = dags().vx_stockout().test()
     assert run.state == "failed"
     assert "JOB_STATE_PAUSED" in _read(gcp["results"], "failure")
+
+    def newest_state() -> str:
+        return custom_jobs(gcp["fake"], "scarce")[0]["state"]  # newest first: this run's job
+
+    # a paused job would wait on the service for nobody: the failed step cancels it
+    wait_for(lambda: newest_state() == "JOB_STATE_CANCELLED", 30, "the paused job is cancelled")
 
 
 def test_a_spot_preemption_resumes_from_the_checkpoint(gcp, ctl):
