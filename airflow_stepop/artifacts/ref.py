@@ -17,12 +17,20 @@ def _cache_dir() -> Path:
 class ArtifactRef:
     """A verified pointer to an artifact in object storage.
 
-    ``load()`` fetches it (when remote), checks its sha256 and deserializes it with the
+    ``load()`` fetches it (when remote), checks its digest and deserializes it with the
     materializer that wrote it. Passing an ArtifactRef to another step passes the reference:
     the job reads the bytes itself and the worker never downloads them.
+
+    ``sha256`` is the hex digest the writing side recorded and ``digest_kind`` how it was
+    taken (``runtime/digest.py``): ``"sha256-chunked-8MiB"``, the sha256 of the sha256s of the
+    file's 8 MiB chunks, hashed on every core; ``"sha256"``, the sha256 of the whole file, for
+    references written by releases before the field existed (their XComs have no such field).
+    A directory's digest is taken over its files' relative paths, sizes and digests.
     """
 
-    __version__: ClassVar[int] = 1
+    # 2: digest_kind. Airflow's XCom deserializer rebuilds version-1 records (the field takes
+    # its default) and refuses version-2 records in a release that knows only version 1.
+    __version__: ClassVar[int] = 2
 
     uri: str
     sha256: str
@@ -30,9 +38,10 @@ class ArtifactRef:
     materializer: str
     type_name: str
     python: str | None = None
+    digest_kind: str = "sha256"  # runtime.digest.LEGACY_KIND (not imported at parse time)
 
     def load(self, conn_id: str | None = None) -> Any:
-        """The artifact's value (a local ``Path`` for directories), after checking its sha256."""
+        """The artifact's value (a local ``Path`` for directories), after checking its digest."""
         from airflow_stepop.artifacts.storage import worker_storage
         from airflow_stepop.runtime import values
 

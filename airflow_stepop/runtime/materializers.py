@@ -5,7 +5,7 @@ written) and load it back from bytes that were read and verified in one pass. Th
 materializer copies a returned file or directory tree (model checkpoints) and gives back a
 local path. Optional libraries are imported only when a value of theirs is seen. The first
 materializer that accepts a value wins; cloudpickle is the last resort. Loads happen only
-after the caller has verified the artifact's sha256.
+after the caller has verified the artifact's digest (``digest.py``).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ class PathMaterializer(Materializer):
         return isinstance(value, Path) and value.exists()
 
     def copy(self, value: Path, target: Path) -> tuple[str, int]:
-        """Copy the file or tree to ``target``; its sha256 and size, hashed while copying."""
+        """Copy the file or tree to ``target``; its digest and size, hashed while copying."""
         return copy_hashed(value, target)
 
     def open(self, path: Path) -> Any:

@@ -3,12 +3,13 @@
 A node is one of::
 
     {"inline": <JSON value>}                  small, exactly JSON-representable values
-    {"ref": {uri, sha256, size, materializer, type_name[, python]}}   an artifact
+    {"ref": {uri, sha256, size, materializer, type_name, digest_kind[, python]}}  an artifact
     {"list": [node, ...], "tuple": bool}      a list/tuple holding references
     {"dict": {key: node, ...}}                a str-keyed dict holding references
 
-Every artifact read checks the sha256 recorded by the side that wrote it before any bytes are
-deserialized.
+Every artifact read checks the digest recorded by the side that wrote it before any bytes are
+deserialized: ``sha256`` holds it, ``digest_kind`` says how it was taken (``digest.py``; a
+reference without one was written by an earlier release with a plain sha256).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from airflow_stepop.runtime import materializers
+from airflow_stepop.runtime.digest import LEGACY_KIND, WRITTEN_KIND, digest_of, require_kind
 from airflow_stepop.runtime.spec import python_version
-from airflow_stepop.runtime.storage import HashingWriter, Storage, digest_of, read_hashed
+from airflow_stepop.runtime.storage import HashingWriter, Storage, read_hashed
 
 
 class ArtifactMissingError(FileNotFoundError):
@@ -32,7 +34,7 @@ class ArtifactMissingError(FileNotFoundError):
 
 
 class ArtifactIntegrityError(ValueError):
-    """An artifact whose bytes no longer match the sha256 recorded when it was written."""
+    """An artifact whose bytes no longer match the digest recorded when it was written."""
 
 
 class PythonVersionMismatchError(RuntimeError):
@@ -98,7 +100,7 @@ def decode(node: dict[str, Any], load_ref: Callable[[dict[str, Any]], Any]) -> A
 def write_artifact(value: Any, uri: str, storage: Storage) -> dict[str, Any]:
     """Materialize a value at ``uri`` (suffix added) and return its reference record.
 
-    The sha256 is taken of exactly the bytes written, as they are written (no second read).
+    The digest is taken of exactly the bytes written, as they are written (no second read).
     A local target is written beside itself and renamed into place; a remote one is written to
     a local scratch file first, then uploaded.
     """
@@ -116,11 +118,11 @@ def write_artifact(value: Any, uri: str, storage: Storage) -> dict[str, Any]:
         scratch = path = Path(where or tempfile.gettempdir()) / f".tmp-{secrets.token_hex(8)}"
     try:
         if materializer.on_disk:
-            sha256, size = materializer.copy(value, path)
+            hexdigest, size = materializer.copy(value, path)
         else:
             with open(path, "xb") as file, HashingWriter(file) as writer:
                 materializer.dump(value, writer)
-                sha256, size = writer.hexdigest(), writer.size
+                hexdigest, size = writer.hexdigest(), writer.size
         if local is not None:
             if local.is_dir():
                 shutil.rmtree(local)
@@ -134,10 +136,11 @@ def write_artifact(value: Any, uri: str, storage: Storage) -> dict[str, Any]:
             scratch.unlink(missing_ok=True)
     ref = {
         "uri": uri,
-        "sha256": sha256,
+        "sha256": hexdigest,
         "size": size,
         "materializer": materializer.name,
         "type_name": materializers.type_name(value),
+        "digest_kind": WRITTEN_KIND,
     }
     if materializer.name == "cloudpickle":
         ref["python"] = python_version()
@@ -155,33 +158,41 @@ def _fetch(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> Path:
     return path
 
 
-def _check(ref: dict[str, Any], sha256: str) -> None:
-    if sha256 != ref["sha256"]:
+def digest_kind(ref: dict[str, Any]) -> str:
+    """How the reference's digest was taken (a known kind, else a clear error)."""
+    return require_kind(ref.get("digest_kind", LEGACY_KIND))
+
+
+def _check(ref: dict[str, Any], found: str) -> None:
+    if found != ref["sha256"]:
         raise ArtifactIntegrityError(
-            f"Artifact {ref['uri']} does not match the sha256 recorded when it was written "
-            f"(expected {ref['sha256']}, found {sha256}): it was modified or replaced after "
-            "the step wrote it. Refusing to deserialize it; re-run the task that produced it."
+            f"Artifact {ref['uri']} does not match the digest recorded when it was written "
+            f"({digest_kind(ref)}: expected {ref['sha256']}, found {found}): it was modified or "
+            "replaced after the step wrote it. Refusing to deserialize it; re-run the task "
+            "that produced it."
         )
 
 
 def verified_path(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> Path:
-    """A local path with the artifact's file or tree, checked against its recorded sha256."""
+    """A local path with the artifact's file or tree, checked against its recorded digest."""
+    kind = digest_kind(ref)
     path = _fetch(ref, storage, cache_dir)
-    _check(ref, digest_of(path)[0])
+    _check(ref, digest_of(path, kind)[0])
     return path
 
 
-def verified_bytes(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> bytearray:
-    """The artifact's bytes, read once and checked against its recorded sha256 and size."""
+def verified_bytes(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> memoryview:
+    """The artifact's bytes, read once and checked against its recorded digest and size."""
+    kind = digest_kind(ref)
     path = _fetch(ref, storage, cache_dir)
     with open(path, "rb", buffering=0) as file:
         try:
-            data, sha256 = read_hashed(file, ref["size"])
+            data, found = read_hashed(file, ref["size"], kind)
         except EOFError:
-            data, sha256 = bytearray(), "a shorter file"
+            data, found = memoryview(b""), "a shorter file"
         if file.read(1):
-            sha256 = "a longer file"
-    _check(ref, sha256)
+            found = "a longer file"
+    _check(ref, found)
     return data
 
 

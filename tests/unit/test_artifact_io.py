@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 from airflow_stepop.runtime import values
-from airflow_stepop.runtime.storage import OVERLAP_MIN, Storage
+from airflow_stepop.runtime.digest import CHUNK_SIZE, CHUNKED
+from airflow_stepop.runtime.storage import Storage
+
+
+def chunked_sha256(data: bytes) -> str:
+    """The documented digest, computed the plain way: sha256 of the 8 MiB chunks' sha256s."""
+    chunks = (data[i : i + 8 * 2**20] for i in range(0, len(data), 8 * 2**20))
+    return hashlib.sha256(b"".join(hashlib.sha256(c).digest() for c in chunks)).hexdigest()
 
 
 @pytest.fixture
@@ -23,13 +30,14 @@ def _file(ref) -> pathlib.Path:
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
-def test_a_large_array_records_the_sha256_of_the_file_it_wrote(order, tmp_path, storage):
+def test_a_large_array_records_the_digest_of_the_file_it_wrote(order, tmp_path, storage):
     array = np.asarray(
-        np.random.default_rng(1).random((OVERLAP_MIN // 8 // 100 + 7, 100)), order=order
+        np.random.default_rng(1).random((2 * CHUNK_SIZE // 8 // 100 + 7, 100)), order=order
     )
     ref = values.write_artifact(array, f"file://{tmp_path}/out/big", storage)
     data = _file(ref).read_bytes()
-    assert ref["sha256"] == hashlib.sha256(data).hexdigest() and ref["size"] == len(data)
+    assert ref["digest_kind"] == CHUNKED
+    assert ref["sha256"] == chunked_sha256(data) and ref["size"] == len(data)
     expected = io.BytesIO()
     np.save(expected, array, allow_pickle=False)
     assert data == expected.getvalue()  # any numpy reads it with np.load
@@ -39,15 +47,15 @@ def test_a_large_array_records_the_sha256_of_the_file_it_wrote(order, tmp_path, 
 
 
 def test_large_bytes_roundtrip(tmp_path, storage):
-    blob = bytes(range(256)) * (OVERLAP_MIN // 256 + 3)
+    blob = bytes(range(256)) * (2 * CHUNK_SIZE // 256 + 3)
     ref = values.write_artifact(blob, f"file://{tmp_path}/out/blob", storage)
-    assert ref["sha256"] == hashlib.sha256(blob).hexdigest()
+    assert ref["sha256"] == chunked_sha256(blob)
     assert values.read_artifact(ref, storage, tmp_path / "cache") == blob
 
 
-@pytest.mark.parametrize("change", ["append", "truncate", "flip"])
+@pytest.mark.parametrize("change", ["append", "truncate", "flip-last", "flip-middle-chunk"])
 def test_a_changed_large_artifact_is_refused(change, tmp_path, storage):
-    array = np.arange(OVERLAP_MIN // 8 + 5, dtype=np.float64)
+    array = np.arange(3 * CHUNK_SIZE // 8 + 5, dtype=np.float64)
     ref = values.write_artifact(array, f"file://{tmp_path}/out/a", storage)
     path = _file(ref)
     data = bytearray(path.read_bytes())
@@ -55,8 +63,10 @@ def test_a_changed_large_artifact_is_refused(change, tmp_path, storage):
         data += b"\x00" * 8
     elif change == "truncate":
         del data[-8:]
-    else:
+    elif change == "flip-last":
         data[-1] ^= 1
+    else:  # one byte of one whole chunk in the middle: only that chunk's sha256 changes
+        data[CHUNK_SIZE + 12345] ^= 1
     path.write_bytes(bytes(data))
-    with pytest.raises(values.ArtifactIntegrityError, match="does not match the sha256"):
+    with pytest.raises(values.ArtifactIntegrityError, match="does not match the digest"):
         values.read_artifact(ref, storage, tmp_path / "cache")

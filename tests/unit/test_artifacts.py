@@ -82,7 +82,7 @@ def test_tampered_artifact_is_refused_before_deserializing(tmp_path, storage):
     ref = values.write_artifact(list(range(10)), f"file://{tmp_path}/out/v", storage)
     path = pathlib.Path(ref["uri"].removeprefix("file://"))
     path.write_text(json.dumps(list(range(11))))
-    with pytest.raises(values.ArtifactIntegrityError, match="does not match the sha256"):
+    with pytest.raises(values.ArtifactIntegrityError, match="does not match the digest"):
         values.read_artifact(ref, storage, tmp_path / "cache")
 
 
