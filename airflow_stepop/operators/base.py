@@ -23,7 +23,7 @@ from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsEr
 if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
     from airflow_stepop.backends.base import JobRequest, StepBackend
     from airflow_stepop.runtime.storage import Storage
-    from airflow_stepop.triggers.step_job import StepJobTrigger
+    from airflow_stepop.triggers.deferral import StepJobDeferral
 
 _TRACEBACK = "Traceback (most recent call last):"
 
@@ -154,10 +154,11 @@ class BaseStepOperator(BaseOperator):
             raise
         return self.execute_complete(context, event)
 
-    def _trigger(self, backend: StepBackend, handle: dict[str, Any]) -> StepJobTrigger:
-        from airflow_stepop.triggers.step_job import StepJobTrigger
+    def _trigger(self, backend: StepBackend, handle: dict[str, Any]) -> StepJobDeferral:
+        """The job's trigger as Airflow stores it (building it would cost the worker ~10 ms)."""
+        from airflow_stepop.triggers.deferral import StepJobDeferral
 
-        return StepJobTrigger(
+        return StepJobDeferral(
             backend_path=f"{type(backend).__module__}.{type(backend).__qualname__}",
             backend_kwargs=backend.serialize(),
             handle=handle,
@@ -220,9 +221,11 @@ class BaseStepOperator(BaseOperator):
     def _store_links(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> None:
         """Links are best effort: an API server that does not answer never fails a step."""
         try:
-            from airflow_stepop.links.job import persist_links
+            links = backend.links(handle)
+            if links:  # a backend without a console has none: nothing to import
+                from airflow_stepop.links.job import persist_links
 
-            persist_links(context, backend.links(handle))
+                persist_links(context, links)
         except Exception as exc:
             self.log.warning("Could not store the links of job %s: %s", handle["job_id"], exc)
 
@@ -432,7 +435,7 @@ def _output_uri(handle: dict[str, Any]) -> str:
     return handle.get("output_uri") or handle["run_uri"]
 
 
-async def _first_event(trigger: StepJobTrigger) -> dict[str, Any]:
+async def _first_event(trigger: StepJobDeferral) -> dict[str, Any]:
     async for event in trigger.run():
         return event.payload
     raise RuntimeError("the trigger ended without an event")

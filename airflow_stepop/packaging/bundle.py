@@ -22,12 +22,12 @@ import sysconfig
 import types
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache, cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
 import airflow_stepop.runtime as runtime_package
+from airflow_stepop.packaging.cache import BundleCache, cache_key
 from airflow_stepop.runtime.spec import BUNDLE_CALLABLE, BUNDLE_CODE_DIR, BUNDLE_DEPS_DIR
 
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
@@ -37,13 +37,22 @@ class PackagingError(ValueError):
     """A callable that cannot be shipped to a job."""
 
 
-@dataclass(frozen=True)
 class CodeBundle:
-    """The zip, its sha256 (its name in storage) and how the runtime finds the callable."""
+    """The zip, its sha256 (its name in storage) and how the runtime finds the callable.
 
-    data: bytes
-    sha256: str
-    callable_entry: dict[str, Any]
+    A bundle found in the cache reads its bytes only when asked: most tasks upload nothing.
+    """
+
+    def __init__(
+        self, sha256: str, callable_entry: dict[str, Any], read: Callable[[], bytes]
+    ) -> None:
+        self.sha256 = sha256
+        self.callable_entry = callable_entry
+        self._read = read
+
+    @cached_property
+    def data(self) -> bytes:
+        return self._read()
 
 
 def _stdlib_and_site_dirs() -> tuple[Path, ...]:
@@ -175,10 +184,7 @@ def _callable_entry(function: Callable[..., Any]) -> dict[str, Any] | None:
         return None
     if imports_airflow(module):
         return None
-    target: Any = module
-    for part in qualname.split("."):
-        target = getattr(target, part, None)
-    if target is not function:
+    if _lookup(module, qualname) is not function:
         return None
     return {"kind": "import", "module": function.__module__, "qualname": qualname}
 
@@ -208,7 +214,9 @@ def _package_files(package: types.ModuleType) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def build_bundle(function: Callable[..., Any]) -> CodeBundle:
+def build_bundle(function: Callable[..., Any], cache: BundleCache | None = None) -> CodeBundle:
+    """The callable's bundle: from ``cache`` when its sources are unchanged, else built (and
+    cached)."""
     module = sys.modules.get(function.__module__)
     if function.__module__ == "__main__" and _module_file(module) is None:
         raise PackagingError(
@@ -217,39 +225,97 @@ def build_bundle(function: Callable[..., Any]) -> CodeBundle:
             "its code or the local modules it imports. Move it into a module file in the DAGs "
             "folder (or your own package) and import it from there."
         )
+    if cache is None:
+        return _build(function, module)
+    key = cache_key(function.__module__, function.__qualname__)
+    context = {"python": sys.version, "path": sys.path}
+    pickled = None
+    entry = cache.load(key, context)
+    if entry is not None:
+        callable_entry = entry["callable"]
+        if callable_entry["kind"] == "pickle":  # closures and globals may differ: compare
+            pickled = _pickle_by_value(function)
+            fresh = hashlib.sha256(pickled).hexdigest() == entry.get("pickle_sha256")
+        else:  # the module file is unchanged: is the name still this function?
+            fresh = _lookup(module, function.__qualname__) is function
+        if fresh:
+            return CodeBundle(entry["sha256"], callable_entry, _cached_zip(function, cache, entry))
+    return _build(function, module, cache, (key, context), pickled)
+
+
+def _cached_zip(
+    function: Callable[..., Any], cache: BundleCache, entry: dict[str, Any]
+) -> Callable[[], bytes]:
+    def read() -> bytes:
+        data = cache.read_zip(entry["sha256"])
+        if data is None:  # gone or damaged: the sources are unchanged, so build it again
+            data = _build(function, sys.modules.get(function.__module__)).data
+            if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                raise PackagingError(
+                    f"The code of {function.__qualname__!r} changed while its step was being "
+                    "staged; run the task again."
+                )
+        return data
+
+    return read
+
+
+def _lookup(module: types.ModuleType | None, qualname: str) -> Any:
+    target: Any = module
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+    return target
+
+
+def _build(
+    function: Callable[..., Any],
+    module: types.ModuleType | None,
+    cache: BundleCache | None = None,
+    cache_as: tuple[str, dict[str, Any]] = ("", {}),
+    pickled: bytes | None = None,
+) -> CodeBundle:
     entry = _callable_entry(function)
+    sources: dict[str, Path] = {}  # bundle member -> the file it is read from
     files: dict[str, bytes] = {}
+    dirs: set[Path] = set()
 
     if entry is None:
         import cloudpickle
 
-        files[BUNDLE_CALLABLE] = _pickle_by_value(function)
+        pickled = pickled if pickled is not None else _pickle_by_value(function)
+        files[BUNDLE_CALLABLE] = pickled
         for path in _package_files(cloudpickle):
             rel = path.relative_to(Path(cloudpickle.__file__).parent.parent).as_posix()
-            files[BUNDLE_DEPS_DIR + rel] = path.read_bytes()
+            sources[BUNDLE_DEPS_DIR + rel] = path
         entry = {"kind": "pickle", "member": BUNDLE_CALLABLE, "qualname": function.__qualname__}
 
     local = collect_local_modules([module] if module is not None else [])
     if entry["kind"] == "pickle":  # its module travels inside the pickle, not as a file
         local.pop(function.__module__, None)
     for name, file in local.items():
-        rel = file.relative_to(_import_root(name, file)).as_posix()
-        files[BUNDLE_CODE_DIR + rel] = file.read_bytes()
+        root = _import_root(name, file)
+        sources[BUNDLE_CODE_DIR + file.relative_to(root).as_posix()] = file
+        dirs.add(root)  # a module added there could change what an import finds
 
     runtime_root = Path(runtime_package.__file__).parent
     for path in _package_files(runtime_package):
-        files["airflow_stepop/runtime/" + path.relative_to(runtime_root).as_posix()] = (
-            path.read_bytes()
-        )
+        sources["airflow_stepop/runtime/" + path.relative_to(runtime_root).as_posix()] = path
+    files.update((name, path.read_bytes()) for name, path in sources.items())
     files["airflow_stepop/__init__.py"] = b'"""The step runtime package, as shipped to jobs."""\n'
 
     data, sha256 = _zip(tuple(sorted(files.items())))
-    return CodeBundle(data=data, sha256=sha256, callable_entry=entry)
+    if cache is not None:
+        module_file = _module_file(module) if module is not None else None
+        watched = [*sources.values(), *([module_file] if module_file else [])]
+        record = {"sha256": sha256, "callable": entry}
+        if pickled is not None:
+            record["pickle_sha256"] = hashlib.sha256(pickled).hexdigest()
+        cache.store(*cache_as, record, watched, dirs | {p.parent for p in watched}, data)
+    return CodeBundle(sha256, entry, lambda: data)
 
 
-@lru_cache(maxsize=16)
 def _zip(files: tuple[tuple[str, bytes], ...]) -> tuple[bytes, str]:
-    """The zip of (name, content) pairs and its sha256; the same files are zipped once."""
+    """The zip of (name, content) pairs and its sha256."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, content in files:

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from airflow_stepop.artifacts.ref import as_record
 from airflow_stepop.packaging.bundle import build_bundle
+from airflow_stepop.packaging.cache import BundleCache
 from airflow_stepop.runtime import spec as specs
 from airflow_stepop.runtime import values
 from airflow_stepop.runtime.storage import Storage, join
 
 
-@dataclass(frozen=True)
-class StepIdentity:
+class StepIdentity(NamedTuple):  # named tuples: a dataclass costs each task ~1 ms to define
     """Which try of which task instance a step is (names its run directory)."""
 
     dag_id: str
@@ -25,8 +24,7 @@ class StepIdentity:
     try_number: int
 
 
-@dataclass(frozen=True)
-class StagedStep:
+class StagedStep(NamedTuple):
     """Where the staged step's spec, run directory and code bundle are."""
 
     spec_uri: str
@@ -58,7 +56,7 @@ def stage_step(
 ) -> StagedStep:
     """Upload the code bundle (once per content) and the inputs, then write the spec."""
     run_uri = run_uri_for(root, step)
-    bundle = build_bundle(function)
+    bundle = build_bundle(function, BundleCache.default())
     code_uri = join(root, "code", f"{bundle.sha256}.zip")
     if not storage.exists(code_uri):
         storage.write_bytes(code_uri, bundle.data)

@@ -135,3 +135,120 @@ def test_unpicklable_closure_is_refused(user_code):
 
     with pytest.raises(PackagingError, match="cannot be pickled"):
         build_bundle(uses_lock)
+
+
+# ---- the on-disk bundle cache: a task process reuses what an earlier task packaged ----------
+
+
+def _age(root, seconds: float = 60.0) -> None:
+    """Files written a while ago (the cache keeps no entry for files modified just now)."""
+    import os
+    import time
+
+    past = time.time() - seconds
+    for path in [root, *root.rglob("*")]:
+        os.utime(path, (past, past))
+
+
+def _member(bundle, name: str) -> bytes:
+    return zipfile.ZipFile(io.BytesIO(bundle.data)).read(name)
+
+
+def test_a_cached_bundle_is_the_bundle_a_fresh_build_makes(user_code, tmp_path):
+    from airflow_stepop.packaging.cache import BundleCache
+
+    _age(user_code)
+    train = importlib.import_module("train").train
+    cache = BundleCache(tmp_path / "cache")
+    first = build_bundle(train, cache)
+    assert list(cache.root.glob("*.json"))  # an entry for the next task
+    again = build_bundle(train, cache)
+    fresh = build_bundle(train)
+    assert again.sha256 == first.sha256 == fresh.sha256
+    assert again.callable_entry == fresh.callable_entry
+    assert again.data == fresh.data
+
+
+def test_an_edited_local_module_ships_the_new_code(user_code, tmp_path, monkeypatch):
+    """A same-size edit of a module the callable imports: the next staging uploads new code."""
+    from airflow_stepop.packaging.staging import StepIdentity, stage_step
+    from airflow_stepop.runtime.storage import Storage
+
+    _age(user_code)
+    train = importlib.import_module("train").train
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "home"))  # the cache's default place
+    storage, root = Storage(), f"file://{tmp_path}/artifacts"
+
+    def staged_code(try_number: int) -> bytes:
+        step = StepIdentity("dag", "run", "train", -1, try_number)
+        staged = stage_step(train, [1], {}, root=root, step=step, storage=storage)
+        return zipfile.ZipFile(io.BytesIO(storage.read_bytes(staged.code_uri))).read(
+            "code/mylib/scaling.py"
+        )
+
+    assert staged_code(1) == b"def scale(x):\n    return x * 2\n"
+    assert list((tmp_path / "home" / "stepop-cache" / "bundles").glob("*.json"))
+    (user_code / "mylib" / "scaling.py").write_text("def scale(x):\n    return x * 3\n")
+    assert staged_code(2) == b"def scale(x):\n    return x * 3\n"
+
+
+def test_no_entry_for_files_modified_just_now(user_code, tmp_path):
+    """A second edit within the file system's timestamp granularity could keep the mtime:
+    files that young are packaged anew by every task until they settle."""
+    from airflow_stepop.packaging.cache import BundleCache
+
+    cache = BundleCache(tmp_path / "cache")
+    build_bundle(importlib.import_module("train").train, cache)
+    assert not list(cache.root.glob("*.json"))
+
+
+def test_a_damaged_entry_or_zip_is_ignored(user_code, tmp_path):
+    from airflow_stepop.packaging.cache import BundleCache
+
+    _age(user_code)
+    train = importlib.import_module("train").train
+    cache = BundleCache(tmp_path / "cache")
+    expected = build_bundle(train)
+    build_bundle(train, cache)
+    (entry,) = cache.root.glob("*.json")
+    entry.write_text('{"format": 1, "stats": [')  # cut short
+    assert build_bundle(train, cache).data == expected.data
+    (zipped,) = cache.root.glob("*.zip")
+    zipped.write_bytes(zipped.read_bytes()[:-10] + b"0123456789")  # same size, other bytes
+    bundle = build_bundle(train, cache)
+    assert bundle.sha256 == expected.sha256 and bundle.data == expected.data
+
+
+def test_concurrent_tasks_share_the_cache_without_damage(user_code, tmp_path):
+    import multiprocessing
+
+    from airflow_stepop.packaging.cache import BundleCache
+
+    _age(user_code)
+    train = importlib.import_module("train").train
+    cache = BundleCache(tmp_path / "cache")
+    expected = build_bundle(train).sha256
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        shas = pool.map(_build_sha, [(train, cache)] * 16)
+    assert set(shas) == {expected}
+    assert not list(cache.root.glob(".tmp-*"))
+    assert cache.read_zip(expected) is not None
+    assert build_bundle(train, cache).sha256 == expected
+
+
+def _build_sha(args) -> str:
+    function, cache = args
+    return build_bundle(function, cache).sha256
+
+
+def test_a_closure_with_other_values_is_not_taken_from_the_cache(user_code, tmp_path):
+    from airflow_stepop.packaging.cache import BundleCache
+
+    _age(user_code)
+    module = importlib.import_module("dag_file")
+    cache = BundleCache(tmp_path / "cache")
+    three = build_bundle(module.make_closure(3), cache)
+    assert build_bundle(module.make_closure(3), cache).sha256 == three.sha256
+    four = build_bundle(module.make_closure(4), cache)
+    assert four.sha256 != three.sha256
+    assert four.data == build_bundle(module.make_closure(4)).data

@@ -1,0 +1,48 @@
+"""What execute() hands to Airflow when a step defers: the StepJobTrigger's path and arguments.
+
+Airflow's Task Runner does nothing with a ``TaskDeferred``'s trigger but call ``serialize()``
+(and read ``supports_triggerer_queue``); the triggerer, and ``dag.test()``, build the trigger
+anew from what that returns. Building a ``StepJobTrigger`` in the worker would import Airflow's
+``airflow.triggers.base`` and its pydantic models, about 10 ms of CPU in every task process,
+for an object that is only serialized. This stands in for it there; ``run()`` builds the real
+trigger where one runs in the worker (non-deferrable mode, tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow.triggers.base import TriggerEvent
+
+    from airflow_stepop.triggers.step_job import StepJobTrigger
+
+TRIGGER_PATH = "airflow_stepop.triggers.step_job.StepJobTrigger"
+
+
+class StepJobDeferral:
+    """A StepJobTrigger as Airflow stores it: ``StepJobTrigger(**kwargs)`` is the trigger."""
+
+    supports_triggerer_queue = True  # as BaseTrigger: the task's queue picks the triggerer
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+
+    @property
+    def handle(self) -> dict[str, Any]:
+        return self.kwargs["handle"]
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return TRIGGER_PATH, dict(self.kwargs)
+
+    def trigger(self) -> StepJobTrigger:
+        from airflow_stepop.triggers.step_job import StepJobTrigger
+
+        return StepJobTrigger(**self.kwargs)
+
+    def run(self) -> AsyncIterator[TriggerEvent]:
+        return self.trigger().run()
+
+    def __repr__(self) -> str:
+        return f"StepJobTrigger(job_id={self.handle.get('job_id')!r})"
