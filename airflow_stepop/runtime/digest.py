@@ -39,6 +39,9 @@ WRITTEN_KIND = CHUNKED  # what new artifacts record
 LEGACY_KIND = SHA256  # what a reference that names no kind was written with
 # Less than this is hashed in the calling thread: handing it to another costs more than it saves.
 THREAD_MIN = 1024 * 1024
+# Hashing threads at most: 8 hash about 12 GB/s, more than storage delivers; each may hold
+# two chunks in flight (bounded memory when a reader outruns the hashing).
+WORKERS_MAX = 8
 
 
 def _cpus() -> int:
@@ -83,7 +86,7 @@ class Digest:
             self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="stepop-digest")
         future = self._pool.submit(call, *args)
         self._inflight.append(future)
-        while len(self._inflight) > 4 * self._workers:  # bounds what a fast reader holds
+        while len(self._inflight) > 2 * self._workers:  # bounds what a fast reader holds
             self._inflight.popleft().result()
         return future
 
@@ -153,7 +156,7 @@ class ChunkedDigest(Digest):
     kind = CHUNKED
 
     def __init__(self) -> None:
-        super().__init__(workers=_cpus())
+        super().__init__(workers=min(_cpus(), WORKERS_MAX))
         self._chunks: list[bytes | Future[bytes]] = []
         self._current = hashlib.sha256()  # the chunk begun by earlier pieces
         self._filled = 0

@@ -188,10 +188,10 @@ def verified_bytes(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> me
     with open(path, "rb", buffering=0) as file:
         try:
             data, found = read_hashed(file, ref["size"], kind)
+            if file.read(1):
+                found = "a longer file"
         except EOFError:
             data, found = memoryview(b""), "a shorter file"
-        if file.read(1):
-            found = "a longer file"
     _check(ref, found)
     return data
 
