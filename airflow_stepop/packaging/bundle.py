@@ -22,37 +22,21 @@ import sysconfig
 import types
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
-from functools import cache, cached_property, lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
 import airflow_stepop.runtime as runtime_package
-from airflow_stepop.packaging.cache import BundleCache, cache_key
+from airflow_stepop.packaging.cache import (
+    BundleCache,
+    CodeBundle,
+    PackagingError,
+    lookup,
+    pickle_by_value,
+)
 from airflow_stepop.runtime.spec import BUNDLE_CALLABLE, BUNDLE_CODE_DIR, BUNDLE_DEPS_DIR
 
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
-
-
-class PackagingError(ValueError):
-    """A callable that cannot be shipped to a job."""
-
-
-class CodeBundle:
-    """The zip, its sha256 (its name in storage) and how the runtime finds the callable.
-
-    A bundle found in the cache reads its bytes only when asked: most tasks upload nothing.
-    """
-
-    def __init__(
-        self, sha256: str, callable_entry: dict[str, Any], read: Callable[[], bytes]
-    ) -> None:
-        self.sha256 = sha256
-        self.callable_entry = callable_entry
-        self._read = read
-
-    @cached_property
-    def data(self) -> bytes:
-        return self._read()
 
 
 def _stdlib_and_site_dirs() -> tuple[Path, ...]:
@@ -184,29 +168,9 @@ def _callable_entry(function: Callable[..., Any]) -> dict[str, Any] | None:
         return None
     if imports_airflow(module):
         return None
-    if _lookup(module, qualname) is not function:
+    if lookup(module, qualname) is not function:
         return None
     return {"kind": "import", "module": function.__module__, "qualname": qualname}
-
-
-def _pickle_by_value(function: Callable[..., Any]) -> bytes:
-    import cloudpickle
-
-    module = sys.modules.get(function.__module__)
-    register = module is not None and function.__module__ != "__main__"
-    if register:
-        cloudpickle.register_pickle_by_value(module)
-    try:
-        return cloudpickle.dumps(function)
-    except Exception as exc:
-        raise PackagingError(
-            f"The callable {function.__qualname__!r} cannot be pickled by value "
-            f"({type(exc).__name__}: {exc}). Define it at module level in a module of the DAGs "
-            "folder that does not import Airflow, so the job imports it by name."
-        ) from exc
-    finally:
-        if register:
-            cloudpickle.unregister_pickle_by_value(module)
 
 
 def _package_files(package: types.ModuleType) -> list[Path]:
@@ -216,7 +180,7 @@ def _package_files(package: types.ModuleType) -> list[Path]:
 
 def build_bundle(function: Callable[..., Any], cache: BundleCache | None = None) -> CodeBundle:
     """The callable's bundle: from ``cache`` when its sources are unchanged, else built (and
-    cached)."""
+    kept in ``cache`` for the next task)."""
     module = sys.modules.get(function.__module__)
     if function.__module__ == "__main__" and _module_file(module) is None:
         raise PackagingError(
@@ -225,64 +189,26 @@ def build_bundle(function: Callable[..., Any], cache: BundleCache | None = None)
             "its code or the local modules it imports. Move it into a module file in the DAGs "
             "folder (or your own package) and import it from there."
         )
-    if cache is None:
-        return _build(function, module)
-    key = cache_key(function.__module__, function.__qualname__)
-    context = {"python": sys.version, "path": sys.path}
-    pickled = None
-    entry = cache.load(key, context)
-    if entry is not None:
-        callable_entry = entry["callable"]
-        if callable_entry["kind"] == "pickle":  # closures and globals may differ: compare
-            pickled = _pickle_by_value(function)
-            fresh = hashlib.sha256(pickled).hexdigest() == entry.get("pickle_sha256")
-        else:  # the module file is unchanged: is the name still this function?
-            fresh = _lookup(module, function.__qualname__) is function
-        if fresh:
-            return CodeBundle(entry["sha256"], callable_entry, _cached_zip(function, cache, entry))
-    return _build(function, module, cache, (key, context), pickled)
-
-
-def _cached_zip(
-    function: Callable[..., Any], cache: BundleCache, entry: dict[str, Any]
-) -> Callable[[], bytes]:
-    def read() -> bytes:
-        data = cache.read_zip(entry["sha256"])
-        if data is None:  # gone or damaged: the sources are unchanged, so build it again
-            data = _build(function, sys.modules.get(function.__module__)).data
-            if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-                raise PackagingError(
-                    f"The code of {function.__qualname__!r} changed while its step was being "
-                    "staged; run the task again."
-                )
-        return data
-
-    return read
-
-
-def _lookup(module: types.ModuleType | None, qualname: str) -> Any:
-    target: Any = module
-    for part in qualname.split("."):
-        target = getattr(target, part, None)
-    return target
+    if cache is not None and (found := cache.find(function)) is not None:
+        return found
+    return _build(function, module, cache)
 
 
 def _build(
     function: Callable[..., Any],
     module: types.ModuleType | None,
     cache: BundleCache | None = None,
-    cache_as: tuple[str, dict[str, Any]] = ("", {}),
-    pickled: bytes | None = None,
 ) -> CodeBundle:
     entry = _callable_entry(function)
     sources: dict[str, Path] = {}  # bundle member -> the file it is read from
     files: dict[str, bytes] = {}
     dirs: set[Path] = set()
+    pickled = None
 
     if entry is None:
         import cloudpickle
 
-        pickled = pickled if pickled is not None else _pickle_by_value(function)
+        pickled = pickle_by_value(function)
         files[BUNDLE_CALLABLE] = pickled
         for path in _package_files(cloudpickle):
             rel = path.relative_to(Path(cloudpickle.__file__).parent.parent).as_posix()
@@ -310,7 +236,7 @@ def _build(
         record = {"sha256": sha256, "callable": entry}
         if pickled is not None:
             record["pickle_sha256"] = hashlib.sha256(pickled).hexdigest()
-        cache.store(*cache_as, record, watched, dirs | {p.parent for p in watched}, data)
+        cache.store(function, record, watched, dirs | {p.parent for p in watched}, data)
     return CodeBundle(sha256, entry, lambda: data)
 
 

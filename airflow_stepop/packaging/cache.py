@@ -2,13 +2,15 @@
 
 Airflow runs every task in a new process, so an in-memory cache helps no task. Without this
 one, each step's ``execute()`` would parse the callable's modules, resolve their imports and
-zip them again. An entry records the bundle's sha256, how the runtime finds the callable and
-the size and modification time (ns) of every file the bundle was built from and of the
-directories those files are in (a module added next to them changes what an import finds).
-It is used only while all of those are unchanged, the rule Python applies to its own bytecode
-caches. A file modified less than ``settle_seconds`` before an entry would be written could be
-modified again within the file system's timestamp granularity without changing its mtime, so no
-entry is written then (the next task packages anew).
+zip them again (``bundle.py``, which a task imports only when it must build). An entry, one per
+callable, records the bundle's sha256, how the runtime finds the callable (a pickled callable:
+the sha256 of its pickle, compared anew each time, as closures and globals may differ), and the
+size and modification time (ns) of every file the bundle was built from, of the callable's
+module file and of the directories those are in (a module added there changes what an import
+finds). It is used only while the interpreter, ``sys.path`` and all of those are unchanged, the
+rule Python applies to its own bytecode caches. A file modified less than ``settle_seconds``
+before an entry would be written could be modified again within the file system's timestamp
+granularity without changing its mtime, so no entry is written then (the next task builds).
 
 Entries and zips are written to a temporary name and renamed into place, so concurrent tasks
 never see half an entry; an entry that cannot be read, or a zip whose sha256 is not its name,
@@ -21,9 +23,11 @@ import hashlib
 import json
 import logging
 import os
+import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,28 @@ from airflow_stepop import config
 log = logging.getLogger(__name__)
 
 FORMAT = 1
+
+
+class PackagingError(ValueError):
+    """A callable that cannot be shipped to a job."""
+
+
+class CodeBundle:
+    """The zip, its sha256 (its name in storage) and how the runtime finds the callable.
+
+    A bundle found in the cache reads its bytes only when asked: most tasks upload nothing.
+    """
+
+    def __init__(
+        self, sha256: str, callable_entry: dict[str, Any], read: Callable[[], bytes]
+    ) -> None:
+        self.sha256 = sha256
+        self.callable_entry = callable_entry
+        self._read = read
+
+    @cached_property
+    def data(self) -> bytes:
+        return self._read()
 
 
 class BundleCache:
@@ -44,31 +70,52 @@ class BundleCache:
         """``$AIRFLOW_HOME/stepop-cache/bundles``: on the worker, beside its other state."""
         return cls(Path(config.airflow_home()) / "stepop-cache" / "bundles")
 
-    def load(self, key: str, context: dict[str, Any]) -> dict[str, Any] | None:
-        """The entry stored under ``key`` if it was made in the same ``context`` (interpreter,
-        import path) and every file and directory it names is unchanged."""
-        try:
-            entry = json.loads((self.root / f"{key}.json").read_bytes())
-            if entry["format"] != FORMAT or entry["context"] != context:
+    def find(self, function: Callable[..., Any]) -> CodeBundle | None:
+        """The callable's bundle if an earlier task built it from sources still unchanged."""
+        where = _entry_of(function)
+        if where is None:
+            return None
+        key, context = where
+        entry = self._load(key, context)
+        if entry is None:
+            return None
+        callable_entry = entry["callable"]
+        if callable_entry["kind"] == "pickle":
+            pickled = hashlib.sha256(pickle_by_value(function)).hexdigest()
+            if pickled != entry.get("pickle_sha256"):
                 return None
-            for path, size, mtime_ns in entry["stats"]:
-                stat = os.stat(path)
-                if stat.st_mtime_ns != mtime_ns or (size >= 0 and stat.st_size != size):
-                    return None
-            return entry
-        except (OSError, ValueError, KeyError, TypeError):
-            return None  # absent, changed, or not an entry we wrote
+        elif lookup(sys.modules.get(function.__module__), function.__qualname__) is not function:
+            return None
+        sha256 = entry["sha256"]
+
+        def read() -> bytes:
+            data = self.read_zip(sha256)
+            if data is None:  # gone or damaged, but its sources are unchanged: build it again
+                from airflow_stepop.packaging.bundle import build_bundle
+
+                data = build_bundle(function).data
+                if hashlib.sha256(data).hexdigest() != sha256:
+                    raise PackagingError(
+                        f"The code of {function.__qualname__!r} changed while its step was "
+                        "being staged; run the task again."
+                    )
+            return data
+
+        return CodeBundle(sha256, callable_entry, read)
 
     def store(
         self,
-        key: str,
-        context: dict[str, Any],
+        function: Callable[..., Any],
         entry: dict[str, Any],
         files: Iterable[Path],
         dirs: Iterable[Path],
         data: bytes,
     ) -> None:
-        """Keep ``entry`` (with ``entry["sha256"]``, the zip's) for sources ``files``/``dirs``."""
+        """Keep ``entry`` (``sha256``: the zip's) for a bundle built from ``files``/``dirs``."""
+        where = _entry_of(function)
+        if where is None:
+            return
+        key, context = where
         try:
             stats = [[str(p), (s := os.stat(p)).st_size, s.st_mtime_ns] for p in sorted(set(files))]
             stats += [[str(p), -1, os.stat(p).st_mtime_ns] for p in sorted(set(dirs))]
@@ -92,6 +139,19 @@ class BundleCache:
             return None
         return data if hashlib.sha256(data).hexdigest() == sha256 else None
 
+    def _load(self, key: str, context: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            entry = json.loads((self.root / f"{key}.json").read_bytes())
+            if entry["format"] != FORMAT or entry["context"] != context:
+                return None
+            for path, size, mtime_ns in entry["stats"]:
+                stat = os.stat(path)
+                if stat.st_mtime_ns != mtime_ns or (size >= 0 and stat.st_size != size):
+                    return None
+            return entry
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # absent, changed, or not an entry we wrote
+
     def _write(self, path: Path, data: bytes) -> None:
         """Write whole or not at all: a temporary file in the same directory, then a rename."""
         fd, temporary = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
@@ -104,6 +164,41 @@ class BundleCache:
             raise
 
 
-def cache_key(*parts: str) -> str:
-    """The name of an entry: one per callable, so the cache grows with callables, not edits."""
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+def _entry_of(function: Callable[..., Any]) -> tuple[str, dict[str, Any]] | None:
+    """An entry's name (one per callable: the cache grows with callables, not with edits) and
+    what it must have been made under; None for a callable without a module file."""
+    module_file = getattr(sys.modules.get(function.__module__), "__file__", None)
+    if not module_file:
+        return None
+    name = f"{function.__module__}\0{function.__qualname__}"
+    key = hashlib.sha256(name.encode()).hexdigest()
+    return key, {"python": sys.version, "path": sys.path, "file": module_file}
+
+
+def lookup(module: Any, qualname: str) -> Any:
+    """What ``module.<qualname>`` names now (None where a part is missing)."""
+    target = module
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+    return target
+
+
+def pickle_by_value(function: Callable[..., Any]) -> bytes:
+    """The callable pickled with its module's code (a DAG file's function, a closure)."""
+    import cloudpickle
+
+    module = sys.modules.get(function.__module__)
+    register = module is not None and function.__module__ != "__main__"
+    if register:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(function)
+    except Exception as exc:
+        raise PackagingError(
+            f"The callable {function.__qualname__!r} cannot be pickled by value "
+            f"({type(exc).__name__}: {exc}). Define it at module level in a module of the DAGs "
+            "folder that does not import Airflow, so the job imports it by name."
+        ) from exc
+    finally:
+        if register:
+            cloudpickle.unregister_pickle_by_value(module)

@@ -7,7 +7,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from airflow_stepop.artifacts.ref import as_record
-from airflow_stepop.packaging.bundle import build_bundle
 from airflow_stepop.packaging.cache import BundleCache
 from airflow_stepop.runtime import spec as specs
 from airflow_stepop.runtime import values
@@ -56,7 +55,12 @@ def stage_step(
 ) -> StagedStep:
     """Upload the code bundle (once per content) and the inputs, then write the spec."""
     run_uri = run_uri_for(root, step)
-    bundle = build_bundle(function, BundleCache.default())
+    cache = BundleCache.default()
+    bundle = cache.find(function)
+    if bundle is None:  # packaging's own machinery is imported only when it must build
+        from airflow_stepop.packaging.bundle import build_bundle
+
+        bundle = build_bundle(function, cache)
     code_uri = join(root, "code", f"{bundle.sha256}.zip")
     if not storage.exists(code_uri):
         storage.write_bytes(code_uri, bundle.data)
