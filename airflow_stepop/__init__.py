@@ -90,6 +90,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_stepop.triggers.step_job"],
             }
         ],
+        "filesystems": ["airflow_stepop.hooks.azureml_fs"],  # az:// as abfs://
         "extra-links": [
             "airflow_stepop.links.job.StepJobLink",
             "airflow_stepop.links.job.StepLogsLink",

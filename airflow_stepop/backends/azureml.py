@@ -34,6 +34,13 @@ from airflow_stepop.backends.azureml_launch import (
     map_status,
     studio_links,
 )
+from airflow_stepop.backends.azureml_roots import (
+    Datastore,
+    DatastorePath,
+    check_account,
+    parse_datastore,
+    resolve_datastore,
+)
 from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
 from airflow_stepop.backends.naming import key_prefix
 from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
@@ -103,8 +110,13 @@ class AzureMLBackend(StepBackend):
         storage = worker_storage(None)
         spec = storage.read_json(request.spec_uri)
         job, compute_id = self._compute(self.job)
+        datastore = None
+        found = parse_datastore(job.artifact_root or "")
+        if found is not None:  # the job names the data as datastore paths, as Azure ML does
+            store = self._datastore(found)
+            datastore = (f"abfs://{store.container}", f"azureml://datastores/{found.name}/paths")
         inputs, outputs, launch, command, output_uri = build_launch(
-            request, spec, job, _account(storage, request.run_uri)
+            request, spec, job, _account(storage, request.run_uri), datastore
         )
         entry = (Path(__file__).parent / "azureml_entry.py").read_bytes()
         storage.write_bytes(join(request.run_uri, ENTRY_FILE), entry)
@@ -125,6 +137,21 @@ class AzureMLBackend(StepBackend):
         log.info("Azure ML job %s: %s, experiment %s", request.job_name, job.machine(),
                  job.experiment_name)  # fmt: skip
         return self._handle(answer, request.task_key, job)
+
+    def artifact_root(self, root: str) -> str:
+        """A datastore path -> ``abfs://<container>/<path>`` of the datastore (the worker writes
+        there); a Blob Storage URL as it is."""
+        found = parse_datastore(root)
+        if found is None:
+            return root
+        return f"abfs://{self._datastore(found).container}/{found.path}".rstrip("/")
+
+    def _datastore(self, found: DatastorePath) -> Datastore:
+        from airflow_stepop.artifacts.storage import worker_storage
+
+        store = resolve_datastore(found, self.workspace, self.arm, self.azureml_conn_id)
+        check_account(store, _account(worker_storage(None), f"abfs://{store.container}"))
+        return store
 
     def _handle(
         self, resource: dict[str, Any], task_key: str, job: AzureMLJobConfig | None
@@ -341,7 +368,7 @@ def _rank_of(path: str) -> str:
 
 
 def _account(storage: Any, uri: str) -> str | None:
-    """The storage account of an ``abfs://container/...`` URI, from the worker's filesystem."""
+    """The storage account of an ``abfs://``/``az://`` URI, from the worker's filesystem."""
     try:
         fs, _ = storage.resolver(uri)
         return getattr(fs, "account_name", None) or fs.service_client.account_name

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_stepop.backends import arguments as check
+from airflow_stepop.backends.azureml_roots import check_root
 from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
 
@@ -21,7 +22,6 @@ CATALOG = "azureml_vm_sizes"
 MAX_RUNTIME_LIMIT = 30 * 24 * 3600
 DEFAULT_RUNTIME = 24 * 3600
 JOB_TIERS = ("Spot", "Basic", "Standard", "Premium")
-ARTIFACT_SCHEMES = ("abfs", "abfss")
 _VM_SIZE = re.compile(r"^Standard_[A-Za-z0-9_]+$", re.IGNORECASE)
 _COMPUTE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{1,31}$")
 _EXPERIMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
@@ -49,6 +49,7 @@ class AzureMLJobConfig:
     image_repository: str | None = None
     shm_size: str | None = None
     resources: ResourceSettings | None = None  # kept to check a named cluster's VM size
+    artifact_root: str | None = None  # as configured (a datastore path is resolved at submit)
 
     @property
     def spot(self) -> bool:
@@ -115,7 +116,7 @@ class AzureMLJobConfig:
                 f"{owner}.shm_size={shm_size!r} is not a size; use a number and a unit of "
                 "b, k, m or g, e.g. '16g'."
             )
-        check.artifact_root(owner, artifact_root, ARTIFACT_SCHEMES, "abfs://mycontainer/stepop")
+        check_root(owner, artifact_root)
         return cls(
             compute=compute,
             instance_type=size,

@@ -11,9 +11,10 @@ How a step becomes a command job:
 * the command: ``python3 ${{inputs.run}}/stepop_entry.py code=${{inputs.code}} ...``
   (``azureml_entry.py``).
 
-Artifact URIs are ``abfs[s]://`` (what the worker writes through fsspec); the job sees the
-same data as ``https://<account>.blob.core.windows.net/<container>/<path>``, a form Azure ML
-takes for job inputs and outputs.
+Artifact URIs are ``abfs[s]://`` or ``az://`` (what the worker writes through fsspec); the job
+sees the same data as ``https://<account>.blob.core.windows.net/<container>/<path>``, a form
+Azure ML takes for job inputs and outputs, or, under a datastore root, as
+``azureml://datastores/<name>/paths/<path>`` (``azureml_roots``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ LAUNCH_FILE = "stepop_launch.json"
 TASK_TAG = "stepop_task"  # every job of ours carries it: the List filter of polls and re-attach
 PENDING = frozenset({"NotStarted", "Starting", "Provisioning", "Preparing", "Queued"})
 RUNNING = frozenset({"Running", "Finalizing", "CancelRequested"})
-_ABFS = re.compile(r"^abfss?://(?P<container>[^/@]+)(?:@(?P<account>[^./]+)[^/]*)?/?(?P<path>.*)$")
+# abfs://container/path, abfs://<conn id>@container/path (Airflow's form: the connection's
+# credentials) and adlfs's abfs://container@account.dfs.core.windows.net/path.
+_ABFS = re.compile(
+    r"^(?:abfss?|az)://(?:(?P<conn>[^/@.]+)@)?(?P<container>[^/@.]+)"
+    r"(?:@(?P<account>[^./]+)\.[^/]*)?(?:/(?P<path>.*))?$"
+)
 
 
 class AzureMLConfigError(ValueError):
@@ -44,8 +50,8 @@ def blob_url(uri: str, account: str | None) -> str:
     if m is None:
         raise AzureMLConfigError(
             f"An input of this step is the artifact {uri}, which an Azure ML job cannot read "
-            "(only abfs:// artifacts travel as job inputs). Give the upstream task an abfs:// "
-            "artifact_root, or pass the value itself."
+            "(only abfs:// and az:// artifacts travel as job inputs). Give the upstream task an "
+            "abfs://, az:// or azureml://datastores/ artifact_root, or pass the value itself."
         )
     name = m["account"] or account
     if not name:
@@ -53,7 +59,17 @@ def blob_url(uri: str, account: str | None) -> str:
             f"The storage account of {uri} is unknown: write it as "
             "abfs://<container>@<account>.dfs.core.windows.net/<path>."
         )
-    return f"https://{name}.blob.core.windows.net/{m['container']}/{m['path']}".rstrip("/")
+    return f"https://{name}.blob.core.windows.net/{m['container']}/{m['path'] or ''}".rstrip("/")
+
+
+def job_uri(uri: str, account: str | None, datastore: tuple[str, str] | None = None) -> str:
+    """How the job names an artifact URI: a datastore path under ``datastore`` (the blob
+    prefix the worker writes, the datastore's path prefix), else a blob URL."""
+    if datastore is not None:
+        blob, paths = datastore
+        if uri == blob or uri.startswith(blob.rstrip("/") + "/"):
+            return paths.rstrip("/") + "/" + uri[len(blob) :].strip("/")
+    return blob_url(uri, account)
 
 
 def refs(node: Any) -> list[str]:
@@ -87,19 +103,28 @@ def checkpoint_uri(run_uri: str) -> str:
 
 
 def build_launch(
-    request: JobRequest, spec: dict[str, Any], job: AzureMLJobConfig, account: str | None
+    request: JobRequest,
+    spec: dict[str, Any],
+    job: AzureMLJobConfig,
+    account: str | None,
+    datastore: tuple[str, str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], str, str]:
-    """(inputs, outputs, launch document, command, output_uri) of one job."""
+    """(inputs, outputs, launch document, command, output_uri) of one job; ``datastore`` as in
+    ``job_uri``."""
+
+    def locate(uri: str) -> str:
+        return job_uri(uri, account, datastore)
+
     run_uri = request.run_uri.rstrip("/")
     output_uri = f"{run_uri}/{request.job_name}/result"
     inputs: dict[str, Any] = {
-        "code": {"jobInputType": "uri_file", "uri": blob_url(request.code_uri, account),
+        "code": {"jobInputType": "uri_file", "uri": locate(request.code_uri),
                  "mode": "Download"},
-        "run": {"jobInputType": "uri_folder", "uri": blob_url(run_uri, account) + "/",
+        "run": {"jobInputType": "uri_folder", "uri": locate(run_uri) + "/",
                 "mode": "ReadOnlyMount"},
     }  # fmt: skip
     outputs: dict[str, Any] = {
-        "result": {"jobOutputType": "uri_folder", "uri": blob_url(output_uri, account) + "/",
+        "result": {"jobOutputType": "uri_folder", "uri": locate(output_uri) + "/",
                    "mode": "Upload"},
     }  # fmt: skip
     path_map = {request.code_uri: "code", run_uri: "run", output_uri: "result"}
@@ -109,7 +134,7 @@ def build_launch(
         if not uri.startswith(run_uri + "/")  # staged by the worker into this run
     ]
     for i, prefix in enumerate(input_dirs(upstream), start=1):
-        inputs[f"in{i}"] = {"jobInputType": "uri_folder", "uri": blob_url(prefix, account) + "/",
+        inputs[f"in{i}"] = {"jobInputType": "uri_folder", "uri": locate(prefix) + "/",
                             "mode": "ReadOnlyMount"}  # fmt: skip
         path_map[prefix] = f"in{i}"
     launch: dict[str, Any] = {
@@ -121,7 +146,7 @@ def build_launch(
     if job.spot:
         outputs["checkpoints"] = {
             "jobOutputType": "uri_folder",
-            "uri": blob_url(checkpoint_uri(run_uri), account) + "/",
+            "uri": locate(checkpoint_uri(run_uri)) + "/",
             "mode": "ReadWriteMount",
         }
         launch["checkpoints"] = "checkpoints"

@@ -90,6 +90,11 @@ class StepBackend(abc.ABC):
 
         return asyncio.run(self.astatus(handle))
 
+    def artifact_root(self, root: str) -> str:
+        """The URL the worker stages to for a configured artifact root: the root itself, or
+        what a service's own storage name resolves to (an Azure ML datastore path)."""
+        return root
+
     def poll_group(self) -> str:
         """Triggers whose backends share a poll group share one poller and one List rate limit.
 

@@ -16,6 +16,7 @@ from airflow_stepop import config
 from airflow_stepop.backends import arguments as check
 from airflow_stepop.backends.azureml import AzureMLBackend
 from airflow_stepop.backends.azureml_config import AzureMLJobConfig
+from airflow_stepop.backends.azureml_roots import check_root
 from airflow_stepop.backends.base import JobRequest
 from airflow_stepop.links.job import StepExperimentLink, StepJobLink, StepLogsLink
 from airflow_stepop.operators.base import BaseStepOperator
@@ -94,8 +95,8 @@ class AzureMLStepOperator(BaseStepOperator):
 
     def make_backend(self) -> AzureMLBackend:
         root = self.artifact_root or config.artifact_root()
-        check.artifact_root(OWNER, root, ("abfs", "abfss"), "abfs://mycontainer/stepop")
-        job = replace(self.azureml, image_uri=self.image_uri).completed(
+        check_root(OWNER, root, "artifact_root" if self.artifact_root else "[stepop] artifact_root")
+        job = replace(self.azureml, image_uri=self.image_uri, artifact_root=root).completed(
             dag_id=self.dag_id,
             execution_timeout=self.execution_timeout,
             default_instance_type=config.get("azureml_default_instance_type"),

@@ -260,7 +260,7 @@ class BaseStepOperator(BaseOperator):
             self.python_callable,
             self.op_args,
             self.op_kwargs,
-            root=self.artifact_root or config.artifact_root(),
+            root=self.make_backend().artifact_root(self.artifact_root or config.artifact_root()),
             step=StepIdentity(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number),
             storage=worker_storage(self.storage_conn_id),
             multiple_outputs=bool(self.multiple_outputs),

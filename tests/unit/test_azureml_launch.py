@@ -36,13 +36,18 @@ def ref(uri: str) -> dict:
     return {"ref": {"uri": uri, "sha256": "0" * 64}}
 
 
-def test_abfs_uris_become_blob_urls_the_job_can_mount():
+def test_abfs_and_az_uris_become_blob_urls_the_job_can_mount():
     assert blob_url("abfs://data/a/b", "acct") == "https://acct.blob.core.windows.net/data/a/b"
+    assert blob_url("az://data/a/b", "acct") == "https://acct.blob.core.windows.net/data/a/b"
+    # Airflow's form: the connection before @, then the container
+    assert (
+        blob_url("abfs://wasb_conn@data/a", "acct") == "https://acct.blob.core.windows.net/data/a"
+    )
     assert (
         blob_url("abfss://data@other.dfs.core.windows.net/a", "acct")
         == "https://other.blob.core.windows.net/data/a"
     )
-    with pytest.raises(AzureMLConfigError, match="abfs:// artifact_root"):
+    with pytest.raises(AzureMLConfigError, match="abfs://, az:// or azureml://datastores/"):
         blob_url("s3://bucket/x", "acct")
     with pytest.raises(AzureMLConfigError, match="storage account"):
         blob_url("abfs://data/x", None)
@@ -72,6 +77,26 @@ def test_the_launch_maps_code_run_upstream_inputs_and_the_result_output():
     assert launch["path_map"][output_uri] == "result"
     assert command.startswith('python3 "${{inputs.run}}/stepop_entry.py" "code=${{inputs.code}}"')
     assert '"result=${{outputs.result}}"' in command and "checkpoints" not in command
+
+
+def test_under_a_datastore_root_the_job_names_its_data_as_datastore_paths():
+    spec = {"args": [ref(f"{ROOT}/dag/run/up/-1/1/up-job/result/outputs/return_value.npy")],
+            "kwargs": {"other": ref("abfs://elsewhere/x/result/outputs/v.npy")}}  # fmt: skip
+    datastore = ("abfs://data", "azureml://datastores/workspaceblobstore/paths")
+    inputs, outputs, launch, _, output_uri = build_launch(
+        request(), spec, AzureMLJobConfig(job_tier="Spot"), "acct", datastore
+    )
+    paths = "azureml://datastores/workspaceblobstore/paths/stepop"
+    assert inputs["code"]["uri"] == f"{paths}/code/abc.zip"
+    assert inputs["run"]["uri"] == f"{paths}/dag/run/task/-1/1/"
+    assert sorted(i["uri"] for n, i in inputs.items() if n.startswith("in")) == [
+        f"{paths}/dag/run/up/-1/1/up-job/result/outputs/",
+        "https://acct.blob.core.windows.net/elsewhere/x/result/outputs/",  # another container
+    ]
+    assert outputs["result"]["uri"] == f"{paths}/dag/run/task/-1/1/dag-task-0123456789-t1/result/"
+    assert outputs["checkpoints"]["uri"] == f"{paths}/dag/run/task/-1/checkpoints/"
+    # the runtime still reads and writes the worker's URIs (mapped to the job's paths)
+    assert launch["path_map"][output_uri] == "result" and output_uri.startswith(ROOT + "/")
 
 
 def test_spot_jobs_mount_the_checkpoints_shared_by_every_try():
