@@ -44,6 +44,7 @@ Microsoft.MachineLearningServices/workspaces/{ws}``; any ``api-version`` is acce
 ``GET /discovery/workspaces/{ws}``             workspace discovery (api/history -> the fake)
 ``GET /history/v1.0{WS-path}/runs/{run}/details``  run history: status, times, ``error``,
                                                ``logFiles`` (what ``MLClient.jobs.stream`` reads)
+``/mlflow/v1.0{WS-path}/api/2.0/mlflow/...``    MLflow tracking: each job is a run
 ``GET /_fake/azureml/logs/{job}/{path}``       one log file (the ``logFiles`` URLs)
 ``GET /_fake/logs/{job}``                      all of a job's log lines as plain text
 plus the control API of :mod:`cloud.fake_http` (``/_fake/faults``, ``/_fake/counters``...).
@@ -54,11 +55,13 @@ runs ``/bin/bash -c <command>`` with ``${{inputs.x}}``/``${{outputs.y}}`` replac
 paths Azure ML uses (``/mnt/azureml/cr/j/<id>/cap/data-capability/wd/INPUT_x`` and ``.../wd/y``;
 working dir ``/mnt/azureml/cr/j/<id>/exe/wd``) and the env ``AZUREML_RUN_ID``,
 ``AZUREML_ARM_SUBSCRIPTION``/``_RESOURCEGROUP``/``_WORKSPACE_NAME``/``_PROJECT_NAME``,
-``AZURE_ML_INPUT_<x>``, ``AZURE_ML_OUTPUT_<y>``, the job's ``environmentVariables`` and, per
-process, ``RANK``/``LOCAL_RANK``/``NODE_RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``
-(``resources.instanceCount`` x ``distribution.processCountPerInstance`` processes). Inputs are
-downloaded from Azurite before the start and outputs uploaded after the exit (a
-``ReadWriteMount`` output first shows what its path already holds, as a mount would; see
+``AZURE_ML_INPUT_<x>``, ``AZURE_ML_OUTPUT_<y>``, MLflow's ``MLFLOW_TRACKING_URI``/``_RUN_ID``/
+``_EXPERIMENT_ID``/``_EXPERIMENT_NAME``/``_TRACKING_TOKEN`` (the job is a run of its experiment
+on the fake's tracking server, :mod:`cloud.azureml_mlflow`), the job's ``environmentVariables``
+and, per process, ``RANK``/``LOCAL_RANK``/``NODE_RANK``/``WORLD_SIZE``/``MASTER_ADDR``/
+``MASTER_PORT`` (``resources.instanceCount`` x ``distribution.processCountPerInstance``
+processes). Inputs are downloaded from Azurite before the start and outputs uploaded after
+the exit (a ``ReadWriteMount`` output first shows what its path already holds, as a mount would; see
 :mod:`cloud.azureml_storage`); an output without a path goes to ``azureml://datastores/
 workspaceblobstore/paths/azureml/{job}/{output}/`` as Azure ML does. In process mode
 ``python`` in the command is this virtualenv's interpreter.
@@ -121,6 +124,7 @@ from typing import Any
 
 from cloud import runner as runner_mod
 from cloud.azureml_catalog import canonical_instance_type
+from cloud.azureml_mlflow import Tracking
 from cloud.azureml_storage import blob_service, download, parse_uri, upload, upload_text
 from cloud.fake_http import FakeServer, FakeService, Request, Response, rfc3339
 
@@ -317,6 +321,8 @@ class AzureMLService(FakeService):
             self.log_file,
         )
         r.add("GET", rf"/_fake/logs/(?P<job>{_SEG})", "FakeLogs", self.all_logs)
+        self.tracking = Tracking()  # every job is an MLflow run (cloud.azureml_mlflow)
+        self.tracking.add_routes(r, WS)
 
     # --- errors --------------------------------------------------------------------------
     def error_response(self, status: int, message: str, kind: str) -> Response:
@@ -754,6 +760,9 @@ class AzureMLService(FakeService):
             if job_id.lower() in self.jobs:  # a concurrent PUT won
                 return self._update_job(self.jobs[job_id.lower()], props)
             self.jobs[job_id.lower()] = job
+            self.tracking.create_run(
+                self._ws_id(m), name, props["experimentName"], props["displayName"]
+            )
         job.thread = threading.Thread(
             target=self._lifecycle, args=(job,), name=f"azureml-{name}", daemon=True
         )
@@ -1051,6 +1060,8 @@ class AzureMLService(FakeService):
             AZUREML_CR_EXECUTION_WORKING_DIR_PATH=exe,
             AZUREML_CR_DATA_CAPABILITY_PATH=cap,
         )
+        ws_id = job.resource["id"].rsplit("/jobs/", 1)[0]
+        env.update(self.tracking.job_environment(self.url, ws_id, job.name))
         env.update(props.get("environmentVariables") or {})
         environment = self._resolve_env(props["environmentId"])
         image = environment["properties"].get("image") or ""
@@ -1307,6 +1318,7 @@ class AzureMLService(FakeService):
             with self._lock:
                 self.jobs.clear()
                 self.environments.clear()
+            self.tracking.clear()
 
     def shutdown(self) -> None:
         self._stopping.set()
