@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+import string
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -31,9 +31,17 @@ class StagedStep(NamedTuple):
     code_uri: str
 
 
+_SAFE = frozenset(string.ascii_letters + string.digits + "._=-")
+
+
 def _segment(value: object) -> str:
-    """A path segment that is safe on every object store."""
-    return re.sub(r"[^A-Za-z0-9._=-]+", "_", str(value)).strip("_") or "_"
+    """A path segment that is safe on every object store: each run of other characters is one
+    ``_`` (no regular expression: compiling one costs a task process about 0.4 ms)."""
+    text = str(value)
+    if not _SAFE.issuperset(text):
+        kept = "".join(c if c in _SAFE else "\0" for c in text)
+        text = "_".join(part for part in kept.split("\0") if part)
+    return text.strip("_") or "_"
 
 
 def run_uri_for(root: str, step: StepIdentity) -> str:

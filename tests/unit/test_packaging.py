@@ -252,3 +252,13 @@ def test_a_closure_with_other_values_is_not_taken_from_the_cache(user_code, tmp_
     four = build_bundle(module.make_closure(4), cache)
     assert four.sha256 != three.sha256
     assert four.data == build_bundle(module.make_closure(4)).data
+
+
+def test_the_run_directory_of_a_try_is_safe_on_every_object_store():
+    from airflow_stepop.packaging.staging import StepIdentity, run_uri_for
+
+    step = StepIdentity("my dag", "manual__2026-01-01T00:00:00+00:00", "__train__", -1, 2)
+    assert run_uri_for("s3://bucket/root", step) == (
+        "s3://bucket/root/my_dag/manual__2026-01-01T00_00_00_00_00/train/-1/2"
+    )
+    assert run_uri_for("s3://b", StepIdentity("d", "::", "é", 3, 1)) == "s3://b/d/_/_/3/1"
