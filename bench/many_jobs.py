@@ -1,287 +1,612 @@
-"""Many deferred steps in one triggerer: status and log calls per poll interval, and CPU share.
+"""Many deferred steps in one real triggerer: status and log calls per poll interval, CPU share.
 
-N SageMaker training jobs run on a private SageMaker fake in *timer* mode (a job prints one
-line, "runs" for ``--seconds`` and succeeds, with no process: so that a thousand jobs fit on a
-2-core machine; the step's code never runs). N ``StepJobTrigger``s, exactly as the triggerer
-runs them (``trigger.run()`` in one asyncio loop of this process), watch them until every job
-ended. Every AWS call is counted by operation and time.
+What is real: PostgreSQL (Debian's package, ``scripts/postgres.sh``) as Airflow's metadata
+database, a private AIRFLOW_HOME (``airflow db migrate``), a DAG of N mapped steps serialized by
+``airflow dags reserialize``, one dag run created by Airflow's own ``create_dagrun``, and for
+each task instance what a worker does: the Execution API's ``run`` call, the step's own
+staging and ``backend.submit`` (``BaseStepOperator._prepare``, as in ``execute()``), the trigger
+the operator defers with (``_trigger``) and the Execution API's ``defer`` call with the message
+the task runner builds (``_defer_task``): the Trigger rows are those a real defer writes. Then
+one ``airflow triggerer --capacity N`` process runs every trigger until it fires.
 
-Printed: status calls (ListTrainingJobs + DescribeTrainingJob) per poll interval in the steady
-state (between the first full poll round and the first job's end) against N (Airflow's
-operators describe each job once per interval), the final describes (one per finished job, for
-billing), log calls per second against ``[stepop] log_calls_per_second``, and the CPU share of
-this process over the watch (what a triggerer would spend; the fake runs in another process).
+What is simulated: the jobs end on a timer and run no code (the SageMaker fake's timer mode; for
+the local backend a stand-in interpreter from ``cloud.runner.write_local_timer``: one ``sh``
+holding the job's lock and a ``sleep``), so that a thousand fit on a 2-core machine; the
+scheduler only through the rows it would write (dag run, queued task instances); no worker
+resumes the tasks after their triggers fire.
 
-The local backend needs no service: its poller reads N job records per round (file reads, no
-API call); ``--backend local`` measures its CPU share with N supervised ``sleep`` jobs.
+Measured: SageMaker calls from the fake's counters (sampled each second), CloudWatch Logs calls
+through a counting proxy on the connection's ``logs`` endpoint, and the CPU time of the
+triggerer process and its children (psutil, each second). The steady state is from the time
+every trigger polled once (all deferred, two intervals later) to the first job's end.
 
-    make cloud-up
-    .venv/bin/python bench/many_jobs.py [--jobs 1000] [--seconds 240] [--poll 10]
+    make cloud-up            # S3 and CloudWatch Logs (moto); the bench starts its own fake
+    .venv/bin/python bench/many_jobs.py [--backend all|sagemaker|local] [--steps 1000]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
+import contextlib
+import http.client
+import http.server
 import json
-import logging
 import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="stepop-bench-"))
-
-CALLS: list[tuple[float, str, str]] = []
+BIN = Path(sys.executable).parent
 ROLE = "arn:aws:iam::123456789012:role/stepop-bench"
+BUCKET = "stepop-bench"
+STATUS_OPS = ("ListTrainingJobs", "DescribeTrainingJob")
+OPERATORS = {
+    "sagemaker": "airflow_stepop.operators.sagemaker.SageMakerStepOperator",
+    "local": "airflow_stepop.operators.local.LocalStepOperator",
+}
 
 
-def _count_calls() -> None:
-    """Record every botocore/aiobotocore API call as (time, service, operation)."""
-    import aiobotocore.client
-    import botocore.client
-
-    sync_call = botocore.client.BaseClient._make_api_call
-    async_call = aiobotocore.client.AioBaseClient._make_api_call
-
-    def counted(self: Any, operation: str, params: Any) -> Any:
-        CALLS.append((time.monotonic(), self.meta.service_model.service_name, operation))
-        return sync_call(self, operation, params)
-
-    async def acounted(self: Any, operation: str, params: Any) -> Any:
-        CALLS.append((time.monotonic(), self.meta.service_model.service_name, operation))
-        return await async_call(self, operation, params)
-
-    botocore.client.BaseClient._make_api_call = counted
-    aiobotocore.client.AioBaseClient._make_api_call = acounted
+def step(i: int) -> int:
+    """The steps' callable (staged for every step; timer jobs never run it)."""
+    return i
 
 
-CPU_SAMPLES: list[tuple[float, float]] = []  # (monotonic, process CPU seconds), every second
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
-async def _watch(triggers: list[Any]) -> dict[str, int]:
-    async def one(trigger: Any) -> str:
-        async for event in trigger.run():
-            return event.payload["status"]
-        return "none"
-
-    async def sample() -> None:
-        while True:
-            CPU_SAMPLES.append((time.monotonic(), time.process_time()))
-            await asyncio.sleep(1.0)
-
-    sampler = asyncio.ensure_future(sample())
-    states = await asyncio.gather(*(one(t) for t in triggers))
-    sampler.cancel()
-    return dict(collections.Counter(states))
+QUIET = SimpleNamespace(info=lambda *args, **kwargs: None)  # a logger that says nothing
 
 
-def _cpu_share(start: float, end: float) -> float:
-    inside = [s for s in CPU_SAMPLES if start <= s[0] <= end]
-    if len(inside) < 2:
-        return float("nan")
-    (t0, c0), (t1, c1) = inside[0], inside[-1]
-    return (c1 - c0) / (t1 - t0)
+def _wait(what: str, check: Callable[[], Any], timeout: float, every: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (answer := check()):
+        if time.monotonic() > deadline:
+            sys.exit(f"gave up waiting for {what} after {timeout:.0f} s")
+        time.sleep(every)
+    return answer
 
 
-def _start_fake(seconds: float) -> tuple[subprocess.Popen[str], str]:
-    env = {
-        **os.environ,
-        "STEPOP_SAGEMAKER_MODE": "timer",
-        "STEPOP_FAKE_TIMER_SECONDS": str(seconds),
-    }
-    fake = subprocess.Popen(
-        [sys.executable, "-m", "cloud.sagemaker", "--port", "0"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-    )  # fmt: skip
-    line = fake.stdout.readline() if fake.stdout else ""
-    if "serving on" not in line:
-        fake.terminate()
-        sys.exit(f"the SageMaker fake did not start: {line!r}")
-    return fake, line.split("serving on ", 1)[1].split()[0]
+# ---- the deployment: PostgreSQL, AIRFLOW_HOME, DAG, triggerer ---------------------------------
 
 
-def _sagemaker(args: argparse.Namespace) -> None:
-    from cloud import stack
-
-    env = stack.read_env()
-    if not env or not stack.running(env):
-        sys.exit("The emulated cloud is not running: make cloud-up")
-    os.environ.update(env)
-    fake, url = _start_fake(args.seconds)
-    connection = json.loads(env["AIRFLOW_CONN_AWS_DEFAULT"])
-    connection["extra"]["service_config"]["sagemaker"]["endpoint_url"] = url
-    os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(connection)
-    os.environ["AWS_ENDPOINT_URL_SAGEMAKER"] = url
-    os.environ["AIRFLOW__STEPOP__POLL_INTERVAL"] = str(args.poll)
-    import boto3
-
-    from airflow_stepop.backends.sagemaker import SageMakerBackend
-    from airflow_stepop.triggers.step_job import StepJobTrigger
-
-    bucket = "stepop-bench"
-    s3 = boto3.client("s3")
-    if bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
-        s3.create_bucket(Bucket=bucket)
-    client = boto3.client("sagemaker", endpoint_url=url)
-    image = f"{env.get('STEPOP_REGISTRY', '127.0.0.1:5000')}/stepop-base/python:3.11-bookworm"
-    stamp = int(time.time())
-    print(f"Creating {args.jobs} timer jobs of {args.seconds:g} s on a private SageMaker fake...")
-    creating = time.monotonic()
-
-    def create(i: int) -> dict[str, Any]:
-        name = f"bench-{stamp}-{i}-t1"
-        run_uri = f"s3://{bucket}/runs/{name}"
-        client.create_training_job(
-            TrainingJobName=name,
-            RoleArn=ROLE,
-            AlgorithmSpecification={"TrainingImage": image, "TrainingInputMode": "File",
-                                    "ContainerEntrypoint": ["python3", "-c", "pass"]},
-            OutputDataConfig={"S3OutputPath": run_uri, "CompressionType": "NONE"},
-            ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1,
-                            "VolumeSizeInGB": 1},
-            StoppingCondition={"MaxRuntimeInSeconds": 3600},
-        )  # fmt: skip
-        return {"job_id": name, "task_key": name, "run_uri": run_uri,
-                "output_uri": f"{run_uri}/{name}/output/model", "region": "us-east-1",
-                "submitted_at": time.time(), "machine": "ml.m5.large x 1",
-                "price_per_hour": 0.115}  # fmt: skip
-
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        handles = list(pool.map(create, range(args.jobs)))
-    print(f"Created in {time.monotonic() - creating:.0f} s; watching...")
-    backend = SageMakerBackend()
-    triggers = [
-        StepJobTrigger(
-            backend_path="airflow_stepop.backends.sagemaker.SageMakerBackend",
-            backend_kwargs=backend.serialize(),
-            handle=handle,
-            poll_interval=args.poll,
-            storage_conn_id="aws_default",
-        )
-        for handle in handles
-    ]
-    _count_calls()
-    logging.getLogger("airflow.triggers").setLevel(logging.WARNING)
-    logging.getLogger("airflow_stepop").setLevel(logging.WARNING)
+@contextlib.contextmanager
+def postgres(work: Path) -> Iterator[str]:
+    script = str(ROOT / "scripts" / "postgres.sh")
+    up = subprocess.run([script, "up", str(work / "pg"), str(_free_port())],
+                        capture_output=True, text=True)  # fmt: skip
+    if up.returncode:
+        sys.exit(f"scripts/postgres.sh up failed:\n{up.stderr}")
     try:
-        started, cpu = time.monotonic(), time.process_time()
-        if os.environ.get("STEPOP_BENCH_PROFILE"):
-            import cProfile
-
-            with cProfile.Profile() as profile:
-                states = asyncio.run(_watch(triggers))
-            profile.dump_stats(os.environ["STEPOP_BENCH_PROFILE"])
-        else:
-            states = asyncio.run(_watch(triggers))
-        wall, cpu = time.monotonic() - started, time.process_time() - cpu
+        yield up.stdout.strip()
     finally:
+        subprocess.run([script, "down", str(work / "pg")], check=False, capture_output=True)
+
+
+def airflow_env(work: Path, url: str, poll: float) -> dict[str, str]:
+    """The configuration every process of this deployment shares (bench and triggerer)."""
+    from cryptography.fernet import Fernet
+
+    home = work / "airflow"
+    (home / "dags").mkdir(parents=True, exist_ok=True)
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url,
+        "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "AIRFLOW__STEPOP__POLL_INTERVAL": f"{poll:g}",
+    }
+
+
+DAG_FILE = '''"""{n} mapped {kind} steps (bench/many_jobs.py)."""
+import pendulum
+from airflow.sdk import DAG
+
+from {module} import {operator}
+
+
+def step(i):
+    return i
+
+
+STEP_KWARGS = {kwargs!r}
+
+with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1), catchup=False):
+    {operator}.partial(task_id="step", python_callable=step, **STEP_KWARGS).expand(
+        op_args=[[i] for i in range({n})]
+    )
+'''
+
+
+def write_dag(home: Path, kind: str, n: int, kwargs: dict[str, Any]) -> str:
+    module, operator = OPERATORS[kind].rsplit(".", 1)
+    dag_id = f"stepop_many_{kind}"
+    text = DAG_FILE.format(n=n, kind=kind, module=module, operator=operator, kwargs=kwargs,
+                           dag_id=dag_id)  # fmt: skip
+    (home / "dags" / f"{dag_id}.py").write_text(text)
+    return dag_id
+
+
+def airflow(env: dict[str, str], *args: str) -> None:
+    done = subprocess.run([str(BIN / "airflow"), *args], env=env, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"airflow {' '.join(args)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+
+
+class Triggerer:
+    """``airflow triggerer --capacity N`` in its own session; CPU of its process tree."""
+
+    def __init__(self, env: dict[str, str], capacity: int, log: Path) -> None:
+        import psutil
+
+        self.log = log
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(
+                [str(BIN / "airflow"), "triggerer", "--capacity", str(capacity)],
+                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        self.ps = psutil.Process(self.proc.pid)
+        self.ended: dict[int, float] = {}  # CPU seconds of children seen, by pid
+
+    def cpu(self) -> tuple[float, float]:
+        """(supervisor, trigger runner and other children) CPU seconds so far."""
+        import psutil
+
+        times = self.ps.cpu_times()
+        for child in self.ps.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                t = child.cpu_times()
+                self.ended[child.pid] = t.user + t.system
+        return times.user + times.system, sum(self.ended.values())
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait()
+
+
+# ---- the task instances: a dag run, then run + submit + defer per step -----------------------
+
+
+def create_run(dag_id: str) -> tuple[str, list[Any]]:
+    """A dag run of the serialized DAG (its mapped task instances), queued as a scheduler would."""
+    from airflow.models.dagbag import DBDagBag
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.sdk import timezone
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState, TaskInstanceState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
+    from sqlalchemy import select, update
+
+    now = timezone.utcnow()
+    run_id = f"bench__{now:%Y%m%dT%H%M%S}"
+    with create_session() as session:
+        dag = DBDagBag().get_latest_version_of_dag(dag_id, session=session)
+        assert dag is not None, f"{dag_id} was not serialized"
+        dag.create_dagrun(run_id=run_id, logical_date=now, data_interval=(now, now),
+                          run_after=now, run_type=DagRunType.MANUAL,
+                          triggered_by=DagRunTriggeredByType.TEST, state=DagRunState.RUNNING,
+                          session=session)  # fmt: skip
+        session.flush()
+        session.execute(
+            update(TI).where(TI.dag_id == dag_id, TI.run_id == run_id)
+            .values(state=TaskInstanceState.QUEUED, try_number=1, queued_dttm=now)
+        )  # fmt: skip
+        tis = session.execute(
+            select(TI.id, TI.map_index).where(TI.dag_id == dag_id, TI.run_id == run_id)
+            .order_by(TI.map_index)
+        ).all()  # fmt: skip
+    return run_id, [SimpleNamespace(id=t.id, map_index=t.map_index) for t in tis]
+
+
+class Worker:
+    """What a worker does for one step up to its defer, with Airflow's and the step's code."""
+
+    def __init__(self, dag_id: str, run_id: str, operator: Any, submitter: Any) -> None:
+        from airflow.jobs.triggerer_job_runner import TriggerRunnerSupervisor
+
+        self.dag_id, self.run_id = dag_id, run_id
+        self.operator = operator  # the step's operator, built with the DAG file's arguments
+        self.submitter = submitter  # the backend that submits (the local timer for local)
+        self.backend = operator.make_backend()  # the one the trigger is built from
+        self.api = TriggerRunnerSupervisor.make_client(None)  # type: ignore[arg-type]
+        self.lock = threading.Lock()
+        self.submitted: list[float] = []
+
+    def __call__(self, ti: Any) -> None:
+        from airflow.sdk import timezone
+        from airflow.sdk.exceptions import TaskDeferred
+        from airflow.sdk.execution_time.task_runner import _defer_task
+
+        from airflow_stepop.backends.naming import task_key
+
+        with self.lock:
+            self.api.task_instances.start(ti.id, os.getpid(), timezone.utcnow())
+        identity = SimpleNamespace(dag_id=self.dag_id, run_id=self.run_id, task_id="step",
+                                   map_index=ti.map_index, try_number=1)  # fmt: skip
+        key = task_key(self.dag_id, self.run_id, "step", ti.map_index)
+        request = self.operator._prepare({"ti": identity}, key)
+        handle = {**self.submitter.submit(request), "submitted_at": time.time()}
+        self.submitted.append(handle["submitted_at"])
+        trigger = self.operator._trigger(self.backend, handle)
+        deferred = TaskDeferred(trigger=trigger, method_name="execute_complete")
+        message, _ = _defer_task(deferred, identity, QUIET)
+        with self.lock:
+            self.api.task_instances.defer(ti.id, message)
+
+
+def still_deferred(dag_id: str, run_id: str) -> int:
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import func, select
+
+    with create_session() as session:
+        return session.scalar(
+            select(func.count()).select_from(TI).where(
+                TI.dag_id == dag_id, TI.run_id == run_id, TI.state == TaskInstanceState.DEFERRED
+            )
+        )  # fmt: skip
+
+
+def events(dag_id: str, run_id: str) -> dict[str, int]:
+    """What the fired triggers told the task instances (their event's status)."""
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.sdk.serde import deserialize
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    out: collections.Counter[str] = collections.Counter()
+    with create_session() as session:
+        for state, kwargs in session.execute(
+            select(TI.state, TI.next_kwargs).where(TI.dag_id == dag_id, TI.run_id == run_id)
+        ):
+            event = (deserialize(kwargs) if kwargs else {}).get("event") or {}
+            out[f"task instance {state}, event {event.get('status')}"] += 1
+    return dict(out)
+
+
+def assigned_triggers() -> int:
+    """Trigger rows a triggerer has taken (running them)."""
+    from airflow.models.trigger import Trigger
+    from airflow.utils.session import create_session
+    from sqlalchemy import func, select
+
+    with create_session() as session:
+        return session.scalar(
+            select(func.count()).select_from(Trigger).where(Trigger.triggerer_id.is_not(None))
+        )  # fmt: skip
+
+
+# ---- the services: SageMaker (fake in timer mode, counted logs) and local -------------------
+
+
+class CountingProxy(http.server.ThreadingHTTPServer):
+    """Forwards AWS JSON calls to ``target`` and records (time, X-Amz-Target operation)."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target.split("://", 1)[1].rstrip("/")
+        self.calls: list[tuple[float, str]] = []
+        super().__init__(("127.0.0.1", 0), _Forward)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Forward(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: CountingProxy
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        operation = (self.headers.get("X-Amz-Target") or "?").rsplit(".", 1)[-1]
+        self.server.calls.append((time.time(), operation))
+        upstream = http.client.HTTPConnection(self.server.target, timeout=60)
+        try:
+            upstream.request("POST", self.path, body, dict(self.headers.items()))
+            answer = upstream.getresponse()
+            data = answer.read()
+        finally:
+            upstream.close()
+        self.send_response(answer.status)
+        for name, value in answer.getheaders():
+            if name.lower() not in ("content-length", "transfer-encoding", "connection"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+@dataclass
+class Service:
+    """One backend's side of the bench: its operator arguments, submitter and call counts."""
+
+    kind: str
+    operator_kwargs: dict[str, Any]
+    make_submitter: Callable[[Any], Any]  # operator -> the backend whose submit starts a job
+    counts: Callable[[], dict[str, int]] | None = None  # service calls so far, by operation
+    close: Callable[[], None] = lambda: None
+    notes: list[str] = field(default_factory=list)
+
+
+def sagemaker_service(work: Path, env: dict[str, str], seconds: float) -> Service:
+    """A private SageMaker fake in timer mode; S3 and CloudWatch Logs of `make cloud-up`."""
+    from cloud import stack
+    from cloud.control import FakeControl
+
+    shared = stack.read_env()
+    if not shared or not stack.running(shared):
+        sys.exit("The emulated cloud is not running: make cloud-up")
+    env.update({k: v for k, v in shared.items() if not k.startswith("AIRFLOW_CONN_")})
+    fake_env = {**os.environ, **env, "STEPOP_SAGEMAKER_MODE": "timer",
+                "STEPOP_FAKE_TIMER_SECONDS": f"{seconds:g}"}  # fmt: skip
+    fake_log = work / "fake-sagemaker.log"
+    with open(fake_log, "w") as out:  # a file, not a pipe: a full pipe would stall the fake
+        fake = subprocess.Popen([sys.executable, "-m", "cloud.sagemaker", "--port", "0"],
+                                cwd=ROOT, env=fake_env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+
+    def serving() -> str:
+        if fake.poll() is not None:
+            sys.exit(f"the SageMaker fake did not start: {fake_log.read_text()[-2000:]}")
+        return next((x for x in fake_log.read_text().splitlines() if "serving on" in x), "")
+
+    line = _wait("the SageMaker fake", serving, timeout=60, every=0.2)
+    url = line.split("serving on ", 1)[1].split()[0]
+    logs = CountingProxy(shared["STEPOP_MOTO_ENDPOINT"])
+    connection = json.loads(shared["AIRFLOW_CONN_AWS_DEFAULT"])
+    services = connection["extra"].setdefault("service_config", {})
+    services.setdefault("sagemaker", {})["endpoint_url"] = url
+    services.setdefault("logs", {})["endpoint_url"] = logs.url
+    env["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(connection)
+    env["AWS_ENDPOINT_URL_SAGEMAKER"] = url
+    control = FakeControl(url)
+    image = f"{shared.get('STEPOP_REGISTRY', '127.0.0.1:5000')}/stepop-base/python:3.11-bookworm"
+
+    def counts() -> dict[str, int]:
+        return {**control.counters(), **collections.Counter(op for _, op in logs.calls)}
+
+    def close() -> None:
+        logs.shutdown()
         fake.terminate()
-        fake.wait(timeout=60)
-    _report(args, states, started, wall, cpu)
+        try:
+            fake.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            fake.kill()
+
+    def submitter(operator: Any) -> Any:
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=shared["STEPOP_MOTO_ENDPOINT"])
+        with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+            s3.create_bucket(Bucket=BUCKET)
+        return operator.make_backend()
+
+    return Service(
+        kind="sagemaker",
+        operator_kwargs={"role": ROLE, "image_uri": image, "instance_type": "ml.m5.large",
+                         "artifact_root": f"s3://{BUCKET}/many-jobs/{work.name}"},  # fmt: skip
+        make_submitter=submitter,
+        counts=counts,
+        close=close,
+        notes=[f"SageMaker: a private fake (cloud.sagemaker) in timer mode, jobs of {seconds:g} s; "
+               "S3 and CloudWatch Logs: moto of `make cloud-up`, logs calls counted by a proxy"],
+    )  # fmt: skip
 
 
-def _report(
-    args: argparse.Namespace, states: dict, started: float, wall: float, cpu: float
-) -> None:
-    status_ops = {"ListTrainingJobs", "DescribeTrainingJob"}
-    log_ops = {"DescribeLogStreams", "GetLogEvents"}
-    # Steady state: after the first round of every trigger (first polls ramp up over the
-    # first 5+10 s) and before the first job ends (its final describe is not polling).
-    describes = [t for t, _, op in CALLS if op == "DescribeTrainingJob"]
-    first_end = min(describes) if describes else started + wall
-    window = (started + 2 * args.poll, first_end)
-    steady = [c for c in CALLS if window[0] <= c[0] < window[1]]
-    intervals = max(1e-9, (window[1] - window[0]) / args.poll)
-    status = sum(1 for _, _, op in steady if op in status_ops) / intervals
-    describes_after = sum(1 for t, _, op in CALLS if t >= first_end and op == "DescribeTrainingJob")
-    steady_logs = [c for c in steady if c[2] in log_ops]
-    log_rate = len(steady_logs) / max(1e-9, window[1] - window[0])
-    final_logs = sum(1 for t, _, op in CALLS if t >= first_end and op in log_ops)
+def local_service(work: Path, env: dict[str, str], seconds: float) -> Service:
+    """The local backend with timer jobs (cloud.runner.write_local_timer as its interpreter)."""
+    from cloud.runner import write_local_timer
+
+    timer = write_local_timer(str(work / "local-timer.sh"), seconds)
+
+    def submitter(operator: Any) -> Any:
+        from airflow_stepop.backends.local import LocalBackend
+
+        return LocalBackend(jobs_dir=str(operator.make_backend().jobs_dir), python=timer)
+
+    return Service(
+        kind="local",
+        operator_kwargs={"artifact_root": f"file://{work}/artifacts"},
+        make_submitter=submitter,
+        notes=[f"local: jobs submitted by LocalBackend(python={timer}), one sh + one sleep of "
+               f"{seconds:g} s each, with the supervisor's lock, output.log and exit_code; the "
+               "triggers carry the operator's own backend (its interpreter), as in production"],
+    )  # fmt: skip
+
+
+# ---- one backend's run: defer N steps, watch the triggerer, report ---------------------------
+
+
+@dataclass
+class Sample:
+    at: float  # time.time()
+    cpu: tuple[float, float]  # triggerer supervisor, its children (trigger runner)
+    counts: dict[str, int]
+
+
+def bench(service: Service, env: dict[str, str], args: argparse.Namespace, work: Path) -> None:
+    from airflow.sdk.module_loading import import_string
+
+    kind, n = service.kind, args.steps
+    dag_id = write_dag(Path(env["AIRFLOW_HOME"]), kind, n, service.operator_kwargs)
+    airflow(env, "dags", "reserialize")
+    # The step's operator with the DAG file's arguments: what builds the request and the trigger.
+    operator = import_string(OPERATORS[kind])(
+        task_id="step", python_callable=step, **service.operator_kwargs
+    )
+    run_id, tis = create_run(dag_id)
+    worker = Worker(dag_id, run_id, operator, service.make_submitter(operator))
+    triggerer = Triggerer(env, capacity=n, log=work / f"triggerer-{kind}.log")
+    samples: list[Sample] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            counts = service.counts() if service.counts else {}
+            samples.append(Sample(time.time(), triggerer.cpu(), counts))
+            stop.wait(1.0)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        began = time.time()
+        print(f"[{kind}] {n} steps: run, stage, submit and defer each (8 threads)...", flush=True)
+        worker(tis[0])  # first: clients and caches
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(worker, tis[1:]))
+        deferred = time.time()
+        first_end = min(worker.submitted) + args.seconds
+        print(f"[{kind}] deferred in {deferred - began:.0f} s; waiting for the triggerer to run "
+              "them all...", flush=True)  # fmt: skip
+        _wait("the triggerer to take every trigger", lambda: assigned_triggers() >= n,
+              timeout=600, every=2.0)  # fmt: skip
+        running = time.time()
+        print(f"[{kind}] all {n} triggers running {running - deferred:.0f} s later; the first "
+              f"job ends in {first_end - running:.0f} s; waiting for every trigger to fire...",
+              flush=True)  # fmt: skip
+        _wait("every trigger to fire", lambda: still_deferred(dag_id, run_id) == 0,
+              timeout=args.seconds + 900, every=5.0)  # fmt: skip
+        fired = time.time()
+        time.sleep(1.5)  # one more sample
+    finally:
+        stop.set()
+        sampler.join()
+        triggerer.stop()
+        service.close()
+    window = (running + args.ramp * args.poll, first_end)
+    _report(service, args, samples, window, (began, deferred, running, fired),
+            events(dag_id, run_id), triggerer)  # fmt: skip
+
+
+def _at(samples: list[Sample], t: float) -> Sample:
+    """The last sample taken at or before ``t``."""
+    before = [s for s in samples if s.at <= t]
+    return before[-1] if before else samples[0]
+
+
+def _ops(a: Sample, b: Sample, ops: tuple[str, ...]) -> int:
+    return sum(b.counts.get(op, 0) - a.counts.get(op, 0) for op in ops)
+
+
+def _report(service: Service, args: argparse.Namespace, samples: list[Sample],
+            window: tuple[float, float], marks: tuple[float, float, float, float],
+            outcome: dict[str, int], triggerer: Triggerer) -> None:  # fmt: skip
     from airflow_stepop import config
 
-    budget = config.get_float("log_calls_per_second")
-    by_op = collections.Counter(op for _, _, op in CALLS)
-    print(f"\n{args.jobs} concurrent SageMaker steps, timer jobs of {args.seconds:g} s, "
-          f"poll_interval {args.poll:g} s; outcomes {states}; watched {wall:.0f} s")  # fmt: skip
-    for op, n in sorted(by_op.items()):
-        print(f"  {op:28s} {n}")
-    ratio = status / args.jobs
-    print(f"Status calls per poll interval, steady state: {status:.1f} vs {args.jobs} for one "
-          f"describe per job per interval: ratio {ratio:.4f} (target <= 0.01)")  # fmt: skip
-    print(f"Describes from the first job's end on (one per finished job: its final facts): "
-          f"{describes_after}")  # fmt: skip
+    kind, n, poll = service.kind, args.steps, args.poll
+    began, deferred, running, fired = marks
+    a, b = _at(samples, window[0]), _at(samples, window[1])
+    span = b.at - a.at
+    print(f"\n=== {n} concurrent deferred {kind} steps in one `airflow triggerer` process "
+          f"(PostgreSQL), poll_interval {poll:g} s, jobs of {args.seconds:g} s ===")  # fmt: skip
+    print(f"deferring: {deferred - began:.0f} s; until the triggerer ran all: "
+          f"{running - deferred:.0f} s; until all fired: {fired - running:.0f} s")  # fmt: skip
+    print(f"outcome: {outcome}")
+    if span < 2 * poll:
+        print(f"steady state too short ({span:.0f} s): raise --seconds")
+        return
+    intervals = span / poll
+    print(f"steady state: {span:.0f} s = {intervals:.1f} poll intervals (from {args.ramp:g} "
+          "intervals after the last trigger started to the first job's end)")  # fmt: skip
+    cpu_sup = (b.cpu[0] - a.cpu[0]) / span
+    cpu_run = (b.cpu[1] - a.cpu[1]) / span
+    end = samples[-1]
+    total = (sum(end.cpu) - sum(samples[0].cpu)) / (end.at - samples[0].at)
+    if service.counts is not None:
+        status = _ops(a, b, STATUS_OPS) / intervals
+        logs = _ops(a, b, ("DescribeLogStreams", "GetLogEvents")) / span
+        budget = config.get_float("log_calls_per_second")
+        print(f"status calls per poll interval: {status:.1f} "
+              f"({_ops(a, b, ('ListTrainingJobs',)) / intervals:.1f} ListTrainingJobs pages, "
+              f"{_ops(a, b, ('DescribeTrainingJob',)) / intervals:.1f} describes) vs {n} for one "
+              f"describe per job per interval (Airflow's operators): {100 * status / n:.2f}% "
+              "(target <= 1%)")  # fmt: skip
+        print(f"log calls: {logs:.2f}/s vs the budget of {budget:g}/s "
+              "([stepop] log_calls_per_second)")  # fmt: skip
+        last = _at(samples, fired + 1)
+        print(f"after the first job's end: {_ops(b, last, ('DescribeTrainingJob',))} describes "
+              f"(a finished job's final facts: one each), "
+              f"{_ops(b, last, ('DescribeLogStreams', 'GetLogEvents'))} log calls (a finished "
+              "job's last read, outside the budget)")  # fmt: skip
+        print(f"all calls: {dict(sorted(last.counts.items()))}")
+    else:
+        print("status calls: none to a service (the poller reads each job's record, local "
+              "files, once per round); log calls: none (each job's output.log)")  # fmt: skip
+    print(f"triggerer CPU, steady state: {100 * (cpu_sup + cpu_run):.1f}% of one core "
+          f"(supervisor {100 * cpu_sup:.1f}%: Airflow's DB work and heartbeats; trigger runner "
+          f"{100 * cpu_run:.1f}%: the triggers) (target < 10%); over the whole run "
+          f"{100 * total:.1f}%")  # fmt: skip
     print(
-        f"Log calls, steady state: {log_rate:.2f}/s against a budget of {budget:g}/s; "
-        f"then {final_logs} for the last reads of finished jobs (once per job, unbudgeted)"
-    )  # noqa: E501
-    steady_cpu = 100 * _cpu_share(*window)
-    print(f"Triggerer CPU (this process), steady state: {steady_cpu:.1f}% of one core (target "
-          f"< 10%); over the whole watch, finished jobs' last reads included: "
-          f"{100 * cpu / wall:.1f}%")  # fmt: skip
-
-
-def _local(args: argparse.Namespace) -> None:
-    """N supervised local jobs (``sleep``) watched by N triggers: CPU share of the watch."""
-    from airflow_stepop.backends.local import LocalBackend
-    from airflow_stepop.backends.local_supervisor import __file__ as supervisor
-    from airflow_stepop.triggers.step_job import StepJobTrigger
-
-    jobs = Path(tempfile.mkdtemp(prefix="stepop-bench-jobs-"))
-    backend = LocalBackend(jobs_dir=str(jobs))
-    triggers = []
-    print(f"Starting {args.jobs} local jobs of {args.seconds:g} s (sleep under the supervisor)...")
-    for i in range(args.jobs):
-        job_dir = jobs / f"bench-{i}-t1"
-        job_dir.mkdir()
-        lock = os.open(job_dir / "lock", os.O_CREAT | os.O_RDWR, 0o600)
-        import fcntl
-
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        command = ["sleep", str(args.seconds)]
-        proc = subprocess.Popen(
-            [sys.executable, supervisor, str(job_dir), "--", *command],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, pass_fds=(lock,),
-        )  # fmt: skip
-        os.close(lock)
-        handle = {"job_id": job_dir.name, "task_key": job_dir.name, "mode": "process",
-                  "pid": proc.pid, "run_uri": f"file://{job_dir}", "job_dir": str(job_dir),
-                  "submitted_at": time.time()}  # fmt: skip
-        triggers.append(
-            StepJobTrigger(
-                backend_path="airflow_stepop.backends.local.LocalBackend",
-                backend_kwargs=backend.serialize(),
-                handle=handle,
-                poll_interval=args.poll,
-            )
-        )
-    logging.getLogger("airflow_stepop").setLevel(logging.WARNING)
-    started, cpu = time.monotonic(), time.process_time()
-    states = asyncio.run(_watch(triggers))
-    wall, cpu = time.monotonic() - started, time.process_time() - cpu
-    print(f"\n{args.jobs} concurrent local steps of {args.seconds:g} s, poll_interval "
-          f"{args.poll:g} s; outcomes {states}; watched {wall:.0f} s; no API calls")  # fmt: skip
-    print(f"Triggerer CPU (this process): {cpu:.1f} s over {wall:.0f} s = "
-          f"{100 * cpu / wall:.1f}% of one core (target < 10%)")  # fmt: skip
+        "real: the triggerer process, PostgreSQL, the task instances and Trigger rows, the "
+        "provider's operator, staging, backend.submit and trigger; simulated: "
+        + "; ".join(service.notes)
+        + "; no scheduler or worker resumes the tasks after their event"
+    )
+    print(f"triggerer log: {triggerer.log}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=1000)
-    parser.add_argument("--seconds", type=float, default=240.0, help="how long each job runs")
-    parser.add_argument("--poll", type=float, default=10.0, help="poll_interval")
-    parser.add_argument("--backend", choices=("sagemaker", "local"), default="sagemaker")
+    parser.add_argument("--backend", choices=("all", "sagemaker", "local"), default="all")
+    parser.add_argument("--steps", type=int, default=1000, help="concurrent deferred steps")
+    parser.add_argument("--seconds", type=float, default=300.0,
+                        help="how long each job runs (from its submit)")  # fmt: skip
+    parser.add_argument("--poll", type=float, default=10.0, help="[stepop] poll_interval")
+    parser.add_argument("--ramp", type=float, default=3.0,
+                        help="poll intervals after the last trigger started before the steady "
+                             "state (the first polls come sooner)")  # fmt: skip
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
-    (_local if args.backend == "local" else _sagemaker)(args)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # cleanup runs on SIGTERM
+    work = Path(tempfile.mkdtemp(prefix="stepop-many-jobs-"))
+    work.chmod(0o755)  # the PostgreSQL server (user postgres when run as root) lives inside
+    kinds = ("sagemaker", "local") if args.backend == "all" else (args.backend,)
+    try:
+        with postgres(work) as url:
+            env = airflow_env(work, url, args.poll)
+            for kind in kinds:
+                service = (sagemaker_service if kind == "sagemaker" else local_service)(
+                    work, env, args.seconds
+                )
+                # This process is one of the deployment's too, a quiet one.
+                os.environ.update({**env, "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING"})
+                if kind == kinds[0]:
+                    airflow(env, "db", "migrate")
+                bench(service, {**os.environ, **env}, args, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"work directory kept: {work}")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,9 @@ Two modes, same contract:
     No process at all: each node prints one line, "runs" for ``STEPOP_FAKE_TIMER_SECONDS``
     (default 60) and exits 0, so a thousand jobs fit on a small machine. The job's code never
     runs, so it leaves no result: use it to measure the control plane, not a step.
+    :func:`write_local_timer` gives the local backend the same kind of job: a stand-in for its
+    interpreter (``LocalBackend(python=...)``) that keeps the supervisor's protocol (holds the
+    job's lock, writes ``output.log`` and ``exit_code``) with one ``sh`` and one ``sleep``.
 
 Nodes are independent: multi-node jobs pass per-node host/rank information in
 :class:`NodeSpec` (env and extra mounts such as a per-node resourceconfig.json). A job has
@@ -554,3 +557,38 @@ def _split_tag(image: str) -> tuple[str, str | None]:
         last, tag = last.split(":", 1)
         return f"{name}/{last}" if name else last, tag
     return image, "latest"
+
+
+LOCAL_TIMER = """#!/bin/sh
+# A timer job for LocalBackend(python=THIS): called as `THIS SUPERVISOR JOB_DIR -- COMMAND...`, it
+# keeps the supervisor's protocol (the inherited job lock, output.log, exit_code) and runs nothing.
+job_dir=$2
+finish() {{
+  echo "$1" > "$job_dir/.{exit_code}.tmp" && mv "$job_dir/.{exit_code}.tmp" "$job_dir/{exit_code}"
+  exit 0
+}}
+trap 'kill $pid 2>/dev/null; finish -15' TERM INT
+echo "timer job: ends in {seconds:g}s"
+sleep {seconds:g} & pid=$!
+echo $pid > "$job_dir/{child_pid}"
+wait $pid
+finish 0
+"""
+
+
+def write_local_timer(path: str, seconds: float) -> str:
+    """Write the local backend's timer interpreter (see the module's ``timer`` mode); its path.
+
+    ``LocalBackend(python=path).submit(...)`` then starts a job that ends with exit code 0 after
+    ``seconds`` (-15 when stopped), so a thousand local jobs fit on a small machine. The step's
+    code never runs: a control-plane benchmark only.
+    """
+    from airflow_stepop.backends import local_supervisor as supervisor
+
+    text = LOCAL_TIMER.format(
+        exit_code=supervisor.EXIT_CODE, child_pid=supervisor.CHILD_PID, seconds=seconds
+    )
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o755)
+    return path
