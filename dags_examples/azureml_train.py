@@ -11,7 +11,8 @@ mounted job inputs, so the image needs no Azure SDK. ``evaluate`` is mapped over
 with ``.expand()``, and ``holdout`` is a classic ``AzureMLStepOperator``.
 
 Set up (see docs/azureml.md): an ``azureml_default`` connection and ``[stepop] artifact_root`` =
-``abfs://<container>@<account>.dfs.core.windows.net/stepop``. To try it on the emulated cloud:
+``azureml://datastores/workspaceblobstore/paths/stepop`` (the workspace's default datastore) or
+``abfs://<container>/stepop``. To try it on the emulated cloud:
 ``make cloud-up``, then the variables listed in docs/azureml.md.
 """
 
