@@ -9,16 +9,18 @@ the operator defers with (``_trigger``) and the Execution API's ``defer`` call w
 the task runner builds (``_defer_task``): the Trigger rows are those a real defer writes. Then
 one ``airflow triggerer --capacity N`` process runs every trigger until it fires.
 
-What is simulated: the jobs end on a timer and run no code (the SageMaker fake's timer mode; for
-the local backend a stand-in interpreter from ``cloud.runner.write_local_timer``: one ``sh``
-holding the job's lock and a ``sleep``), so that a thousand fit on a 2-core machine; the
-scheduler only through the rows it would write (dag run, queued task instances); no worker
-resumes the tasks after their triggers fire.
+What is simulated: the jobs run no code and end when the bench says (the SageMaker fake's timer
+mode with ``STEPOP_FAKE_TIMER_END_FILE``; for the local backend a stand-in interpreter from
+``cloud.runner.write_local_timer``: one ``sh`` holding the job's lock and one ``cat`` of a FIFO
+per job), so that a thousand fit on a 2-core machine and deferring them, which takes minutes
+here, does not eat into the measurement; the scheduler only through the rows it would write (the
+dag run, queued task instances); no worker resumes the tasks after their triggers fire.
 
 Measured: SageMaker calls from the fake's counters (sampled each second), CloudWatch Logs calls
 through a counting proxy on the connection's ``logs`` endpoint, and the CPU time of the
-triggerer process and its children (psutil, each second). The steady state is from the time
-every trigger polled once (all deferred, two intervals later) to the first job's end.
+triggerer process and its children (psutil, each second). The steady state starts ``--ramp``
+poll intervals after the triggerer runs every trigger (the first polls come sooner) and lasts
+``--steady`` seconds; then every job ends, and the bench waits until every trigger fired.
 
     make cloud-up            # S3 and CloudWatch Logs (moto); the bench starts its own fake
     .venv/bin/python bench/many_jobs.py [--backend all|sagemaker|local] [--steps 1000]
@@ -234,7 +236,6 @@ class Worker:
         self.backend = operator.make_backend()  # the one the trigger is built from
         self.api = TriggerRunnerSupervisor.make_client(None)  # type: ignore[arg-type]
         self.lock = threading.Lock()
-        self.submitted: list[float] = []
 
     def __call__(self, ti: Any) -> None:
         from airflow.sdk import timezone
@@ -250,7 +251,6 @@ class Worker:
         key = task_key(self.dag_id, self.run_id, "step", ti.map_index)
         request = self.operator._prepare({"ti": identity}, key)
         handle = {**self.submitter.submit(request), "submitted_at": time.time()}
-        self.submitted.append(handle["submitted_at"])
         trigger = self.operator._trigger(self.backend, handle)
         deferred = TaskDeferred(trigger=trigger, method_name="execute_complete")
         message, _ = _defer_task(deferred, identity, QUIET)
@@ -352,12 +352,13 @@ class Service:
     kind: str
     operator_kwargs: dict[str, Any]
     make_submitter: Callable[[Any], Any]  # operator -> the backend whose submit starts a job
+    release: Callable[[float], None]  # every job ends at this time.time()
     counts: Callable[[], dict[str, int]] | None = None  # service calls so far, by operation
     close: Callable[[], None] = lambda: None
     notes: list[str] = field(default_factory=list)
 
 
-def sagemaker_service(work: Path, env: dict[str, str], seconds: float) -> Service:
+def sagemaker_service(work: Path, env: dict[str, str]) -> Service:
     """A private SageMaker fake in timer mode; S3 and CloudWatch Logs of `make cloud-up`."""
     from cloud import stack
     from cloud.control import FakeControl
@@ -366,8 +367,9 @@ def sagemaker_service(work: Path, env: dict[str, str], seconds: float) -> Servic
     if not shared or not stack.running(shared):
         sys.exit("The emulated cloud is not running: make cloud-up")
     env.update({k: v for k, v in shared.items() if not k.startswith("AIRFLOW_CONN_")})
+    end_file = work / "jobs-end"
     fake_env = {**os.environ, **env, "STEPOP_SAGEMAKER_MODE": "timer",
-                "STEPOP_FAKE_TIMER_SECONDS": f"{seconds:g}"}  # fmt: skip
+                "STEPOP_FAKE_TIMER_END_FILE": str(end_file)}  # fmt: skip
     fake_log = work / "fake-sagemaker.log"
     with open(fake_log, "w") as out:  # a file, not a pipe: a full pipe would stall the fake
         fake = subprocess.Popen([sys.executable, "-m", "cloud.sagemaker", "--port", "0"],
@@ -415,18 +417,26 @@ def sagemaker_service(work: Path, env: dict[str, str], seconds: float) -> Servic
         operator_kwargs={"role": ROLE, "image_uri": image, "instance_type": "ml.m5.large",
                          "artifact_root": f"s3://{BUCKET}/many-jobs/{work.name}"},  # fmt: skip
         make_submitter=submitter,
+        release=lambda end: end_file.write_text(repr(end)),
         counts=counts,
         close=close,
-        notes=[f"SageMaker: a private fake (cloud.sagemaker) in timer mode, jobs of {seconds:g} s; "
-               "S3 and CloudWatch Logs: moto of `make cloud-up`, logs calls counted by a proxy"],
+        notes=["SageMaker: a private fake (cloud.sagemaker) in timer mode (no process; every job "
+               "ends at the time the bench sets); S3 and CloudWatch Logs: moto of "
+               "`make cloud-up`, logs calls counted by a proxy"],
     )  # fmt: skip
 
 
-def local_service(work: Path, env: dict[str, str], seconds: float) -> Service:
+def local_service(work: Path, env: dict[str, str]) -> Service:
     """The local backend with timer jobs (cloud.runner.write_local_timer as its interpreter)."""
     from cloud.runner import write_local_timer
 
-    timer = write_local_timer(str(work / "local-timer.sh"), seconds)
+    fifo = work / "jobs-release"
+    os.mkfifo(fifo)
+    held = os.open(fifo, os.O_RDWR)  # every job ends when this last writer closes
+    timer = write_local_timer(str(work / "local-timer.sh"), fifo=str(fifo))
+
+    def release(end: float) -> None:
+        threading.Timer(max(0.0, end - time.time()), os.close, (held,)).start()
 
     def submitter(operator: Any) -> Any:
         from airflow_stepop.backends.local import LocalBackend
@@ -437,9 +447,11 @@ def local_service(work: Path, env: dict[str, str], seconds: float) -> Service:
         kind="local",
         operator_kwargs={"artifact_root": f"file://{work}/artifacts"},
         make_submitter=submitter,
-        notes=[f"local: jobs submitted by LocalBackend(python={timer}), one sh + one sleep of "
-               f"{seconds:g} s each, with the supervisor's lock, output.log and exit_code; the "
-               "triggers carry the operator's own backend (its interpreter), as in production"],
+        release=release,
+        notes=[f"local: jobs submitted by LocalBackend(python={timer}): one sh and one cat of a "
+               "FIFO per job, with the supervisor's lock, output.log and exit_code, all ending "
+               "at the time the bench sets; the triggers carry the operator's own backend (its "
+               "interpreter), as in production"],
     )  # fmt: skip
 
 
@@ -484,17 +496,18 @@ def bench(service: Service, env: dict[str, str], args: argparse.Namespace, work:
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(worker, tis[1:]))
         deferred = time.time()
-        first_end = min(worker.submitted) + args.seconds
         print(f"[{kind}] deferred in {deferred - began:.0f} s; waiting for the triggerer to run "
               "them all...", flush=True)  # fmt: skip
         _wait("the triggerer to take every trigger", lambda: assigned_triggers() >= n,
               timeout=600, every=2.0)  # fmt: skip
         running = time.time()
-        print(f"[{kind}] all {n} triggers running {running - deferred:.0f} s later; the first "
-              f"job ends in {first_end - running:.0f} s; waiting for every trigger to fire...",
+        end = running + args.ramp * args.poll + args.steady
+        service.release(end)  # every job ends then
+        print(f"[{kind}] all {n} triggers running {running - deferred:.0f} s later; every job "
+              f"ends in {end - running:.0f} s; waiting for every trigger to fire...",
               flush=True)  # fmt: skip
         _wait("every trigger to fire", lambda: still_deferred(dag_id, run_id) == 0,
-              timeout=args.seconds + 900, every=5.0)  # fmt: skip
+              timeout=end - time.time() + 900, every=5.0)  # fmt: skip
         fired = time.time()
         time.sleep(1.5)  # one more sample
     finally:
@@ -502,7 +515,7 @@ def bench(service: Service, env: dict[str, str], args: argparse.Namespace, work:
         sampler.join()
         triggerer.stop()
         service.close()
-    window = (running + args.ramp * args.poll, first_end)
+    window = (running + args.ramp * args.poll, end)
     _report(service, args, samples, window, (began, deferred, running, fired),
             events(dag_id, run_id), triggerer)  # fmt: skip
 
@@ -527,16 +540,17 @@ def _report(service: Service, args: argparse.Namespace, samples: list[Sample],
     a, b = _at(samples, window[0]), _at(samples, window[1])
     span = b.at - a.at
     print(f"\n=== {n} concurrent deferred {kind} steps in one `airflow triggerer` process "
-          f"(PostgreSQL), poll_interval {poll:g} s, jobs of {args.seconds:g} s ===")  # fmt: skip
-    print(f"deferring: {deferred - began:.0f} s; until the triggerer ran all: "
-          f"{running - deferred:.0f} s; until all fired: {fired - running:.0f} s")  # fmt: skip
+          f"(PostgreSQL), poll_interval {poll:g} s ===")  # fmt: skip
+    print(f"deferring them all: {deferred - began:.0f} s; then until the triggerer ran all: "
+          f"{running - deferred:.0f} s; from the jobs' end until every trigger fired: "
+          f"{fired - window[1]:.0f} s")  # fmt: skip
     print(f"outcome: {outcome}")
     if span < 2 * poll:
-        print(f"steady state too short ({span:.0f} s): raise --seconds")
+        print(f"steady state too short ({span:.0f} s): raise --steady")
         return
     intervals = span / poll
     print(f"steady state: {span:.0f} s = {intervals:.1f} poll intervals (from {args.ramp:g} "
-          "intervals after the last trigger started to the first job's end)")  # fmt: skip
+          "intervals after the last trigger started to the jobs' end)")  # fmt: skip
     cpu_sup = (b.cpu[0] - a.cpu[0]) / span
     cpu_run = (b.cpu[1] - a.cpu[1]) / span
     end = samples[-1]
@@ -553,7 +567,7 @@ def _report(service: Service, args: argparse.Namespace, samples: list[Sample],
         print(f"log calls: {logs:.2f}/s vs the budget of {budget:g}/s "
               "([stepop] log_calls_per_second)")  # fmt: skip
         last = _at(samples, fired + 1)
-        print(f"after the first job's end: {_ops(b, last, ('DescribeTrainingJob',))} describes "
+        print(f"after the jobs' end: {_ops(b, last, ('DescribeTrainingJob',))} describes "
               f"(a finished job's final facts: one each), "
               f"{_ops(b, last, ('DescribeLogStreams', 'GetLogEvents'))} log calls (a finished "
               "job's last read, outside the budget)")  # fmt: skip
@@ -571,15 +585,16 @@ def _report(service: Service, args: argparse.Namespace, samples: list[Sample],
         + "; ".join(service.notes)
         + "; no scheduler or worker resumes the tasks after their event"
     )
-    print(f"triggerer log: {triggerer.log}")
+    if args.keep:
+        print(f"triggerer log: {triggerer.log}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("all", "sagemaker", "local"), default="all")
     parser.add_argument("--steps", type=int, default=1000, help="concurrent deferred steps")
-    parser.add_argument("--seconds", type=float, default=300.0,
-                        help="how long each job runs (from its submit)")  # fmt: skip
+    parser.add_argument("--steady", type=float, default=180.0,
+                        help="seconds of steady state measured; then every job ends")  # fmt: skip
     parser.add_argument("--poll", type=float, default=10.0, help="[stepop] poll_interval")
     parser.add_argument("--ramp", type=float, default=3.0,
                         help="poll intervals after the last trigger started before the steady "
@@ -594,9 +609,7 @@ def main() -> None:
         with postgres(work) as url:
             env = airflow_env(work, url, args.poll)
             for kind in kinds:
-                service = (sagemaker_service if kind == "sagemaker" else local_service)(
-                    work, env, args.seconds
-                )
+                service = (sagemaker_service if kind == "sagemaker" else local_service)(work, env)
                 # This process is one of the deployment's too, a quiet one.
                 os.environ.update({**env, "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING"})
                 if kind == kinds[0]:

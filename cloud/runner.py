@@ -26,11 +26,15 @@ Two modes, same contract:
 
 ``timer`` (scale benchmarks)
     No process at all: each node prints one line, "runs" for ``STEPOP_FAKE_TIMER_SECONDS``
-    (default 60) and exits 0, so a thousand jobs fit on a small machine. The job's code never
-    runs, so it leaves no result: use it to measure the control plane, not a step.
+    (default 60) and exits 0, so a thousand jobs fit on a small machine. With
+    ``STEPOP_FAKE_TIMER_END_FILE`` set, every node runs instead until the wall-clock time (epoch
+    seconds) written in that file, however long its job took to submit: a benchmark that submits
+    jobs for minutes ends them all when it has measured enough. The job's code never runs, so it
+    leaves no result: use it to measure the control plane, not a step.
     :func:`write_local_timer` gives the local backend the same kind of job: a stand-in for its
     interpreter (``LocalBackend(python=...)``) that keeps the supervisor's protocol (holds the
-    job's lock, writes ``output.log`` and ``exit_code``) with one ``sh`` and one ``sleep``.
+    job's lock, writes ``output.log`` and ``exit_code``) with one ``sh`` and one ``sleep`` (or
+    one ``cat`` of a FIFO: the job ends when the FIFO's last writer closes it).
 
 Nodes are independent: multi-node jobs pass per-node host/rank information in
 :class:`NodeSpec` (env and extra mounts such as a per-node resourceconfig.json). A job has
@@ -287,22 +291,50 @@ def _chunks(pipe: IO[bytes] | None) -> Iterable[bytes]:
 
 
 class TimerNode(Node):
-    """A node with no process: it ends with exit code 0 after a fixed time (or -15 if stopped)."""
+    """A node with no process: it ends with exit code 0 after a fixed time (or -15 if stopped).
 
-    def __init__(self, spec: NodeSpec, on_line: LineCallback | None, seconds: float) -> None:
+    The end is ``seconds`` after the start, or with ``end_file`` the epoch written in that file
+    (none yet: it runs on). The file is read at most once a second for all nodes.
+    """
+
+    _end: tuple[float, float | None] = (-1.0, None)  # (when read, the end read)
+
+    def __init__(
+        self,
+        spec: NodeSpec,
+        on_line: LineCallback | None,
+        seconds: float,
+        end_file: str | None = None,
+    ) -> None:
         super().__init__(spec, on_line)
         self.seconds = seconds
+        self.end_file = end_file
         self.started = 0.0
         self.stopped = False
 
     def start(self) -> None:
         self.started = time.time()
-        self._emit(STDOUT, f"timer node {self.spec.host}: ends in {self.seconds:g}s".encode())
+        when = f"at the time in {self.end_file}" if self.end_file else f"in {self.seconds:g}s"
+        self._emit(STDOUT, f"timer node {self.spec.host}: ends {when}".encode())
+
+    def _ends_at(self) -> float | None:
+        if not self.end_file:
+            return self.started + self.seconds
+        read_at, end = TimerNode._end
+        if read_at < 0 or time.monotonic() - read_at >= 1.0:
+            try:
+                with open(self.end_file) as f:
+                    end = float(f.read())
+            except (OSError, ValueError):
+                end = None
+            TimerNode._end = (time.monotonic(), end)
+        return end
 
     def _exit_code(self) -> int | None:
         if self.stopped:
             return -signal.SIGTERM
-        return 0 if time.time() - self.started >= self.seconds else None
+        end = self._ends_at()
+        return 0 if end is not None and time.time() >= end else None
 
     def stop(self, grace: float = 10.0) -> None:
         self.stopped = True
@@ -494,7 +526,8 @@ class Runner:
             nodes = [ContainerNode(launch, s, client, on_line) for s in launch.nodes]
         elif mode == MODE_TIMER:
             seconds = float(os.environ.get("STEPOP_FAKE_TIMER_SECONDS", "60"))
-            nodes = [TimerNode(s, on_line, seconds) for s in launch.nodes]
+            end_file = os.environ.get("STEPOP_FAKE_TIMER_END_FILE") or None
+            nodes = [TimerNode(s, on_line, seconds, end_file) for s in launch.nodes]
         elif mode == MODE_PROCESS:
             workdir = workdir or self.job_dir(launch)
             nodes = [
@@ -568,25 +601,30 @@ finish() {{
   exit 0
 }}
 trap 'kill $pid 2>/dev/null; finish -15' TERM INT
-echo "timer job: ends in {seconds:g}s"
-sleep {seconds:g} & pid=$!
+echo "timer job: ends {when}"
+{wait} & pid=$!
 echo $pid > "$job_dir/{child_pid}"
 wait $pid
 finish 0
 """
 
 
-def write_local_timer(path: str, seconds: float) -> str:
+def write_local_timer(path: str, seconds: float = 60.0, fifo: str | None = None) -> str:
     """Write the local backend's timer interpreter (see the module's ``timer`` mode); its path.
 
     ``LocalBackend(python=path).submit(...)`` then starts a job that ends with exit code 0 after
-    ``seconds`` (-15 when stopped), so a thousand local jobs fit on a small machine. The step's
-    code never runs: a control-plane benchmark only.
+    ``seconds``, or with ``fifo`` (a named pipe that someone holds open for writing, e.g.
+    ``os.open(fifo, os.O_RDWR)``) when its last writer closes it; -15 when stopped. So a
+    thousand local jobs fit on a small machine. The step's code never runs: a control-plane
+    benchmark only.
     """
     from airflow_stepop.backends import local_supervisor as supervisor
 
     text = LOCAL_TIMER.format(
-        exit_code=supervisor.EXIT_CODE, child_pid=supervisor.CHILD_PID, seconds=seconds
+        exit_code=supervisor.EXIT_CODE,
+        child_pid=supervisor.CHILD_PID,
+        when=f"when {fifo} closes" if fifo else f"in {seconds:g}s",
+        wait=f"cat '{fifo}' > /dev/null" if fifo else f"sleep {seconds:g}",
     )
     with open(path, "w") as f:
         f.write(text)
