@@ -259,8 +259,16 @@ def test_the_connection_reaches_the_workspace_and_gives_an_mlclient(azure, ctl):
 
     hook = AzureMLHook()
     assert hook.test_connection() == (True, "Workspace stepop-ws in eastus answers.")
-    assert hook.get_conn().workspaces.get().name == "stepop-ws"  # azure-ai-ml, same connection
+    ml = hook.get_conn()
+    assert ml.workspaces.get().name == "stepop-ws"  # azure-ai-ml, same connection
     assert ctl.counters()["Workspaces_Get"] == 2
+    # the datastore a datastore root resolves through, as MLClient reads it
+    store = ml.datastores.get("workspaceblobstore")
+    assert (store.type, store.account_name, store.container_name) == (
+        "AzureBlob",
+        "devstoreaccount1",
+        "azureml-blobstore",
+    )
 
 
 def test_a_named_cluster_is_checked_against_the_request_before_submitting(azure, ctl):
