@@ -162,3 +162,18 @@ def test_datastores_are_read_once_per_process():
         assert cache.get(arm, WS.path, "workspaceblobstore") == expected
     assert len(arm.gets) == 1
     assert read_datastore(arm, WS.path, "workspaceblobstore").container == "blobs"
+
+
+def test_az_urls_get_the_filesystem_and_credentials_abfs_gets(monkeypatch):
+    from airflow_stepop.artifacts.storage import worker_storage
+
+    monkeypatch.setenv(
+        "AZURE_STORAGE_CONNECTION_STRING",
+        "DefaultEndpointsProtocol=http;AccountName=acct;AccountKey=a2V5;"
+        "BlobEndpoint=http://127.0.0.1:1/acct;",
+    )
+    az_fs, az_path = worker_storage().resolver("az://data/stepop/x.npy")
+    abfs_fs, _ = worker_storage().resolver("abfs://data/stepop/x.npy")
+    assert type(az_fs) is type(abfs_fs) and type(az_fs).__name__ == "AzureBlobFileSystem"
+    assert az_path == "data/stepop/x.npy"
+    assert az_fs.service_client.account_name == "acct"  # the ambient credentials
