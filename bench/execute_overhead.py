@@ -1,26 +1,31 @@
 """Worker time in execute() with warm caches, against its floor, in a task-like process.
 
-execute() on the worker packages the callable, uploads the code bundle (once per content),
-writes the inputs and the spec, starts the job and defers. The floor is what no
-implementation can avoid: writing the same bytes at the same place and starting a process.
+execute() on the worker packages the callable (or finds its bundle in the cache), uploads the
+code bundle (once per content), writes the inputs and the spec, starts the job and defers. The
+floor is what no implementation can avoid: writing the same bytes at the same depth (the run
+directory's layout) and starting a process.
 
 Both sides run in forked children of one parent that holds what an Airflow task process holds
 when the Task Runner calls execute(): the Task Runner's own imports
-(``airflow.sdk.execution_time.task_runner``) and the DAG file's parse (the operator module,
-the user's module with the callable, the operator object). What a child spends is therefore
-what execute() adds to a real task: importing our worker-side modules, building or finding
-the code bundle, staging, submitting and deferring. "Warm caches": an earlier task (the
-warm-up sample, in its own child) has uploaded the bundle and left the on-disk bundle cache;
-nothing an earlier sample computed in memory survives, as in Airflow, where each task is a
-new process. The two sides alternate, sample after sample (the machine may be shared), and a
-child leaves only when its job has ended, so no sample pays for the jobs of earlier ones.
+(``airflow.sdk.execution_time.task_runner``), the DAG file's parse (our operator module, the
+user's module, numpy, the operator object), bytecode caches for every module (as an installed
+Airflow and provider have), and the garbage the parse left collected. What a child spends on
+our side is therefore what execute() adds to a real task: importing our worker-side modules,
+finding the code bundle, staging the inputs and the spec, submitting the job (a supervisor
+process), its task-log line and the deferral. "Warm caches": an earlier task (the warm-up
+sample, in its own child) has uploaded the bundle and left the on-disk bundle cache; nothing an
+earlier sample computed in memory survives, as in Airflow, where each task is a new process.
+The sides alternate, sample after sample (the machine may be shared), and a child leaves only
+when its job has ended, so no sample pays for the jobs of earlier ones.
 
-``--same-process`` runs every sample in this process instead, after two warm-up calls (what
-repeated calls in one process, e.g. ``dag.test()``, cost). Prints both medians and their
-ratio (target <= 1.5x). For the evidence behind the figures, ``python -X importtime`` on this
-script shows what each child imports, after the parent's imports.
+By default the step is a module function the job imports by name; ``--by-value`` steps a
+function defined in the DAG, as ``@task.local_step`` functions usually are, which travels
+pickled by value (each task pickles it to compare with the cached bundle's). ``--same-process``
+runs every sample in this process instead, after two warm-up calls (what repeated calls in one
+process, e.g. ``dag.test()``, cost). Prints both medians and their ratio (target <= 1.5x).
+``python -X importtime`` on this script shows what each child imports.
 
-    .venv/bin/python bench/execute_overhead.py [--runs 20] [--same-process]
+    .venv/bin/python bench/execute_overhead.py [--runs 20] [--same-process] [--by-value]
 """
 
 from __future__ import annotations
@@ -48,6 +53,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--same-process", action="store_true")
+    parser.add_argument(
+        "--by-value",
+        action="store_true",
+        help="a step function defined in the DAG (as @task.local_step ones are): pickled",
+    )
     options = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="stepop-bench-"))
@@ -69,8 +79,13 @@ def main() -> None:
 
     from airflow_stepop import LocalStepOperator
 
+    def train(data: Any) -> Any:  # defined in the DAG: it travels pickled by value
+        return model.train(data, epochs=1)
+
     operator = LocalStepOperator(
-        task_id="train", python_callable=model.train, op_args=[np.zeros((1000, 33), "float32")]
+        task_id="train",
+        python_callable=train if options.by_value else model.train,
+        op_args=[np.zeros((1000, 33), "float32")],
     )
 
     def context(i: int) -> dict:
@@ -165,6 +180,7 @@ def main() -> None:
     ours_ms, floor_ms = median_ms(ours, 0), median_ms(floors, 0)
     ours_cpu, floor_cpu = median_ms(ours, 1), median_ms(floors, 1)
     mode = "one process" if options.same_process else "a forked task-like process each"
+    mode += "; callable pickled by value" if options.by_value else "; callable imported by name"
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {mode}")
     print(f"bundle {len(bundle)} bytes, spec {len(spec)} bytes, input {len(inputs)} bytes")
     print(f"{options.runs} samples each; wall time (CPU time, which other tenants disturb less)")
