@@ -61,6 +61,13 @@ def _is_local_file(path: Path) -> bool:
     return not any(resolved.is_relative_to(d) for d in _excluded_dirs())
 
 
+def _local_path_dirs() -> set[Path]:
+    """The ``sys.path`` directories a local module could appear in (say, one an import of the
+    callable's modules did not find when the bundle was built)."""
+    dirs = (Path(entry) for entry in sys.path if entry)
+    return {d for d in dirs if d.is_dir() and _is_local_file(d / "__init__.py")}
+
+
 def _module_file(module: types.ModuleType) -> Path | None:
     file = getattr(module, "__file__", None)
     if not file or not file.endswith(".py"):
@@ -202,7 +209,6 @@ def _build(
     entry = _callable_entry(function)
     sources: dict[str, Path] = {}  # bundle member -> the file it is read from
     files: dict[str, bytes] = {}
-    dirs: set[Path] = set()
     pickled = None
 
     if entry is None:
@@ -219,9 +225,7 @@ def _build(
     if entry["kind"] == "pickle":  # its module travels inside the pickle, not as a file
         local.pop(function.__module__, None)
     for name, file in local.items():
-        root = _import_root(name, file)
-        sources[BUNDLE_CODE_DIR + file.relative_to(root).as_posix()] = file
-        dirs.add(root)  # a module added there could change what an import finds
+        sources[BUNDLE_CODE_DIR + file.relative_to(_import_root(name, file)).as_posix()] = file
 
     runtime_root = Path(runtime_package.__file__).parent
     for path in _package_files(runtime_package):
@@ -236,7 +240,9 @@ def _build(
         record = {"sha256": sha256, "callable": entry}
         if pickled is not None:
             record["pickle_sha256"] = hashlib.sha256(pickled).hexdigest()
-        cache.store(function, record, watched, dirs | {p.parent for p in watched}, data)
+        # a module added beside them, or where an unresolved import looks, changes the bundle
+        dirs = {p.parent for p in watched} | _local_path_dirs()
+        cache.store(function, record, watched, dirs, data)
     return CodeBundle(sha256, entry, lambda: data)
 
 

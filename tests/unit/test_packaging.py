@@ -262,3 +262,29 @@ def test_the_run_directory_of_a_try_is_safe_on_every_object_store():
         "s3://bucket/root/my_dag/manual__2026-01-01T00_00_00_00_00/train/-1/2"
     )
     assert run_uri_for("s3://b", StepIdentity("d", "::", "é", 3, 1)) == "s3://b/d/_/_/3/1"
+
+
+def test_a_module_that_appears_where_an_import_looks_is_shipped(user_code, tmp_path, monkeypatch):
+    """An import the bundle could not resolve when it was built (a lazy one) is resolved anew
+    once a module appears beside the DAGs or in another local directory on sys.path."""
+    from airflow_stepop.packaging.cache import BundleCache
+
+    (user_code / "lazy.py").write_text(
+        "def step():\n    import helper\n    import plugin_helper\n    return helper.X\n"
+    )
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    monkeypatch.syspath_prepend(str(plugins))
+    _age(user_code)
+    _age(plugins)
+    step = importlib.import_module("lazy").step
+    cache = BundleCache(tmp_path / "cache")
+    assert "code/helper.py" not in _names(build_bundle(step, cache))
+    assert list(cache.root.glob("*.json"))
+    (user_code / "helper.py").write_text("X = 1\n")
+    assert "code/helper.py" in _names(build_bundle(step, cache))
+    _age(user_code)
+    build_bundle(step, cache)  # cached again, with helper.py
+    (plugins / "plugin_helper.py").write_text("Y = 2\n")
+    assert "code/plugin_helper.py" in _names(build_bundle(step, cache))
+    sys.modules.pop("lazy", None)
