@@ -76,7 +76,7 @@ details ``error.error`` ({code: UserError, message: "Execution failed. User proc
 Fault kinds: ``throttle`` (429 ``TooManyRequests`` with ``Retry-After``: rule field
 ``retry_after``, default 1 s; azure-core retries it by itself), ``error`` (5xx, ARM shape),
 ``provisioning_delay``, ``job_failure`` (``reason``; ``code`` default ``ServiceError``;
-``status`` Failed (default), NotResponding or Paused),
+``status`` Failed (default), NotResponding or Paused: the job then stays there until cancelled),
 ``preempt`` (a ``queueSettings.jobTier: Spot`` job is requeued and restarted from scratch;
 other tiers fail), ``log_delay``.
 
@@ -150,7 +150,9 @@ OUTPUT_MODES = ("ReadWriteMount", "Upload", "Direct")
 JOB_TYPES = ("Command", "Sweep", "Pipeline", "AutoML", "Spark")
 DISTRIBUTIONS = ("PyTorch", "TensorFlow", "Mpi", "Ray")
 JOB_TIERS = ("Null", "Spot", "Basic", "Standard", "Premium")
-TERMINAL = ("Completed", "Failed", "Canceled", "NotResponding", "Paused")
+TERMINAL = ("Completed", "Failed", "Canceled")
+# Not ends: a job stays NotResponding or Paused until it is cancelled, as on the service.
+STUCK = ("NotResponding", "Paused")
 DEFAULT_COMPUTES = {"cpu-cluster": "Standard_DS3_v2", "gpu-cluster": "Standard_NC6s_v3"}
 DATASTORES = {"workspaceblobstore": "azureml-blobstore", "workspaceartifactstore": "azureml"}
 DEFAULT_DATASTORE = "workspaceblobstore"
@@ -969,10 +971,13 @@ class AzureMLService(FakeService):
                 code = str(failure.get("code") or "ServiceError")
                 reason = str(failure.get("reason") or "The compute could not be allocated.")
                 status = failure.get("status") or "Failed"
-                if status in ("NotResponding", "Paused"):
+                if status in STUCK:
                     with self._lock:
                         job.error = {"code": code, "message": reason, "details": []}
-                    return self._set_status(job, status)
+                    self._set_status(job, status)
+                    while not self._wait(job, 3600):
+                        pass
+                    return self._set_status(job, "Canceled")
                 return self._fail(job, code, reason)
             workdir = tempfile.mkdtemp(prefix=f"stepop-azureml-{job.name[:40]}-", dir=self.tmp_base)
             self._run(job, workdir)

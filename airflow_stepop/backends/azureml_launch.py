@@ -215,7 +215,8 @@ def map_status(status: str, error: dict[str, Any] | None = None) -> JobStatus:
     if status == "Canceled":
         return JobStatus("stopped", message or "the job was canceled")
     if status in ("NotResponding", "Paused"):
-        return JobStatus("failed", f"the job is {status}" + (f": {message}" if message else ""))
+        reason = f"the job is {status}" + (f": {message}" if message else "")
+        return JobStatus("failed", reason, held=True)  # not ended: cancelled with the step
     if status in PENDING:
         return JobStatus("pending")
     return JobStatus("running")  # Running, Finalizing, CancelRequested, anything newer

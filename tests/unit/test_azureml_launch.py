@@ -158,6 +158,11 @@ def test_a_failure_carries_the_services_code_and_message():
     assert "NotResponding" in map_status("NotResponding").reason
 
 
+def test_only_jobs_the_service_still_holds_are_cancelled_when_they_fail():
+    assert map_status("NotResponding").held and map_status("Paused").held
+    assert not map_status("Failed").held
+
+
 def test_billing_counts_run_seconds_instances_and_the_spot_price():
     resource = {
         "name": "job-1",

@@ -80,6 +80,19 @@ def test_a_capacity_failure_shows_the_services_reason(azure, ctl):
     assert f"QuotaExceeded: {reason}" in failure
 
 
+def test_a_job_not_responding_fails_the_step_and_is_cancelled(azure, ctl):
+    from tests.waiting import wait_for
+
+    ctl.add_faults({"kind": "job_failure", "match": "needs-gpu", "status": "NotResponding",
+                    "reason": "Node lost."})  # fmt: skip
+    run = dags().aml_capacity().test()
+    assert run.state == "failed"
+    assert "the job is NotResponding: Node lost." in _read(azure["results"], "failure")
+    # a job that stopped answering would hold its nodes for nobody: the failed step cancels it
+    newest = lambda: jobs(azure["fake"], "needs-gpu")[-1]["properties"]["status"]  # noqa: E731
+    wait_for(lambda: newest() == "Canceled", 30, "the unresponsive job is cancelled")
+
+
 def test_a_retry_reattaches_to_the_running_job_with_one_job(azure, ctl):
     run = dags().aml_retry_reattaches().test()
     assert run.state == "success"
