@@ -55,7 +55,6 @@ sys.path.insert(0, str(ROOT))
 BIN = Path(sys.executable).parent
 ROLE = "arn:aws:iam::123456789012:role/stepop-bench"
 BUCKET = "stepop-bench"
-STATUS_OPS = ("ListTrainingJobs", "DescribeTrainingJob")
 OPERATORS = {
     "sagemaker": "airflow_stepop.operators.sagemaker.SageMakerStepOperator",
     "local": "airflow_stepop.operators.local.LocalStepOperator",
@@ -249,7 +248,7 @@ class Worker:
         identity = SimpleNamespace(dag_id=self.dag_id, run_id=self.run_id, task_id="step",
                                    map_index=ti.map_index, try_number=1)  # fmt: skip
         key = task_key(self.dag_id, self.run_id, "step", ti.map_index)
-        request = self.operator._prepare({"ti": identity}, key)
+        request = self.operator._prepare({"ti": identity}, key, self.backend)
         handle = {**self.submitter.submit(request), "submitted_at": time.time()}
         trigger = self.operator._trigger(self.backend, handle)
         deferred = TaskDeferred(trigger=trigger, method_name="execute_complete")
@@ -353,7 +352,10 @@ class Service:
     operator_kwargs: dict[str, Any]
     make_submitter: Callable[[Any], Any]  # operator -> the backend whose submit starts a job
     release: Callable[[float], None]  # every job ends at this time.time()
-    counts: Callable[[], dict[str, int]] | None = None  # service calls so far, by operation
+    counts: Callable[[], dict[str, int]]  # service calls (local: file opens) so far, by name
+    status_ops: tuple[str, ...] = ("ListTrainingJobs", "DescribeTrainingJob")
+    log_ops: tuple[str, ...] = ("DescribeLogStreams", "GetLogEvents")
+    final_ops: tuple[str, ...] = ("DescribeTrainingJob",)
     close: Callable[[], None] = lambda: None
     notes: list[str] = field(default_factory=list)
 
@@ -426,6 +428,45 @@ def sagemaker_service(work: Path, env: dict[str, str]) -> Service:
     )  # fmt: skip
 
 
+class FileOpens:
+    """Counts opens of files in watched directories (inotify): the local poller's record reads.
+
+    The triggerer is not touched: the kernel reports each open of a job's ``lock`` (its state:
+    ``_alive``), ``output.log`` (its log relay) and ``exit_code``, by file name.
+    """
+
+    IN_OPEN, IN_Q_OVERFLOW = 0x20, 0x4000
+
+    def __init__(self) -> None:
+        import ctypes
+
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init()
+        if self.fd < 0:
+            sys.exit(f"inotify_init failed: errno {ctypes.get_errno()}")
+        self.opens: collections.Counter[str] = collections.Counter()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def watch(self, directory: Path) -> None:
+        if self.libc.inotify_add_watch(self.fd, str(directory).encode(), self.IN_OPEN) < 0:
+            sys.exit(f"inotify_add_watch {directory} failed")
+
+    def _read(self) -> None:
+        import struct
+
+        while True:
+            try:
+                data = os.read(self.fd, 1 << 16)
+            except OSError:
+                return
+            at = 0
+            while at < len(data):
+                _, mask, _, size = struct.unpack_from("iIII", data, at)
+                name = data[at + 16 : at + 16 + size].rstrip(b"\0").decode()
+                at += 16 + size
+                self.opens["inotify overflow" if mask & self.IN_Q_OVERFLOW else name] += 1
+
+
 def local_service(work: Path, env: dict[str, str]) -> Service:
     """The local backend with timer jobs (cloud.runner.write_local_timer as its interpreter)."""
     from cloud.runner import write_local_timer
@@ -438,16 +479,29 @@ def local_service(work: Path, env: dict[str, str]) -> Service:
     def release(end: float) -> None:
         threading.Timer(max(0.0, end - time.time()), os.close, (held,)).start()
 
-    def submitter(operator: Any) -> Any:
-        from airflow_stepop.backends.local import LocalBackend
+    opens = FileOpens()
 
-        return LocalBackend(jobs_dir=str(operator.make_backend().jobs_dir), python=timer)
+    class Submitter:  # the job's directory is watched from its submit on
+        def __init__(self, operator: Any) -> None:
+            from airflow_stepop.backends.local import LocalBackend
+
+            jobs_dir = str(operator.make_backend().jobs_dir)
+            self.backend = LocalBackend(jobs_dir=jobs_dir, python=timer)
+
+        def submit(self, request: Any) -> dict[str, Any]:
+            handle = self.backend.submit(request)
+            opens.watch(Path(handle["job_dir"]))
+            return handle
 
     return Service(
         kind="local",
         operator_kwargs={"artifact_root": f"file://{work}/artifacts"},
-        make_submitter=submitter,
+        make_submitter=Submitter,
         release=release,
+        counts=lambda: dict(opens.opens),
+        status_ops=("lock",),
+        log_ops=("output.log",),
+        final_ops=("exit_code",),
         notes=[f"local: jobs submitted by LocalBackend(python={timer}): one sh and one cat of a "
                "FIFO per job, with the supervisor's lock, output.log and exit_code, all ending "
                "at the time the bench sets; the triggers carry the operator's own backend (its "
@@ -483,8 +537,7 @@ def bench(service: Service, env: dict[str, str], args: argparse.Namespace, work:
 
     def sample() -> None:
         while not stop.is_set():
-            counts = service.counts() if service.counts else {}
-            samples.append(Sample(time.time(), triggerer.cpu(), counts))
+            samples.append(Sample(time.time(), triggerer.cpu(), service.counts()))
             stop.wait(1.0)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -555,9 +608,10 @@ def _report(service: Service, args: argparse.Namespace, samples: list[Sample],
     cpu_run = (b.cpu[1] - a.cpu[1]) / span
     end = samples[-1]
     total = (sum(end.cpu) - sum(samples[0].cpu)) / (end.at - samples[0].at)
-    if service.counts is not None:
-        status = _ops(a, b, STATUS_OPS) / intervals
-        logs = _ops(a, b, ("DescribeLogStreams", "GetLogEvents")) / span
+    last = _at(samples, fired + 1)
+    status = _ops(a, b, service.status_ops) / intervals
+    logs = _ops(a, b, service.log_ops) / span
+    if kind == "sagemaker":
         budget = config.get_float("log_calls_per_second")
         print(f"status calls per poll interval: {status:.1f} "
               f"({_ops(a, b, ('ListTrainingJobs',)) / intervals:.1f} ListTrainingJobs pages, "
@@ -566,15 +620,15 @@ def _report(service: Service, args: argparse.Namespace, samples: list[Sample],
               "(target <= 1%)")  # fmt: skip
         print(f"log calls: {logs:.2f}/s vs the budget of {budget:g}/s "
               "([stepop] log_calls_per_second)")  # fmt: skip
-        last = _at(samples, fired + 1)
-        print(f"after the jobs' end: {_ops(b, last, ('DescribeTrainingJob',))} describes "
-              f"(a finished job's final facts: one each), "
-              f"{_ops(b, last, ('DescribeLogStreams', 'GetLogEvents'))} log calls (a finished "
-              "job's last read, outside the budget)")  # fmt: skip
-        print(f"all calls: {dict(sorted(last.counts.items()))}")
+        print(f"after the jobs' end: {_ops(b, last, service.final_ops)} describes "
+              f"(a finished job's final facts: one each), {_ops(b, last, service.log_ops)} log "
+              "calls (a finished job's last read, outside the budget)")  # fmt: skip
     else:
-        print("status calls: none to a service (the poller reads each job's record, local "
-              "files, once per round); log calls: none (each job's output.log)")  # fmt: skip
+        print(f"status calls: none, no service; the poller reads job records (local files): "
+              f"{status:.1f} per poll interval for {n} jobs; log reads (output.log): "
+              f"{logs:.1f}/s; after the jobs' end: {_ops(b, last, service.final_ops)} exit_code "
+              "reads")  # fmt: skip
+    print(f"counts: {dict(sorted(last.counts.items()))}")
     print(f"triggerer CPU, steady state: {100 * (cpu_sup + cpu_run):.1f}% of one core "
           f"(supervisor {100 * cpu_sup:.1f}%: Airflow's DB work and heartbeats; trigger runner "
           f"{100 * cpu_run:.1f}%: the triggers) (target < 10%); over the whole run "
