@@ -583,10 +583,6 @@ def checkpoint_uri(run_uri: str) -> str:
     return run_uri.rstrip("/").rsplit("/", 1)[0] + "/checkpoints"
 
 
-def with_labels(request: JobRequest, **labels: Any) -> JobRequest:
-    return replace(request, labels={**request.labels, **{k: str(v) for k, v in labels.items()}})
-
-
 __all__ = [
     "SageMakerBackend",
     "SageMakerConfigError",

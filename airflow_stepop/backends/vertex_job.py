@@ -66,9 +66,7 @@ def _ref_uris(node: Any) -> list[str]:
 
 
 def job_labels(request: JobRequest, job: VertexJobConfig) -> dict[str, str]:
-    run_id, _, map_index = request.task_key.split("/", 1)[1].rsplit("/", 2)
-    ids = {**request.labels, "run_id": run_id, "map_index": map_index}
-    ours = {f"airflow_{key}": label_value(value) for key, value in ids.items()}
+    ours = {f"airflow_{key}": label_value(value) for key, value in request.labels.items()}
     ours.update(dict([OUR_LABEL]), stepop_task=task_digest(request.task_key))
     ours["stepop_try"] = request.job_name.rsplit("-t", 1)[-1]
     return {**ours, **job.labels}

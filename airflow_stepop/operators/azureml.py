@@ -17,7 +17,6 @@ from airflow_stepop.backends import arguments as check
 from airflow_stepop.backends.azureml import AzureMLBackend
 from airflow_stepop.backends.azureml_config import AzureMLJobConfig
 from airflow_stepop.backends.azureml_roots import check_root
-from airflow_stepop.backends.base import JobRequest
 from airflow_stepop.links.job import StepExperimentLink, StepJobLink, StepLogsLink
 from airflow_stepop.operators.base import BaseStepOperator
 
@@ -104,9 +103,3 @@ class AzureMLStepOperator(BaseStepOperator):
         if not job.image_repository and config.get("azureml_image_repository"):
             job = replace(job, image_repository=config.get("azureml_image_repository"))
         return AzureMLBackend(azureml_conn_id=self.azureml_conn_id, job=job)
-
-    def _prepare(self, context: Any, key: str) -> JobRequest:
-        ti = context["ti"]
-        request = super()._prepare(context, key)
-        labels = {**request.labels, "run_id": ti.run_id, "map_index": str(ti.map_index)}
-        return replace(request, labels=labels)

@@ -132,7 +132,8 @@ class BaseStepOperator(BaseOperator):
                 "Re-attaching to job %s, still running from an earlier try", handle["job_id"]
             )
         else:
-            handle = {**backend.submit(self._prepare(context, key)), "submitted_at": time.time()}
+            request = self._prepare(context, key, backend)
+            handle = {**backend.submit(request), "submitted_at": time.time()}
             self.log.info("Submitted job %s", handle["job_id"])
         try:
             _remember(store, {"handle": handle, "try_number": ti.try_number})
@@ -248,7 +249,7 @@ class BaseStepOperator(BaseOperator):
             return None
         return time.time() + self.execution_timeout.total_seconds()
 
-    def _prepare(self, context: Any, key: str) -> JobRequest:
+    def _prepare(self, context: Any, key: str, backend: StepBackend) -> JobRequest:
         """Upload code and inputs, write the spec: everything the job reads."""
         from airflow_stepop.artifacts.storage import worker_storage
         from airflow_stepop.backends.base import JobRequest
@@ -260,7 +261,7 @@ class BaseStepOperator(BaseOperator):
             self.python_callable,
             self.op_args,
             self.op_kwargs,
-            root=self.make_backend().artifact_root(self.artifact_root or config.artifact_root()),
+            root=backend.artifact_root(self.artifact_root or config.artifact_root()),
             step=StepIdentity(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number),
             storage=worker_storage(self.storage_conn_id),
             multiple_outputs=bool(self.multiple_outputs),
@@ -275,7 +276,12 @@ class BaseStepOperator(BaseOperator):
             resources=self.resource_settings,
             docker=self.docker_settings,
             environment=self.environment,
-            labels={"dag_id": ti.dag_id, "task_id": ti.task_id},
+            labels={
+                "dag_id": ti.dag_id,
+                "task_id": ti.task_id,
+                "run_id": ti.run_id,
+                "map_index": str(ti.map_index),
+            },
         )
 
     # ---- completion ------------------------------------------------------------------------

@@ -12,8 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_stepop import config
-from airflow_stepop.backends.base import JobRequest
-from airflow_stepop.backends.sagemaker import SageMakerBackend, with_labels
+from airflow_stepop.backends.sagemaker import SageMakerBackend
 from airflow_stepop.backends.sagemaker_config import SageMakerArguments, SageMakerJobConfig
 from airflow_stepop.links.job import StepJobLink, StepLogsLink
 from airflow_stepop.operators.base import BaseStepOperator
@@ -113,8 +112,3 @@ class SageMakerStepOperator(BaseStepOperator):
         return SageMakerBackend(
             aws_conn_id=self.aws_conn_id, region_name=self.region_name, job=self._job_config()
         )
-
-    def _prepare(self, context: Any, key: str) -> JobRequest:
-        ti = context["ti"]
-        request = super()._prepare(context, key)
-        return with_labels(request, run_id=ti.run_id, map_index=ti.map_index)

@@ -23,7 +23,7 @@ REQUEST = JobRequest(
     run_uri=RUN,
     code_uri="gs://bucket/root/code/abc.zip",
     environment={"MY_SETTING": "x"},
-    labels={"dag_id": "My_Dag", "task_id": "task"},
+    labels={"dag_id": "My_Dag", "task_id": "task", "run_id": "run", "map_index": "-1"},
 )
 SPEC = {"args": [{"ref": {"uri": "gs://other/data/x.npy"}}], "kwargs": {}}
 
