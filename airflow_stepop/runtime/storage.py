@@ -112,20 +112,24 @@ def _private_memory(size: int) -> memoryview:
     return memoryview(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
 
 
-def _read_into(read: Callable[[memoryview, int], int], offset: int, chunk: memoryview) -> None:
-    """Fill ``chunk`` with the file's bytes from ``offset`` on; EOFError when it ends first."""
+def _fill(read: Callable[[memoryview], int], chunk: memoryview, offset: int) -> None:
+    """Fill ``chunk`` with ``read`` (the bytes from ``offset`` on); EOFError when they end."""
     filled = 0
     while filled < len(chunk):
-        count = read(chunk[filled:], offset + filled)
+        count = read(chunk[filled:])
         if not count:
             raise EOFError(f"the file ended after {offset + filled} bytes")
         filled += count
 
 
+def _pread_chunk(fd: int, offset: int, chunk: memoryview) -> None:
+    _fill(lambda rest: os.preadv(fd, [rest], offset + len(chunk) - len(rest)), chunk, offset)
+
+
 def read_hashed(file: BinaryIO, size: int, kind: str) -> tuple[memoryview, str]:
-    """Exactly ``size`` bytes of an open (unbuffered) file and their digest of ``kind``, in
-    one pass. Chunks of a local file are read and hashed on every core at once (positional
-    reads); other files are read in order while the chunks already read are hashed.
+    """Exactly ``size`` bytes of an open (unbuffered) file, from its start, and their digest of
+    ``kind``, in one pass. Chunks of a local file are read and hashed on every core at once
+    (positional reads); other files are read in order while the chunks already read are hashed.
 
     Raises EOFError when the file ends early; leaves the file's position after ``size``
     bytes. The caller deserializes these very bytes, so what was verified is what is loaded,
@@ -134,26 +138,16 @@ def read_hashed(file: BinaryIO, size: int, kind: str) -> tuple[memoryview, str]:
     """
     view = _private_memory(size)
     try:
-        fd = file.fileno()
+        fd: int | None = file.fileno() if hasattr(os, "preadv") else None
     except (AttributeError, OSError):  # io.UnsupportedOperation is an OSError
         fd = None
-    if fd is not None and hasattr(os, "preadv"):
-
-        def read(chunk: memoryview, offset: int) -> int:
-            return os.preadv(fd, [chunk], offset)
-
-    else:
-
-        def read(chunk: memoryview, offset: int) -> int:
-            return file.readinto(chunk) or 0  # in order: offset is where the file stands
-
     with new_digest(kind) as digest:
         for start in range(0, size, CHUNK_SIZE):
             chunk = view[start : start + CHUNK_SIZE]
             if fd is not None:
-                digest.update_from(chunk, functools.partial(_read_into, read, start))
+                digest.update_from(chunk, functools.partial(_pread_chunk, fd, start))
             else:
-                _read_into(read, start, chunk)
+                _fill(file.readinto, chunk, start)
                 digest.update(chunk)
         hexdigest = digest.hexdigest()
     if fd is not None:
