@@ -7,7 +7,8 @@ each task instance what a worker does: the Execution API's ``run`` call, the ste
 staging and ``backend.submit`` (``BaseStepOperator._prepare``, as in ``execute()``), the trigger
 the operator defers with (``_trigger``) and the Execution API's ``defer`` call with the message
 the task runner builds (``_defer_task``): the Trigger rows are those a real defer writes. Then
-one ``airflow triggerer --capacity N`` process runs every trigger until it fires.
+one ``airflow triggerer --capacity N`` process runs every trigger until it fires
+(``bench/airflow_rig.py``).
 
 What is simulated: the jobs run no code and end when the bench says (the SageMaker fake's timer
 mode with ``STEPOP_FAKE_TIMER_END_FILE``; for the local backend a stand-in interpreter from
@@ -37,267 +38,41 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-BIN = Path(sys.executable).parent
 ROLE = "arn:aws:iam::123456789012:role/stepop-bench"
 BUCKET = "stepop-bench"
-OPERATORS = {
-    "sagemaker": "airflow_stepop.operators.sagemaker.SageMakerStepOperator",
-    "local": "airflow_stepop.operators.local.LocalStepOperator",
-}
+
+from bench.airflow_rig import (  # noqa: E402 - after the repository joined sys.path
+    OPERATORS,
+    Triggerer,
+    Worker,
+    airflow,
+    airflow_env,
+    assigned_triggers,
+    create_run,
+    events,
+    postgres,
+    still_deferred,
+    wait,
+    write_dag,
+)
 
 
 def step(i: int) -> int:
     """The steps' callable (staged for every step; timer jobs never run it)."""
     return i
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-QUIET = SimpleNamespace(info=lambda *args, **kwargs: None)  # a logger that says nothing
-
-
-def _wait(what: str, check: Callable[[], Any], timeout: float, every: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (answer := check()):
-        if time.monotonic() > deadline:
-            sys.exit(f"gave up waiting for {what} after {timeout:.0f} s")
-        time.sleep(every)
-    return answer
-
-
-# ---- the deployment: PostgreSQL, AIRFLOW_HOME, DAG, triggerer ---------------------------------
-
-
-@contextlib.contextmanager
-def postgres(work: Path) -> Iterator[str]:
-    script = str(ROOT / "scripts" / "postgres.sh")
-    up = subprocess.run([script, "up", str(work / "pg"), str(_free_port())],
-                        capture_output=True, text=True)  # fmt: skip
-    if up.returncode:
-        sys.exit(f"scripts/postgres.sh up failed:\n{up.stderr}")
-    try:
-        yield up.stdout.strip()
-    finally:
-        subprocess.run([script, "down", str(work / "pg")], check=False, capture_output=True)
-
-
-def airflow_env(work: Path, url: str, poll: float) -> dict[str, str]:
-    """The configuration every process of this deployment shares (bench and triggerer)."""
-    from cryptography.fernet import Fernet
-
-    home = work / "airflow"
-    (home / "dags").mkdir(parents=True, exist_ok=True)
-    return {
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url,
-        "AIRFLOW__CORE__FERNET_KEY": Fernet.generate_key().decode(),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        "AIRFLOW__STEPOP__POLL_INTERVAL": f"{poll:g}",
-    }
-
-
-DAG_FILE = '''"""{n} mapped {kind} steps (bench/many_jobs.py)."""
-import pendulum
-from airflow.sdk import DAG
-
-from {module} import {operator}
-
-
-def step(i):
-    return i
-
-
-STEP_KWARGS = {kwargs!r}
-
-with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1), catchup=False):
-    {operator}.partial(task_id="step", python_callable=step, **STEP_KWARGS).expand(
-        op_args=[[i] for i in range({n})]
-    )
-'''
-
-
-def write_dag(home: Path, kind: str, n: int, kwargs: dict[str, Any]) -> str:
-    module, operator = OPERATORS[kind].rsplit(".", 1)
-    dag_id = f"stepop_many_{kind}"
-    text = DAG_FILE.format(n=n, kind=kind, module=module, operator=operator, kwargs=kwargs,
-                           dag_id=dag_id)  # fmt: skip
-    (home / "dags" / f"{dag_id}.py").write_text(text)
-    return dag_id
-
-
-def airflow(env: dict[str, str], *args: str) -> None:
-    done = subprocess.run([str(BIN / "airflow"), *args], env=env, capture_output=True, text=True)
-    if done.returncode:
-        sys.exit(f"airflow {' '.join(args)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-
-
-class Triggerer:
-    """``airflow triggerer --capacity N`` in its own session; CPU of its process tree."""
-
-    def __init__(self, env: dict[str, str], capacity: int, log: Path) -> None:
-        import psutil
-
-        self.log = log
-        with open(log, "w") as out:
-            self.proc = subprocess.Popen(
-                [str(BIN / "airflow"), "triggerer", "--capacity", str(capacity)],
-                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        self.ps = psutil.Process(self.proc.pid)
-        self.ended: dict[int, float] = {}  # CPU seconds of children seen, by pid
-
-    def cpu(self) -> tuple[float, float]:
-        """(supervisor, trigger runner and other children) CPU seconds so far."""
-        import psutil
-
-        times = self.ps.cpu_times()
-        for child in self.ps.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                t = child.cpu_times()
-                self.ended[child.pid] = t.user + t.system
-        return times.user + times.system, sum(self.ended.values())
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, 15)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
-                self.proc.wait()
-
-
-# ---- the task instances: a dag run, then run + submit + defer per step -----------------------
-
-
-def create_run(dag_id: str) -> tuple[str, list[Any]]:
-    """A dag run of the serialized DAG (its mapped task instances), queued as a scheduler would."""
-    from airflow.models.dagbag import DBDagBag
-    from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.sdk import timezone
-    from airflow.utils.session import create_session
-    from airflow.utils.state import DagRunState, TaskInstanceState
-    from airflow.utils.types import DagRunTriggeredByType, DagRunType
-    from sqlalchemy import select, update
-
-    now = timezone.utcnow()
-    run_id = f"bench__{now:%Y%m%dT%H%M%S}"
-    with create_session() as session:
-        dag = DBDagBag().get_latest_version_of_dag(dag_id, session=session)
-        assert dag is not None, f"{dag_id} was not serialized"
-        dag.create_dagrun(run_id=run_id, logical_date=now, data_interval=(now, now),
-                          run_after=now, run_type=DagRunType.MANUAL,
-                          triggered_by=DagRunTriggeredByType.TEST, state=DagRunState.RUNNING,
-                          session=session)  # fmt: skip
-        session.flush()
-        session.execute(
-            update(TI).where(TI.dag_id == dag_id, TI.run_id == run_id)
-            .values(state=TaskInstanceState.QUEUED, try_number=1, queued_dttm=now)
-        )  # fmt: skip
-        tis = session.execute(
-            select(TI.id, TI.map_index).where(TI.dag_id == dag_id, TI.run_id == run_id)
-            .order_by(TI.map_index)
-        ).all()  # fmt: skip
-    return run_id, [SimpleNamespace(id=t.id, map_index=t.map_index) for t in tis]
-
-
-class Worker:
-    """What a worker does for one step up to its defer, with Airflow's and the step's code."""
-
-    def __init__(self, dag_id: str, run_id: str, operator: Any, submitter: Any) -> None:
-        from airflow.jobs.triggerer_job_runner import TriggerRunnerSupervisor
-
-        self.dag_id, self.run_id = dag_id, run_id
-        self.operator = operator  # the step's operator, built with the DAG file's arguments
-        self.submitter = submitter  # the backend that submits (the local timer for local)
-        self.backend = operator.make_backend()  # the one the trigger is built from
-        self.api = TriggerRunnerSupervisor.make_client(None)  # type: ignore[arg-type]
-        self.lock = threading.Lock()
-
-    def __call__(self, ti: Any) -> None:
-        from airflow.sdk import timezone
-        from airflow.sdk.exceptions import TaskDeferred
-        from airflow.sdk.execution_time.task_runner import _defer_task
-
-        from airflow_stepop.backends.naming import task_key
-
-        with self.lock:
-            self.api.task_instances.start(ti.id, os.getpid(), timezone.utcnow())
-        identity = SimpleNamespace(dag_id=self.dag_id, run_id=self.run_id, task_id="step",
-                                   map_index=ti.map_index, try_number=1)  # fmt: skip
-        key = task_key(self.dag_id, self.run_id, "step", ti.map_index)
-        request = self.operator._prepare({"ti": identity}, key, self.backend)
-        handle = {**self.submitter.submit(request), "submitted_at": time.time()}
-        trigger = self.operator._trigger(self.backend, handle)
-        deferred = TaskDeferred(trigger=trigger, method_name="execute_complete")
-        message, _ = _defer_task(deferred, identity, QUIET)
-        with self.lock:
-            self.api.task_instances.defer(ti.id, message)
-
-
-def still_deferred(dag_id: str, run_id: str) -> int:
-    from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.utils.session import create_session
-    from airflow.utils.state import TaskInstanceState
-    from sqlalchemy import func, select
-
-    with create_session() as session:
-        return session.scalar(
-            select(func.count()).select_from(TI).where(
-                TI.dag_id == dag_id, TI.run_id == run_id, TI.state == TaskInstanceState.DEFERRED
-            )
-        )  # fmt: skip
-
-
-def events(dag_id: str, run_id: str) -> dict[str, int]:
-    """What the fired triggers told the task instances (their event's status)."""
-    from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.sdk.serde import deserialize
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    out: collections.Counter[str] = collections.Counter()
-    with create_session() as session:
-        for state, kwargs in session.execute(
-            select(TI.state, TI.next_kwargs).where(TI.dag_id == dag_id, TI.run_id == run_id)
-        ):
-            event = (deserialize(kwargs) if kwargs else {}).get("event") or {}
-            out[f"task instance {state}, event {event.get('status')}"] += 1
-    return dict(out)
-
-
-def assigned_triggers() -> int:
-    """Trigger rows a triggerer has taken (running them)."""
-    from airflow.models.trigger import Trigger
-    from airflow.utils.session import create_session
-    from sqlalchemy import func, select
-
-    with create_session() as session:
-        return session.scalar(
-            select(func.count()).select_from(Trigger).where(Trigger.triggerer_id.is_not(None))
-        )  # fmt: skip
 
 
 # ---- the services: SageMaker (fake in timer mode, counted logs) and local -------------------
@@ -383,7 +158,7 @@ def sagemaker_service(work: Path, env: dict[str, str]) -> Service:
             sys.exit(f"the SageMaker fake did not start: {fake_log.read_text()[-2000:]}")
         return next((x for x in fake_log.read_text().splitlines() if "serving on" in x), "")
 
-    line = _wait("the SageMaker fake", serving, timeout=60, every=0.2)
+    line = wait("the SageMaker fake", serving, timeout=60, every=0.2)
     url = line.split("serving on ", 1)[1].split()[0]
     logs = CountingProxy(shared["STEPOP_MOTO_ENDPOINT"])
     connection = json.loads(shared["AIRFLOW_CONN_AWS_DEFAULT"])
@@ -551,7 +326,7 @@ def bench(service: Service, env: dict[str, str], args: argparse.Namespace, work:
         deferred = time.time()
         print(f"[{kind}] deferred in {deferred - began:.0f} s; waiting for the triggerer to run "
               "them all...", flush=True)  # fmt: skip
-        _wait("the triggerer to take every trigger", lambda: assigned_triggers() >= n,
+        wait("the triggerer to take every trigger", lambda: assigned_triggers() >= n,
               timeout=600, every=2.0)  # fmt: skip
         running = time.time()
         end = running + args.ramp * args.poll + args.steady
@@ -559,7 +334,7 @@ def bench(service: Service, env: dict[str, str], args: argparse.Namespace, work:
         print(f"[{kind}] all {n} triggers running {running - deferred:.0f} s later; every job "
               f"ends in {end - running:.0f} s; waiting for every trigger to fire...",
               flush=True)  # fmt: skip
-        _wait("every trigger to fire", lambda: still_deferred(dag_id, run_id) == 0,
+        wait("every trigger to fire", lambda: still_deferred(dag_id, run_id) == 0,
               timeout=end - time.time() + 900, every=5.0)  # fmt: skip
         fired = time.time()
         time.sleep(1.5)  # one more sample
