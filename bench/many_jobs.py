@@ -104,11 +104,14 @@ class _Forward(http.server.BaseHTTPRequestHandler):
         try:
             upstream.request("POST", self.path, body, dict(self.headers.items()))
             answer = upstream.getresponse()
-            data = answer.read()
+            status, headers, data = answer.status, answer.getheaders(), answer.read()
+        except (OSError, http.client.HTTPException) as exc:  # counted, and a 503 to retry
+            self.server.calls.append((time.time(), f"proxy error {type(exc).__name__}"))
+            status, headers, data = 503, [], b'{"__type": "ServiceUnavailableException"}'
         finally:
             upstream.close()
-        self.send_response(answer.status)
-        for name, value in answer.getheaders():
+        self.send_response(status)
+        for name, value in headers:
             if name.lower() not in ("content-length", "transfer-encoding", "connection"):
                 self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
