@@ -32,6 +32,7 @@ from airflow_stepop.triggers.relay_cursor import CursorStore
 
 LOG_TAIL_LINES = 40
 MAX_BACKOFF_SECONDS = 60.0
+FINAL_LOG_ATTEMPTS = 3  # reads of a finished job's last lines before its event goes out anyway
 
 
 def load_backend(path: str, kwargs: dict[str, Any]) -> StepBackend:
@@ -57,6 +58,7 @@ class StepJobTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.deadline = deadline
         self.storage_conn_id = storage_conn_id
+        self._log_outage = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -99,17 +101,14 @@ class StepJobTrigger(BaseTrigger):
                 status = await poller.status(self.handle, time.monotonic() + wait)
                 if status.terminal and not status.details:
                     status = await backend.astatus(self.handle)  # final facts: one describe
-                lines, cursor = await backend.alogs(self.handle, cursor)
                 failures = 0
             except Exception as exc:
                 if not backend.is_transient(exc):
                     raise
                 failures += 1
-                delay = min(self.poll_interval * 2**failures, MAX_BACKOFF_SECONDS)
-                delay *= random.uniform(0.5, 1.0)  # jitter: many triggers must not retry in step
-                self.log.warning("Polling %s failed (%s); retrying in %.0fs", job_id, exc, delay)
-                await asyncio.sleep(delay)
+                await self._back_off(f"Polling {job_id}", exc, failures)
                 continue
+            lines, cursor = await self._relay(backend, cursor, final=status.terminal)
             for line in lines:
                 self.log.info("[%s] %s", job_id, line)
             tail.extend(lines)
@@ -135,6 +134,41 @@ class StepJobTrigger(BaseTrigger):
                 return
             # Short jobs finish fast, long ones are polled at poll_interval.
             wait = min(self.poll_interval, wait * 2)
+
+    async def _relay(
+        self, backend: StepBackend, cursor: Any, *, final: bool
+    ) -> tuple[list[str], Any]:
+        """New log lines and the next cursor. A failing log service never holds back the job's
+        state: while the job runs, its lines wait for a later round (the cursor stays; one
+        warning per outage); for a finished job the read is tried a few times, then the event
+        goes out without them."""
+        what = f"Reading the log of {self.handle['job_id']}"
+        attempts = FINAL_LOG_ATTEMPTS if final else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                lines, cursor = await backend.alogs(self.handle, cursor)
+            except Exception as exc:
+                if attempt < attempts and backend.is_transient(exc):
+                    await self._back_off(what, exc, attempt)
+                    continue
+                if final:
+                    self.log.warning("%s failed (%s); its last lines stay in the service's log",
+                                     what, exc)  # fmt: skip
+                elif not self._log_outage:
+                    self.log.warning("%s failed (%s); trying again each round", what, exc)
+                self._log_outage = True
+                return [], cursor
+            if self._log_outage:
+                self.log.info("%s works again; relaying from where it stopped", what)
+                self._log_outage = False
+            return lines, cursor
+        return [], cursor
+
+    async def _back_off(self, what: str, exc: BaseException, failures: int) -> None:
+        delay = min(self.poll_interval * 2**failures, MAX_BACKOFF_SECONDS)
+        delay *= random.uniform(0.5, 1.0)  # jitter: many triggers must not retry in step
+        self.log.warning("%s failed (%s); retrying in %.0fs", what, exc, delay)
+        await asyncio.sleep(delay)
 
     def _event(self, status: JobStatus, tail: collections.deque[str]) -> TriggerEvent:
         return TriggerEvent(

@@ -112,6 +112,22 @@ def test_trigger_relays_job_log_lines_into_the_task_log(tmp_path, steps, capfd):
     assert storage.read_json(handle["run_uri"] + "/result.json")["outputs"] == {"inline": 5}
 
 
+class LogServiceDown(LocalBackend):
+    """The local backend with a log service that never answers (an outage, a missing
+    permission): the job's state must still reach the task."""
+
+    async def alogs(self, handle, cursor):
+        raise ConnectionError("log service unavailable")
+
+
+def test_a_failing_log_service_never_holds_back_the_jobs_end(tmp_path, steps, capfd):
+    _, handle, trigger, _ = _submit(tmp_path, steps.chatty, [3])
+    trigger.backend_path = f"{__name__}.LogServiceDown"
+    event = asyncio.run(asyncio.wait_for(_first(trigger), 60))
+    assert event["status"] == "succeeded"
+    assert "its last lines stay in the service's log" in capfd.readouterr().out
+
+
 def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_stopped(
     tmp_path, steps, capfd
 ):
