@@ -248,7 +248,10 @@ class LocalBackend(StepBackend):
             data = raw[cursor:]
         else:
             path = Path(handle["job_dir"]) / supervisor.OUTPUT_LOG
-            if not path.exists():
+            try:
+                if path.stat().st_size <= cursor:  # nothing new: no open, no read
+                    return [], cursor
+            except FileNotFoundError:
                 return [], cursor
             with open(path, "rb") as handle_file:
                 handle_file.seek(cursor)
@@ -259,6 +262,10 @@ class LocalBackend(StepBackend):
 
     async def astatus(self, handle: dict[str, Any]) -> JobStatus:
         return await asyncio.to_thread(self._status, handle)
+
+    async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:
+        """Every watched job's record read in one thread: one hop per round, not one per job."""
+        return await asyncio.to_thread(lambda: {h["job_id"]: self._status(h) for h in handles})
 
     async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
         return await asyncio.to_thread(self._logs, handle, cursor)
