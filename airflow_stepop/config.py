@@ -15,6 +15,19 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "Where steps keep code bundles, inputs and results: any fsspec URL (file://, s3://, "
         "gs://, abfs://). Empty means file://$AIRFLOW_HOME/stepop-artifacts.",
     ),
+    **{
+        f"{service}_artifact_root": (
+            "string",
+            "",
+            f"Artifact root of {name} steps ({scheme}); empty means [stepop] artifact_root. "
+            "Lets one deployment run local steps on file:// and cloud steps on object storage.",
+        )
+        for service, name, scheme in (
+            ("sagemaker", "SageMaker", "s3://"),
+            ("vertex", "Vertex AI", "gs://"),
+            ("azureml", "Azure ML", "abfs://, az:// or azureml://datastores/"),
+        )
+    },
     "poll_interval": ("float", "5.0", "Seconds between two job-state polls of a trigger."),
     "list_calls_per_second": (
         "float",
@@ -149,9 +162,16 @@ def airflow_home() -> str:
     return os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
 
 
-def artifact_root() -> str:
-    root = get("artifact_root")
+def artifact_root(service: str | None = None) -> str:
+    """``[stepop] <service>_artifact_root``, else ``artifact_root``, else a local directory."""
+    root = (get(f"{service}_artifact_root") if service else "") or get("artifact_root")
     return root or f"file://{airflow_home()}/stepop-artifacts"
+
+
+def artifact_root_options(service: str | None) -> str:
+    """How a user sets the root of a service's steps, for error messages."""
+    own = f"[stepop] {service}_artifact_root, " if service else ""
+    return f"artifact_root=, {own}or [stepop] artifact_root"
 
 
 def provider_config() -> dict[str, Any]:

@@ -206,7 +206,7 @@ class SageMakerArguments:
         if not artifact_root.startswith("s3://"):
             raise SettingsError(
                 f"{owner} needs an s3:// artifact root, but it is {artifact_root!r}: set "
-                "artifact_root= or [stepop] artifact_root to e.g. 's3://my-bucket/stepop'."
+                f"{config.artifact_root_options('sagemaker')} to e.g. 's3://my-bucket/stepop'."
             )
         instance_type = self.instance_type or config.get("sagemaker_default_instance_type")
         runtime = self.max_runtime_s

@@ -45,6 +45,8 @@ class AzureMLStepOperator(BaseStepOperator):
     :param shm_size: the container's /dev/shm, e.g. ``'16g'``.
     """
 
+    service = "azureml"
+
     operator_extra_links = (StepJobLink(), StepExperimentLink(), StepLogsLink())
     template_fields = (*BaseStepOperator.template_fields, "image_uri")
 
@@ -93,8 +95,14 @@ class AzureMLStepOperator(BaseStepOperator):
         self.image_uri = image_uri
 
     def make_backend(self) -> AzureMLBackend:
-        root = self.artifact_root or config.artifact_root()
-        check_root(OWNER, root, "artifact_root" if self.artifact_root else "[stepop] artifact_root")
+        root = self.step_artifact_root()
+        if self.artifact_root:
+            field = "artifact_root"
+        elif config.get("azureml_artifact_root"):
+            field = "[stepop] azureml_artifact_root"
+        else:
+            field = "[stepop] artifact_root"
+        check_root(OWNER, root, field)
         job = replace(self.azureml, image_uri=self.image_uri, artifact_root=root).completed(
             dag_id=self.dag_id,
             execution_timeout=self.execution_timeout,

@@ -41,6 +41,8 @@ class BaseStepOperator(BaseOperator):
 
     # A backend's limits on job names (service rules).
     job_name_max_length: ClassVar[int] = 63
+    # The service's name in its [stepop] options, e.g. "sagemaker" for sagemaker_artifact_root.
+    service: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -243,6 +245,10 @@ class BaseStepOperator(BaseOperator):
         except Exception as exc:
             self.log.error("Could not stop job %s: %s", handle["job_id"], exc)
 
+    def step_artifact_root(self) -> str:
+        """The operator's artifact_root, else the service's [stepop] option, else the default."""
+        return self.artifact_root or config.artifact_root(self.service)
+
     def _deadline(self) -> float | None:
         """execution_timeout as a wall-clock deadline, counted like Airflow's: from execute()."""
         if not isinstance(self.execution_timeout, timedelta):
@@ -261,7 +267,7 @@ class BaseStepOperator(BaseOperator):
             self.python_callable,
             self.op_args,
             self.op_kwargs,
-            root=backend.artifact_root(self.artifact_root or config.artifact_root()),
+            root=backend.artifact_root(self.step_artifact_root()),
             step=StepIdentity(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number),
             storage=worker_storage(self.storage_conn_id),
             multiple_outputs=bool(self.multiple_outputs),

@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow_stepop import config
 from airflow_stepop.backends.sagemaker import SageMakerBackend
 from airflow_stepop.backends.sagemaker_config import SageMakerArguments, SageMakerJobConfig
 from airflow_stepop.links.job import StepJobLink, StepLogsLink
@@ -40,6 +39,8 @@ class SageMakerStepOperator(BaseStepOperator):
     :param image_repository: where built images are pushed (default
         ``[stepop] sagemaker_image_repository``, else ECR of the connection's account).
     """
+
+    service = "sagemaker"
 
     operator_extra_links = (StepJobLink(), StepLogsLink())
     template_fields = (*BaseStepOperator.template_fields, "role", "image_uri")
@@ -104,7 +105,7 @@ class SageMakerStepOperator(BaseStepOperator):
             "SageMakerStepOperator",
             role=self.role,
             image_uri=self.image_uri,
-            artifact_root=self.artifact_root or config.artifact_root(),
+            artifact_root=self.step_artifact_root(),
             execution_timeout=self.execution_timeout,
         )
 

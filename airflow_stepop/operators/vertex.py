@@ -50,6 +50,8 @@ class VertexStepOperator(BaseStepOperator):
     :param experiment: a Vertex AI Experiments name: the job is logged as a run of it.
     """
 
+    service = "vertex"
+
     operator_extra_links = (StepJobLink(), StepLogsLink(), StepExperimentLink())
     template_fields = (*BaseStepOperator.template_fields, "image_uri")
 
@@ -102,11 +104,11 @@ class VertexStepOperator(BaseStepOperator):
     def make_backend(self) -> VertexBackend:
         from airflow_stepop import config
 
-        root = self.artifact_root or config.artifact_root()
+        root = self.step_artifact_root()
         if not root.startswith("gs://"):
             raise SettingsError(
-                f"{OWNER} needs a gs:// artifact root, but it is {root!r}: set artifact_root= "
-                "or [stepop] artifact_root to e.g. 'gs://my-bucket/stepop'."
+                f"{OWNER} needs a gs:// artifact root, but it is {root!r}: set "
+                f"{config.artifact_root_options(self.service)} to e.g. 'gs://my-bucket/stepop'."
             )
         return VertexBackend(
             gcp_conn_id=self.gcp_conn_id,

@@ -92,6 +92,23 @@ def test_a_missing_role_or_a_non_s3_root_is_refused_before_any_call(monkeypatch)
         _op()._job_config()
 
 
+def test_a_service_artifact_root_lets_local_and_cloud_steps_share_a_deployment(monkeypatch):
+    from airflow_stepop import LocalStepOperator
+
+    monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ROLE", "r")
+    monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", "file:///tmp/stepop")
+    monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ARTIFACT_ROOT", "s3://bucket/stepop")
+    assert _op().step_artifact_root() == "s3://bucket/stepop"
+    _op()._job_config()  # an s3:// root: accepted
+    with DAG("mixed", schedule=None):
+        local = LocalStepOperator(task_id="l", python_callable=len)
+    assert local.step_artifact_root() == "file:///tmp/stepop"
+    assert _op(artifact_root="s3://other/x").step_artifact_root() == "s3://other/x"
+    monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ARTIFACT_ROOT", "gs://b/x")
+    with pytest.raises(SettingsError, match=r"\[stepop\] sagemaker_artifact_root, or \[stepop\]"):
+        _op()._job_config()
+
+
 def test_the_decorator_is_registered_with_airflow():
     from airflow.sdk import task
 
