@@ -121,9 +121,10 @@ def _settle(waiter: _Waiter, answer: JobStatus | BaseException) -> None:
 _pollers: dict[tuple[Any, ...], JobPoller] = {}
 
 
-def poller_for(backend_path: str, backend: StepBackend) -> JobPoller:
-    """The running loop's poller of ``backend``'s poll group (made with this backend if new)."""
-    key = (id(asyncio.get_running_loop()), backend_path, backend.poll_group())
+def poller_for(backend_path: str, backend: StepBackend, group: str | None = None) -> JobPoller:
+    """The running loop's poller of ``backend``'s poll group (made with this backend if new);
+    ``group`` is ``backend.poll_group()`` when the caller has it already."""
+    key = (id(asyncio.get_running_loop()), backend_path, group or backend.poll_group())
     poller = _pollers.get(key)
     if poller is None:
         poller = _pollers[key] = JobPoller(backend, key)

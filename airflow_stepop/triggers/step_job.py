@@ -77,8 +77,15 @@ class StepJobTrigger(BaseTrigger):
     def backend(self) -> StepBackend:
         return load_backend(self.backend_path, self.backend_kwargs)
 
+    def _backend_and_group(self) -> tuple[StepBackend, str]:
+        backend = self.backend
+        return backend, backend.poll_group()
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        poller = poller_for(self.backend_path, self.backend)
+        # The backend's first import (a cloud SDK: seconds) and its poll group (it may read a
+        # connection) run in a thread: the triggerer's loop serves the other triggers meanwhile.
+        backend, group = await asyncio.to_thread(self._backend_and_group)
+        poller = poller_for(self.backend_path, backend, group)
         poller.attach()
         try:
             async for event in self._watch(poller):
