@@ -165,8 +165,15 @@ def test_datastores_are_read_once_per_process():
 
 
 def test_az_urls_get_the_filesystem_and_credentials_abfs_gets(monkeypatch):
+    from adlfs import AzureBlobFileSystem
+
     from airflow_stepop.artifacts.storage import worker_storage
 
+    # Airflow keeps one store per scheme and connection, fsspec one instance per set of
+    # arguments: those an earlier test of this process made (with another account's ambient
+    # credentials) would answer instead of new ones
+    monkeypatch.setattr("airflow.sdk.io.store._STORE_CACHE", {})
+    AzureBlobFileSystem.clear_instance_cache()
     monkeypatch.setenv(
         "AZURE_STORAGE_CONNECTION_STRING",
         "DefaultEndpointsProtocol=http;AccountName=acct;AccountKey=a2V5;"
