@@ -184,3 +184,16 @@ def test_az_urls_get_the_filesystem_and_credentials_abfs_gets(monkeypatch):
     assert type(az_fs) is type(abfs_fs) and type(az_fs).__name__ == "AzureBlobFileSystem"
     assert az_path == "data/stepop/x.npy"
     assert az_fs.service_client.account_name == "acct"  # the ambient credentials
+
+
+def test_a_bad_service_root_names_the_option_it_came_from(monkeypatch):
+    from airflow.sdk import DAG
+
+    from airflow_stepop import AzureMLStepOperator
+
+    monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", "file:///tmp/stepop")
+    monkeypatch.setenv("AIRFLOW__STEPOP__AZUREML_ARTIFACT_ROOT", "gs://b/x")
+    with DAG("aml_root", schedule=None):
+        op = AzureMLStepOperator(task_id="t", python_callable=len, image_uri="python:3.11")
+    with pytest.raises(SettingsError, match=r"\[stepop\] azureml_artifact_root = 'gs://b/x'"):
+        op.make_backend()
