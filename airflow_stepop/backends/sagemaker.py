@@ -1,6 +1,7 @@
 """The SageMaker backend: a step runs as a SageMaker training job.
 
-Everything SageMaker-specific lives in this module. How a step becomes a job:
+SageMaker's calls live in this module, what its answers mean in ``sagemaker_job.py``, the
+request's shape in ``sagemaker_launch.py``. How a step becomes a job:
 
 * image: ``image_uri`` as given, else the ``DockerSettings`` image (content-hash tag) built and
   pushed only when the registry lacks the tag (``images.builder`` / ``images.registry``);
@@ -24,159 +25,41 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
 from airflow_stepop.backends.naming import key_prefix
 from airflow_stepop.backends.ratelimit import list_limiter
 from airflow_stepop.backends.sagemaker_config import CATALOG, SageMakerJobConfig
+from airflow_stepop.backends.sagemaker_job import (
+    billing_facts,
+    console_links,
+    error_code,
+    estimate_cost,
+    is_transient_error,
+    map_status,
+)
 from airflow_stepop.backends.sagemaker_launch import (
     SageMakerConfigError,
     build_launch,
     group_prefixes,
     sanitize_tag,
 )
+from airflow_stepop.backends.sagemaker_logs import read_new_lines
 from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.runtime.storage import join
 
 log = logging.getLogger(__name__)
 
-LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 ENTRY_FILE = "stepop_entry.py"
 LAUNCH_FILE = "stepop_launch.json"
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 ML_ROOT = "/opt/ml"
-# CloudWatch Logs (account-wide quotas are low): no log call while the job is still being
-# provisioned; DescribeLogStreams when the job (re)enters a phase that opens streams, else at
-# most once per LOG_STREAMS_INTERVAL; one GetLogEvents per stream per LOG_EVENTS_INTERVAL.
-LOG_STREAMS_INTERVAL = 60.0
-LOG_EVENTS_INTERVAL = 2.0
 # ListTrainingJobs asks from the oldest watched job's submit time, less this margin (clock skew).
 LIST_WINDOW_SLACK = 300.0
 LIST_MAX_PAGES = 50  # 5000 jobs in progress in the window; any beyond are described
-TRANSIENT_CODES = frozenset(
-    {
-        "ThrottlingException",
-        "Throttling",
-        "ThrottledException",
-        "RequestLimitExceeded",
-        "TooManyRequestsException",
-        "RequestThrottled",
-        "RequestThrottledException",
-        "ProvisionedThroughputExceededException",
-        "SlowDown",
-        "InternalFailure",
-        "InternalServerError",
-        "InternalError",
-        "ServiceUnavailable",
-        "ServiceUnavailableException",
-    }
-)
-PENDING_SECONDARY = frozenset(
-    {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading",
-     "DownloadingTrainingImage", "Restarting", "Interrupted"}
-)  # fmt: skip
-
-
-def is_transient_error(exc: BaseException) -> bool:
-    """Throttling, 5xx and connection problems, from botocore or aiobotocore."""
-    try:
-        from botocore.exceptions import (
-            ClientError,
-            ConnectionClosedError,
-            ConnectTimeoutError,
-            EndpointConnectionError,
-            ReadTimeoutError,
-        )
-    except ImportError:  # pragma: no cover
-        return False
-    if isinstance(exc, ClientError):
-        error = exc.response.get("Error", {})
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
-        return error.get("Code") in TRANSIENT_CODES or int(status) >= 500
-    if isinstance(
-        exc, (EndpointConnectionError, ConnectionClosedError, ReadTimeoutError, ConnectTimeoutError)
-    ):
-        return True
-    try:
-        import aiohttp
-
-        if isinstance(exc, aiohttp.ClientConnectionError):
-            return True
-    except ImportError:  # pragma: no cover
-        pass
-    return isinstance(exc, (ConnectionError, TimeoutError))
-
-
-def _error_code(exc: BaseException) -> str:
-    response = getattr(exc, "response", None) or {}
-    return str(response.get("Error", {}).get("Code", ""))
-
-
-def map_status(description: dict[str, Any]) -> JobStatus:
-    status = description["TrainingJobStatus"]
-    secondary = description.get("SecondaryStatus", "")
-    if status == "Completed":
-        return JobStatus("succeeded")
-    if status == "Failed":
-        return JobStatus("failed", description.get("FailureReason") or "the job failed")
-    if status == "Stopped":
-        if secondary in ("MaxRuntimeExceeded", "MaxWaitTimeExceeded"):
-            limit = "max_runtime" if secondary == "MaxRuntimeExceeded" else "max_wait"
-            return JobStatus("failed", f"{secondary}: the job reached its {limit} and was stopped")
-        return JobStatus("stopped", "the training job was stopped")
-    if status == "InProgress" and secondary in PENDING_SECONDARY:
-        return JobStatus("pending")
-    return JobStatus("running")  # InProgress (Training, Uploading), Stopping
-
-
-def console_links(region: str, job_name: str) -> dict[str, str]:
-    console = f"https://{region}.console.aws.amazon.com"
-    group = quote(quote(LOG_GROUP, safe=""), safe="").replace("%", "$")
-    stream_filter = quote(quote(f"?logStreamNameFilter={job_name}/", safe=""), safe="")
-    return {
-        "job": f"{console}/sagemaker/home?region={region}#/jobs/{job_name}",
-        "logs": f"{console}/cloudwatch/home?region={region}#logsV2:log-groups/log-group/"
-        f"{group}{stream_filter.replace('%', '$')}",
-    }
-
-
-def billing_facts(description: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a DescribeTrainingJob answer that estimate_cost reads (small, JSON)."""
-    resources = description.get("ResourceConfig", {})
-    return {
-        "TrainingJobName": description.get("TrainingJobName"),
-        "BillableTimeInSeconds": description.get("BillableTimeInSeconds"),
-        "TrainingTimeInSeconds": description.get("TrainingTimeInSeconds"),
-        "EnableManagedSpotTraining": description.get("EnableManagedSpotTraining", False),
-        "ResourceConfig": {
-            "InstanceType": resources.get("InstanceType"),
-            "InstanceCount": resources.get("InstanceCount", 1),
-        },
-    }
-
-
-def estimate_cost(description: dict[str, Any], price_per_hour: float | None) -> dict[str, Any]:
-    """Billable seconds and the on-demand cost estimate (price x billable seconds x count)."""
-    billable = int(description.get("BillableTimeInSeconds") or 0)
-    count = int(description.get("ResourceConfig", {}).get("InstanceCount", 1))
-    out: dict[str, Any] = {
-        "job_name": description.get("TrainingJobName"),
-        "instance_type": description.get("ResourceConfig", {}).get("InstanceType"),
-        "instance_count": count,
-        "billable_seconds": billable,
-        "training_seconds": int(description.get("TrainingTimeInSeconds") or 0),
-        "spot": bool(description.get("EnableManagedSpotTraining")),
-        "price_per_hour_usd": price_per_hour,
-        "estimated_cost_usd": None,
-    }
-    if price_per_hour is not None:
-        out["estimated_cost_usd"] = round(price_per_hour / 3600 * billable * count, 6)
-    return out
 
 
 class SageMakerBackend(StepBackend):
@@ -287,7 +170,7 @@ class SageMakerBackend(StepBackend):
         try:
             client.create_training_job(**body)
         except Exception as exc:
-            if _error_code(exc) != "ResourceInUse":
+            if error_code(exc) != "ResourceInUse":
                 raise
             # A retried create whose first answer was lost: the name is this attempt's own.
             log.info("Training job %s exists already; attaching to it", request.job_name)
@@ -395,7 +278,7 @@ class SageMakerBackend(StepBackend):
         try:
             self._hook("sagemaker").conn.stop_training_job(TrainingJobName=handle["job_id"])
         except Exception as exc:
-            if _error_code(exc) != "ValidationException":  # already ended: nothing to stop
+            if error_code(exc) != "ValidationException":  # already ended: nothing to stop
                 raise
 
     def links(self, handle: dict[str, Any]) -> dict[str, str]:
@@ -505,63 +388,14 @@ class SageMakerBackend(StepBackend):
 
     async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
         job = handle["job_id"]
-        cursor = dict(cursor or {"streams": {}, "listed": 0.0, "read": 0.0, "phase": ""})
-        final = job in self._final
-        phase = self._phase.get(job, "")
-        now = time.time()  # wall time: the cursor may be resumed by another triggerer process
-        if not final and phase in ("", *PENDING_SECONDARY):
-            cursor["phase"] = phase  # provisioning (again): new streams may follow
-            return [], cursor
-        if not final and now - cursor["read"] < LOG_EVENTS_INTERVAL:
-            return [], cursor
-        cursor["read"] = now
-        lines: list[str] = []
-        client = await self._client("logs")
-        streams: dict[str, str | None] = dict(cursor["streams"])
-        if (
-            final
-            or not streams
-            or (phase == "Training" != cursor.get("phase"))  # (re)started: new streams
-            or now - cursor["listed"] >= LOG_STREAMS_INTERVAL
-        ):
-            if not self._log_call_allowed(job):
-                return [], cursor
-            cursor["listed"] = now
-            cursor["phase"] = phase
-            try:
-                answer = await client.describe_log_streams(
-                    logGroupName=LOG_GROUP, logStreamNamePrefix=f"{job}/"
-                )
-            except Exception as exc:
-                if _error_code(exc) == "ResourceNotFoundException":
-                    return [], cursor
-                raise
-            for stream in answer.get("logStreams", []):
-                streams.setdefault(stream["logStreamName"], None)
-        for name in sorted(streams):
-            token = streams[name]
-            for _ in range(50 if final else 1):
-                kwargs: dict[str, Any] = {
-                    "logGroupName": LOG_GROUP,
-                    "logStreamName": name,
-                    "startFromHead": True,
-                }
-                if token:
-                    kwargs["nextToken"] = token
-                if not self._log_call_allowed(job):
-                    break
-                answer = await client.get_log_events(**kwargs)
-                events = answer.get("events", [])
-                prefix = f"{name.split('/', 1)[1].split('-')[0]}: " if len(streams) > 1 else ""
-                lines.extend(prefix + event["message"] for event in events)
-                next_token = answer.get("nextForwardToken")
-                done = not events or next_token == token
-                token = next_token or token
-                if done:
-                    break
-            streams[name] = token
-        cursor["streams"] = streams
-        return lines, cursor
+        return await read_new_lines(
+            lambda: self._client("logs"),
+            job,
+            cursor,
+            final=job in self._final,
+            phase=self._phase.get(job, ""),
+            allowed=lambda: self._log_call_allowed(job),
+        )
 
     def _log_call_allowed(self, job: str) -> bool:
         """A token of the log budget for one call; a finished job's last read needs none."""
@@ -574,7 +408,7 @@ class SageMakerBackend(StepBackend):
         try:
             await client.stop_training_job(TrainingJobName=handle["job_id"])
         except Exception as exc:
-            if _error_code(exc) != "ValidationException":
+            if error_code(exc) != "ValidationException":
                 raise
 
 
@@ -589,7 +423,5 @@ __all__ = [
     "SageMakerJobConfig",
     "build_launch",
     "checkpoint_uri",
-    "estimate_cost",
     "group_prefixes",
-    "map_status",
 ]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from airflow_stepop.backends import sagemaker as sm
+from airflow_stepop.backends import sagemaker_job
 from airflow_stepop.backends.base import JobRequest
 from airflow_stepop.backends.naming import job_name, key_prefix, task_key
 from airflow_stepop.packaging.staging import StepIdentity, stage_step
@@ -99,11 +100,11 @@ def test_environment_values_over_512_chars_travel_in_the_launch_document_whole()
 )
 def test_statuses_map_to_job_states(status, secondary, state):
     description = {"TrainingJobStatus": status, "SecondaryStatus": secondary}
-    assert sm.map_status(description).state == state
+    assert sagemaker_job.map_status(description).state == state
 
 
 def test_a_failed_job_carries_its_failure_reason():
-    status = sm.map_status(
+    status = sagemaker_job.map_status(
         {"TrainingJobStatus": "Failed", "FailureReason": "CapacityError: no ml.p5 capacity"}
     )
     assert status.state == "failed" and status.reason == "CapacityError: no ml.p5 capacity"
@@ -119,7 +120,7 @@ def test_job_names_are_valid_deterministic_and_share_the_key_hash_across_tries()
 
 
 def test_links_point_at_the_console_and_the_log_streams():
-    links = sm.console_links("eu-west-1", "my-job-t1")
+    links = sagemaker_job.console_links("eu-west-1", "my-job-t1")
     assert links["job"] == (
         "https://eu-west-1.console.aws.amazon.com/sagemaker/home?region=eu-west-1#/jobs/my-job-t1"
     )
@@ -133,7 +134,7 @@ def test_cost_is_price_times_billable_seconds_times_instance_count():
         "BillableTimeInSeconds": 3600,
         "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 2},
     }
-    billing = sm.estimate_cost(description, 1.408)
+    billing = sagemaker_job.estimate_cost(description, 1.408)
     assert billing["estimated_cost_usd"] == pytest.approx(2 * 1.408)
     assert billing["billable_seconds"] == 3600 and billing["instance_count"] == 2
 
@@ -153,9 +154,9 @@ def test_throttling_and_5xx_are_transient_a_validation_error_is_not():
             {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "Op"
         )
 
-    assert sm.is_transient_error(error("ThrottlingException", 400))
-    assert sm.is_transient_error(error("InternalFailure", 500))
-    assert not sm.is_transient_error(error("ValidationException", 400))
+    assert sagemaker_job.is_transient_error(error("ThrottlingException", 400))
+    assert sagemaker_job.is_transient_error(error("InternalFailure", 500))
+    assert not sagemaker_job.is_transient_error(error("ValidationException", 400))
 
 
 # ---- the entry script, as the service runs it ---------------------------------------------

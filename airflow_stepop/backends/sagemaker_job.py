@@ -1,0 +1,140 @@
+"""What SageMaker's answers mean: a training job's state, its errors, links and cost.
+
+Pure functions (no API call), so the mapping and the billing arithmetic are unit-tested:
+
+* ``map_status``: TrainingJobStatus and SecondaryStatus to a ``JobStatus`` (a job stopped by
+  its own ``max_runtime``/``max_wait`` is a failure, not a stop);
+* ``is_transient_error``: throttling, 5xx and connection errors of botocore or aiobotocore,
+  which the trigger retries after a pause;
+* ``console_links``: the AWS console's job page and its CloudWatch log streams;
+* ``billing_facts`` / ``estimate_cost``: billable seconds x instance count x the catalog's
+  on-demand price.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from airflow_stepop.backends.base import JobStatus
+
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+TRANSIENT_CODES = frozenset(
+    {
+        "ThrottlingException",
+        "Throttling",
+        "ThrottledException",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "ProvisionedThroughputExceededException",
+        "SlowDown",
+        "InternalFailure",
+        "InternalServerError",
+        "InternalError",
+        "ServiceUnavailable",
+        "ServiceUnavailableException",
+    }
+)
+PENDING_SECONDARY = frozenset(
+    {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading",
+     "DownloadingTrainingImage", "Restarting", "Interrupted"}
+)  # fmt: skip
+
+
+def is_transient_error(exc: BaseException) -> bool:
+    """Throttling, 5xx and connection problems, from botocore or aiobotocore."""
+    try:
+        from botocore.exceptions import (
+            ClientError,
+            ConnectionClosedError,
+            ConnectTimeoutError,
+            EndpointConnectionError,
+            ReadTimeoutError,
+        )
+    except ImportError:  # pragma: no cover
+        return False
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        return error.get("Code") in TRANSIENT_CODES or int(status) >= 500
+    if isinstance(
+        exc, (EndpointConnectionError, ConnectionClosedError, ReadTimeoutError, ConnectTimeoutError)
+    ):
+        return True
+    try:
+        import aiohttp
+
+        if isinstance(exc, aiohttp.ClientConnectionError):
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    return isinstance(exc, (ConnectionError, TimeoutError))
+
+
+def error_code(exc: BaseException) -> str:
+    response = getattr(exc, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+def map_status(description: dict[str, Any]) -> JobStatus:
+    status = description["TrainingJobStatus"]
+    secondary = description.get("SecondaryStatus", "")
+    if status == "Completed":
+        return JobStatus("succeeded")
+    if status == "Failed":
+        return JobStatus("failed", description.get("FailureReason") or "the job failed")
+    if status == "Stopped":
+        if secondary in ("MaxRuntimeExceeded", "MaxWaitTimeExceeded"):
+            limit = "max_runtime" if secondary == "MaxRuntimeExceeded" else "max_wait"
+            return JobStatus("failed", f"{secondary}: the job reached its {limit} and was stopped")
+        return JobStatus("stopped", "the training job was stopped")
+    if status == "InProgress" and secondary in PENDING_SECONDARY:
+        return JobStatus("pending")
+    return JobStatus("running")  # InProgress (Training, Uploading), Stopping
+
+
+def console_links(region: str, job_name: str) -> dict[str, str]:
+    console = f"https://{region}.console.aws.amazon.com"
+    group = quote(quote(LOG_GROUP, safe=""), safe="").replace("%", "$")
+    stream_filter = quote(quote(f"?logStreamNameFilter={job_name}/", safe=""), safe="")
+    return {
+        "job": f"{console}/sagemaker/home?region={region}#/jobs/{job_name}",
+        "logs": f"{console}/cloudwatch/home?region={region}#logsV2:log-groups/log-group/"
+        f"{group}{stream_filter.replace('%', '$')}",
+    }
+
+
+def billing_facts(description: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a DescribeTrainingJob answer that estimate_cost reads (small, JSON)."""
+    resources = description.get("ResourceConfig", {})
+    return {
+        "TrainingJobName": description.get("TrainingJobName"),
+        "BillableTimeInSeconds": description.get("BillableTimeInSeconds"),
+        "TrainingTimeInSeconds": description.get("TrainingTimeInSeconds"),
+        "EnableManagedSpotTraining": description.get("EnableManagedSpotTraining", False),
+        "ResourceConfig": {
+            "InstanceType": resources.get("InstanceType"),
+            "InstanceCount": resources.get("InstanceCount", 1),
+        },
+    }
+
+
+def estimate_cost(description: dict[str, Any], price_per_hour: float | None) -> dict[str, Any]:
+    """Billable seconds and the on-demand cost estimate (price x billable seconds x count)."""
+    billable = int(description.get("BillableTimeInSeconds") or 0)
+    count = int(description.get("ResourceConfig", {}).get("InstanceCount", 1))
+    out: dict[str, Any] = {
+        "job_name": description.get("TrainingJobName"),
+        "instance_type": description.get("ResourceConfig", {}).get("InstanceType"),
+        "instance_count": count,
+        "billable_seconds": billable,
+        "training_seconds": int(description.get("TrainingTimeInSeconds") or 0),
+        "spot": bool(description.get("EnableManagedSpotTraining")),
+        "price_per_hour_usd": price_per_hour,
+        "estimated_cost_usd": None,
+    }
+    if price_per_hour is not None:
+        out["estimated_cost_usd"] = round(price_per_hour / 3600 * billable * count, 6)
+    return out
