@@ -9,7 +9,6 @@ URI is read and written as a plain local path, so the image needs no cloud SDK.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import io
 import json
@@ -107,17 +106,10 @@ class HashingWriter(io.RawIOBase):
 def _private_memory(size: int) -> memoryview:
     """Writable memory for ``size`` bytes. A large buffer is a private anonymous mapping: the
     kernel zeroes its pages on first touch, by the threads that read into them (a shared
-    mapping is backed by shared memory and costs about half as much again to fill). It asks
-    for transparent huge pages: one fault per 2 MiB instead of per 4 KiB, which takes a
-    256 MiB read from page cache from about 0.15 s to 0.05 s of CPU time (where the kernel
-    offers none, or refuses the advice, the pages are ordinary ones)."""
+    mapping is backed by shared memory and costs about half as much again to fill)."""
     if size < THREAD_MIN or not hasattr(mmap, "MAP_PRIVATE"):
         return memoryview(bytearray(size))
-    memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        with contextlib.suppress(OSError):  # a kernel built without transparent huge pages
-            memory.madvise(mmap.MADV_HUGEPAGE)
-    return memoryview(memory)
+    return memoryview(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
 
 
 def _fill(read: Callable[[memoryview], int], chunk: memoryview, offset: int) -> None:
