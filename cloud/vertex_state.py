@@ -1,0 +1,136 @@
+"""The Vertex AI fake's state: settings, the job store, job bookkeeping shared by its parts.
+
+:class:`VertexState` is the base of every part of ``VertexService`` (job routes, log routes, the
+job's life): it holds the settings and jobs under one lock and the operations on a job that
+several parts need. A job's state only changes through :meth:`VertexState._set_state`, which
+keeps ``startTime``/``endTime``/``updateTime`` as the service does.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from cloud import runner as runner_mod
+from cloud.fake_http import FakeService, Request, Response, rfc3339
+from cloud.vertex_api import ApiError, render
+
+TERMINAL = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"}
+
+
+@dataclass
+class LogEntry:
+    ts: float
+    visible_at: float
+    task: str
+    stream: str
+    text: str
+    seq: int
+
+
+@dataclass
+class Job:
+    """One CustomJob: the resource as answered plus what runs it."""
+
+    resource: dict[str, Any]
+    project: str
+    location: str
+    job_id: str
+    cancel: threading.Event = field(default_factory=threading.Event)
+    logs: list[LogEntry] = field(default_factory=list)
+    thread: threading.Thread | None = None
+    runs: list[runner_mod.JobRun] = field(default_factory=list)
+    final: tuple[str, dict[str, Any] | None] | None = None
+
+    @property
+    def state(self) -> str:
+        return str(self.resource["state"])
+
+
+class VertexState(FakeService):
+    """Settings, the job store and job bookkeeping shared by the parts of the Vertex fake."""
+
+    name = "vertex"
+
+    def __init__(
+        self,
+        gcs_emulator_host: str | None = None,
+        mode: str | None = None,
+        queue_seconds: float = 0.05,
+        provision_seconds: float = 0.05,
+        tmp_base: str | None = None,
+        keep_workdirs: bool = False,
+    ) -> None:
+        super().__init__()
+        self.gcs_emulator_host = gcs_emulator_host or os.environ.get("STORAGE_EMULATOR_HOST")
+        self.runner = runner_mod.Runner(
+            mode or os.environ.get("STEPOP_FAKE_MODE") or runner_mod.MODE_PROCESS,
+            tmp_base=tmp_base,
+        )
+        self.queue_seconds = float(queue_seconds)
+        self.provision_seconds = float(provision_seconds)
+        self.tmp_base = tmp_base
+        self.keep_workdirs = keep_workdirs
+        self.jobs: dict[str, Job] = {}  # full resource name -> job
+        self._lock = threading.RLock()
+        self._log_seq = 0
+        self._stopping = threading.Event()
+
+    @staticmethod
+    def _ints(req: Request) -> bool:
+        """Whether the client asked for enums as numbers (``$alt=json;enum-encoding=int``)."""
+        return "enum-encoding=int" in (req.arg("$alt") or "")
+
+    def _job(self, req: Request) -> Job:
+        """The job the route's match names, or the service's 404."""
+        m = req.match
+        assert m is not None
+        name = f"projects/{m['project']}/locations/{m['location']}/customJobs/{m['job']}"
+        with self._lock:
+            job = self.jobs.get(name)
+        if job is None:
+            raise ApiError(404, f'The CustomJob "{name}" does not exist.')
+        return job
+
+    def _answer(self, req: Request, job: Job) -> Response:
+        """The job as the client reads it (enums as numbers or names, as it asked)."""
+        with self._lock:
+            return Response(200, render(job.resource, self._ints(req)))
+
+    def _set_state(self, job: Job, state: str, **extra: Any) -> None:
+        with self._lock:
+            now = time.time()
+            job.resource["state"] = state
+            job.resource["updateTime"] = rfc3339(now)
+            if state == "JOB_STATE_RUNNING" and "startTime" not in job.resource:
+                job.resource["startTime"] = rfc3339(now)
+            if state in TERMINAL:
+                job.resource["endTime"] = rfc3339(now)
+            job.resource.update(extra)
+
+    # --- log lines ----------------------------------------------------------------------------
+    def _log(self, job: Job, task: str, stream: str, text: str, ts: float | None = None) -> None:
+        ts = ts or time.time()
+        delay = self.faults.seconds("log_delay")
+        with self._lock:
+            self._log_seq += 1
+            job.logs.append(LogEntry(ts, ts + delay, task, stream, text, self._log_seq))
+
+    def _visible_logs(self, job: Job, task: str | None = None) -> list[LogEntry]:
+        """The job's lines readable now (a log_delay fault holds lines back)."""
+        now = time.time()
+        with self._lock:
+            return [e for e in job.logs if e.visible_at <= now and (task is None or e.task == task)]
+
+    def _stop_jobs(self) -> None:
+        """Cancel every job and wait for their threads (reset, shutdown)."""
+        with self._lock:
+            alive = list(self.jobs.values())
+        for job in alive:
+            job.cancel.set()
+        for job in alive:
+            if job.thread is not None:
+                job.thread.join(timeout=30)
