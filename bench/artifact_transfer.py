@@ -5,7 +5,8 @@ root; step two reads it once, verifies the digest and loads it. The baseline wri
 bytes with fsspec and reads them back, with no hashing and no format. The sides alternate, run
 after run (the machine may be shared), and each run's files are deleted before the next.
 Prints medians of wall and CPU time (all threads) for each side and our speed as a fraction of
-raw (raw time / our time; target >= 0.8x). For scale it also times the hashing alone, no I/O:
+raw (raw time / our time; target >= 0.8x), then each side by phase (writing; reading, with our
+verification and load). For scale it also times the hashing alone, no I/O:
 the two digests a transfer takes (the writer's and the reader's, ``sha256-chunked-8MiB``, on
 every core) and two plain sha256 passes (the digest of earlier releases: sequential, so a
 transfer verified with it cannot take less). Our CPU time divided by the usable cores is the
@@ -45,6 +46,26 @@ def timed(call: Callable[[], object]) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+class Phases:
+    """Wall and CPU seconds of the phases of one timed call, each from the end of the last."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, list[tuple[float, float]]] = {}
+        self._mark = (0.0, 0.0)
+
+    def start(self) -> None:
+        self._mark = (time.perf_counter(), time.process_time())
+
+    def end(self, name: str) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        self.samples.setdefault(name, []).append((wall - self._mark[0], cpu - self._mark[1]))
+        self._mark = (wall, cpu)
+
+    def median(self, name: str) -> tuple[float, float]:
+        samples = self.samples[name]
+        return statistics.median(w for w, _ in samples), statistics.median(c for _, c in samples)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mib", type=int, default=256)
@@ -56,14 +77,19 @@ def main() -> None:
     array = np.random.default_rng(0).random(options.mib * 2**20 // 8)
     raw = array.tobytes()
     storage = Storage()
+    phases = Phases()
 
     def ours(i: int) -> tuple[float, float]:
         uri = join(root, f"ours{i}", "return_value")
 
         def transfer() -> None:
+            phases.start()
             ref = values.write_artifact(array, uri, storage)
+            phases.end("ours write")
             back = values.read_artifact(ref, storage, scratch / f"cache{i}")
             assert back.shape == array.shape
+            del back  # its memory is unmapped here, as raw's bytes are below
+            phases.end("ours read")
 
         elapsed = timed(transfer)
         fs, path = fsspec.core.url_to_fs(uri + ".npy")
@@ -74,9 +100,12 @@ def main() -> None:
         fs, path = fsspec.core.url_to_fs(join(root, f"raw{i}", "data.bin"))
 
         def transfer() -> None:
+            phases.start()
             fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
             fs.pipe_file(path, raw)
+            phases.end("raw write")
             assert len(fs.cat_file(path)) == len(raw)
+            phases.end("raw read")
 
         elapsed = timed(transfer)
         fs.rm(path)
@@ -101,6 +130,7 @@ def main() -> None:
         (sha256_passes, []),
     ]
     ours(-1), baseline(-1)  # warm up: imports, first allocations
+    phases.samples.clear()
     load_before = os.getloadavg()[0]
     for i in range(options.runs):
         for run, samples in sides if i % 2 == 0 else reversed(sides):
@@ -121,6 +151,13 @@ def main() -> None:
     print(f"our two chunked digests alone (no I/O):          {c_wall:6.3f}  {c_cpu:6.3f}")
     print(f"two plain sha256 passes alone (no I/O):          {s_wall:6.3f}  {s_cpu:6.3f}")
     print(f"speed ours/raw (raw time / our time):            {b_wall / o_wall:6.2f}x (>= 0.8x)")
+    print("by phase (medians)                       ours wall  CPU s   raw wall  CPU s")
+    for phase, what in (
+        ("write", "write (ours: hashed as written)"),
+        ("read", "read (ours: verified, loaded)"),
+    ):
+        (ow, oc), (rw, rc) = phases.median(f"ours {phase}"), phases.median(f"raw {phase}")
+        print(f"{what:40s} {ow:6.3f}  {oc:6.3f}     {rw:6.3f}  {rc:6.3f}")
     shutil.rmtree(scratch, ignore_errors=True)
 
 
