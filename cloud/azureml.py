@@ -150,6 +150,7 @@ class AzureMLService(WorkspaceRoutes, JobRoutes, RunHistoryRoutes):
     """
 
     def __init__(self, **settings: Any) -> None:
+        """The settings of :class:`~cloud.azureml_state.AzureMLState` (module docstring)."""
         super().__init__(**settings)
         self._add_workspace_routes()
         self._add_environment_routes()

@@ -118,6 +118,7 @@ class VertexService(JobRoutes, LogRoutes):
     """
 
     def __init__(self, **settings: Any) -> None:
+        """The settings of :class:`~cloud.vertex_state.VertexState` (module docstring)."""
         super().__init__(**settings)
         self._add_job_routes()
         self._add_log_routes()
