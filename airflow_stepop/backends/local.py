@@ -31,14 +31,20 @@ log = logging.getLogger(__name__)
 STOP_GRACE_SECONDS = 10.0
 TASK_KEY_LABEL = "airflow-stepop.task-key"
 LOCK_FILE = "lock"
+JOB_RECORD = "job.json"
+_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
 
-def _job_environment(request: JobRequest, bundle_path: str) -> dict[str, str]:
-    """The worker's environment minus Airflow's own (connections, secrets), plus the step's."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env.update(request.environment)
-    env["PYTHONPATH"] = bundle_path
-    env["PYTHONUNBUFFERED"] = "1"
+def _job_environment(request: JobRequest, bundle_path: str) -> dict[bytes, bytes]:
+    """The worker's environment minus Airflow's own (connections, secrets), plus the step's.
+
+    As bytes, the form the process is started with: no decoding and encoding of every variable.
+    """
+    env = {k: v for k, v in os.environb.items() if not k.startswith(b"AIRFLOW")}
+    for key, value in request.environment.items():
+        env[os.fsencode(key)] = os.fsencode(value)
+    env[b"PYTHONPATH"] = os.fsencode(bundle_path)
+    env[b"PYTHONUNBUFFERED"] = b"1"
     return env
 
 
@@ -72,7 +78,7 @@ class LocalBackend(StepBackend):
             if request.docker is not None:
                 log.warning("docker= is set but no container engine answers: running as a process")
             handle = self._submit_process(request, job_dir, bundle)
-        (job_dir / "job.json").write_text(json.dumps(handle))
+        _write(job_dir / JOB_RECORD, json.dumps(handle).encode())
         return handle
 
     def _submit_process(self, request: JobRequest, job_dir: Path, bundle: Path) -> dict[str, Any]:
@@ -91,7 +97,9 @@ class LocalBackend(StepBackend):
         lock = os.open(job_dir / LOCK_FILE, os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            with open(job_dir / supervisor.OUTPUT_LOG, "ab") as output:
+            # The supervisor's own output (it writes nothing unless it fails) goes to the log too.
+            output = os.open(job_dir / supervisor.OUTPUT_LOG, _APPEND, 0o666)
+            try:
                 process = subprocess.Popen(
                     command,
                     env=_job_environment(request, str(bundle)),
@@ -102,6 +110,8 @@ class LocalBackend(StepBackend):
                     start_new_session=True,
                     pass_fds=(lock,),
                 )
+            finally:
+                os.close(output)
         finally:
             os.close(lock)
         return {
@@ -166,7 +176,7 @@ class LocalBackend(StepBackend):
         if not self.jobs_dir.is_dir():
             return None
         for job_dir in sorted(self.jobs_dir.glob(f"{prefix}-t*"), reverse=True):
-            record = job_dir / "job.json"
+            record = job_dir / JOB_RECORD
             if not record.exists():
                 continue
             handle = json.loads(record.read_text())
@@ -278,6 +288,16 @@ def _artifact_root_dir(run_dir: Path, request: JobRequest) -> Path:
     """The common directory of the run and the code bundle: what a container must see."""
     bundle = _local_bundle(request)
     return Path(os.path.commonpath([run_dir, bundle]))
+
+
+def _write(path: Path, data: bytes) -> None:
+    """A small file, written without the buffered file object ``open()`` builds around it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
 
 
 def _exit_status(code: int, stopped: bool) -> JobStatus:
