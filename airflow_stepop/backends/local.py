@@ -4,7 +4,8 @@ Process mode starts ``python -m airflow_stepop.runtime SPEC`` under a small supe
 own session, so the job outlives the worker that started it and its exit code is recorded
 (``local_supervisor``). Container mode runs the same command in a container of the step's
 environment image (docker SDK), with the artifact root mounted at the same path and GPUs
-requested when ``gpu_count`` is set. Job records live under ``[stepop] local_jobs_dir``.
+requested when ``gpu_count`` is set (``local_container``, imported only for such a step). Job
+records live under ``[stepop] local_jobs_dir``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from airflow_stepop.runtime.storage import Storage
 log = logging.getLogger(__name__)
 
 STOP_GRACE_SECONDS = 10.0
-TASK_KEY_LABEL = "airflow-stepop.task-key"
 LOCK_FILE = "lock"
 JOB_RECORD = "job.json"
 _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
@@ -73,7 +73,9 @@ class LocalBackend(StepBackend):
         job_dir = self.jobs_dir / request.job_name
         job_dir.mkdir(parents=True, exist_ok=False)
         if request.docker is not None and (client := _engine()) is not None:
-            handle = self._submit_container(client, request, job_dir, bundle)
+            from airflow_stepop.backends import local_container
+
+            handle = local_container.submit(client, request, job_dir, bundle)
         else:
             if request.docker is not None:
                 log.warning("docker= is set but no container engine answers: running as a process")
@@ -123,54 +125,6 @@ class LocalBackend(StepBackend):
             "job_dir": str(job_dir),
         }
 
-    def _submit_container(
-        self, client: Any, request: JobRequest, job_dir: Path, bundle: Path
-    ) -> dict[str, Any]:
-        import docker.types
-
-        from airflow_stepop.images.builder import BuildOptions, ensure_image
-
-        assert request.docker is not None
-        options = BuildOptions.from_config()
-        image, built = ensure_image(request.docker, client, options=options)
-        root = Storage().local_path(request.run_uri)
-        assert root is not None
-        artifact_root = _artifact_root_dir(root, request)
-        resources = request.resources
-        kwargs: dict[str, Any] = {}
-        if resources is not None and resources.gpu_count:
-            kwargs["device_requests"] = [
-                docker.types.DeviceRequest(count=resources.gpu_count, capabilities=[["gpu"]])
-            ]
-        if resources is not None and resources.cpu_count:
-            kwargs["nano_cpus"] = resources.cpu_count * 10**9
-        if resources is not None and resources.memory_bytes:
-            kwargs["mem_limit"] = resources.memory_bytes
-        env = dict(request.environment)
-        env.update({"PYTHONPATH": str(bundle), "PYTHONUNBUFFERED": "1", "HOME": "/tmp"})
-        container = client.containers.run(
-            image,
-            command=["python3", "-m", "airflow_stepop.runtime", request.spec_uri],
-            name=request.job_name,
-            detach=True,
-            environment=env,
-            labels={TASK_KEY_LABEL: key_prefix(request.task_key), **request.labels},
-            volumes={str(artifact_root): {"bind": str(artifact_root), "mode": "rw"}},
-            user=f"{os.getuid()}:{os.getgid()}",
-            working_dir="/tmp",
-            **kwargs,
-        )
-        return {
-            "job_id": request.job_name,
-            "task_key": request.task_key,
-            "mode": "container",
-            "container_id": container.id,
-            "image": image,
-            "image_built": built,
-            "run_uri": request.run_uri,
-            "job_dir": str(job_dir),
-        }
-
     def find_active(self, task_key: str) -> dict[str, Any] | None:
         prefix = key_prefix(task_key)
         if not self.jobs_dir.is_dir():
@@ -188,9 +142,9 @@ class LocalBackend(StepBackend):
         job_dir = Path(handle["job_dir"])
         (job_dir / "stop_requested").touch()
         if handle["mode"] == "container":
-            client = _engine()
-            if client is not None:
-                _container(client, handle).stop(timeout=int(STOP_GRACE_SECONDS))
+            from airflow_stepop.backends import local_container
+
+            local_container.stop(handle, timeout=STOP_GRACE_SECONDS)
             return
         pid = handle["pid"]
         if not _alive(job_dir):  # alive means the pid is still our supervisor's
@@ -203,16 +157,10 @@ class LocalBackend(StepBackend):
             os.killpg(pid, signal.SIGKILL)
 
     def release(self, handle: dict[str, Any]) -> None:
-        if handle["mode"] != "container" or (client := _engine()) is None:
-            return
-        import docker.errors
+        if handle["mode"] == "container":
+            from airflow_stepop.backends import local_container
 
-        try:
-            _container(client, handle).remove()
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:  # still running (a re-attached try owns it)
-            log.warning("Could not remove container %s: %s", handle["job_id"], exc)
+            local_container.release(handle)
 
     # ---- state and logs ------------------------------------------------------------------
 
@@ -220,7 +168,9 @@ class LocalBackend(StepBackend):
         job_dir = Path(handle["job_dir"])
         stopped = (job_dir / "stop_requested").exists()
         if handle["mode"] == "container":
-            return self._container_status(handle, stopped)
+            from airflow_stepop.backends import local_container
+
+            return local_container.status(handle, stopped)
         exit_file = job_dir / supervisor.EXIT_CODE
         if exit_file.exists():
             return _exit_status(int(exit_file.read_text()), stopped)
@@ -232,29 +182,14 @@ class LocalBackend(StepBackend):
             return JobStatus("stopped", "stopped on request")
         return JobStatus("failed", "the job's supervisor process disappeared (killed or lost)")
 
-    def _container_status(self, handle: dict[str, Any], stopped: bool) -> JobStatus:
-        import docker.errors
-
-        client = _engine()
-        if client is None:
-            return JobStatus("failed", "the container engine does not answer")
-        try:
-            state = _container(client, handle).attrs["State"]
-        except docker.errors.NotFound:
-            return JobStatus("failed", f"container {handle['job_id']} no longer exists")
-        if state["Status"] in ("created", "running", "restarting", "paused"):
-            return JobStatus("pending" if state["Status"] == "created" else "running")
-        if state.get("OOMKilled"):
-            return JobStatus("failed", "OOMKilled: the container ran out of memory")
-        return _exit_status(int(state.get("ExitCode", -1)), stopped)
-
     def _logs(self, handle: dict[str, Any], cursor: int | None) -> tuple[list[str], int]:
         cursor = cursor or 0
         if handle["mode"] == "container":
-            client = _engine()
-            if client is None:
+            from airflow_stepop.backends import local_container
+
+            raw = local_container.logs(handle)
+            if raw is None:
                 return [], cursor
-            raw = _container(client, handle).logs(stdout=True, stderr=True)
             data = raw[cursor:]
         else:
             path = Path(handle["job_dir"]) / supervisor.OUTPUT_LOG
@@ -282,12 +217,6 @@ class LocalBackend(StepBackend):
 
     async def astop(self, handle: dict[str, Any]) -> None:
         await asyncio.to_thread(self.stop, handle)
-
-
-def _artifact_root_dir(run_dir: Path, request: JobRequest) -> Path:
-    """The common directory of the run and the code bundle: what a container must see."""
-    bundle = _local_bundle(request)
-    return Path(os.path.commonpath([run_dir, bundle]))
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -325,11 +254,8 @@ def _alive(job_dir: Path) -> bool:
     return False
 
 
-def _container(client: Any, handle: dict[str, Any]) -> Any:
-    return client.containers.get(handle.get("container_id") or handle["job_id"])
-
-
 def _engine() -> Any | None:
+    """A client of the container engine, or None when none answers."""
     from airflow_stepop.images.builder import engine_client
 
     return engine_client(timeout=30)

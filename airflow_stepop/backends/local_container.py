@@ -1,0 +1,127 @@
+"""The local backend's container mode: a step runs in a container of its environment image.
+
+The same command as process mode, in a container (docker SDK) of the step's environment image,
+with the artifact root mounted at the same path and GPUs requested when ``gpu_count`` is set.
+``local.py`` imports this module only for a step with ``docker=`` or a container's handle, so a
+task that starts a process loads none of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from airflow_stepop.backends.base import JobRequest, JobStatus
+from airflow_stepop.backends.local import _engine, _exit_status, _local_bundle
+from airflow_stepop.backends.naming import key_prefix
+from airflow_stepop.runtime.storage import Storage
+
+log = logging.getLogger(__name__)
+
+TASK_KEY_LABEL = "airflow-stepop.task-key"
+
+
+def submit(client: Any, request: JobRequest, job_dir: Path, bundle: Path) -> dict[str, Any]:
+    """Start the step's container (building its image first if needed); return its handle."""
+    import docker.types
+
+    from airflow_stepop.images.builder import BuildOptions, ensure_image
+
+    assert request.docker is not None
+    options = BuildOptions.from_config()
+    image, built = ensure_image(request.docker, client, options=options)
+    root = Storage().local_path(request.run_uri)
+    assert root is not None
+    artifact_root = _artifact_root_dir(root, request)
+    resources = request.resources
+    kwargs: dict[str, Any] = {}
+    if resources is not None and resources.gpu_count:
+        kwargs["device_requests"] = [
+            docker.types.DeviceRequest(count=resources.gpu_count, capabilities=[["gpu"]])
+        ]
+    if resources is not None and resources.cpu_count:
+        kwargs["nano_cpus"] = resources.cpu_count * 10**9
+    if resources is not None and resources.memory_bytes:
+        kwargs["mem_limit"] = resources.memory_bytes
+    env = dict(request.environment)
+    env.update({"PYTHONPATH": str(bundle), "PYTHONUNBUFFERED": "1", "HOME": "/tmp"})
+    container = client.containers.run(
+        image,
+        command=["python3", "-m", "airflow_stepop.runtime", request.spec_uri],
+        name=request.job_name,
+        detach=True,
+        environment=env,
+        labels={TASK_KEY_LABEL: key_prefix(request.task_key), **request.labels},
+        volumes={str(artifact_root): {"bind": str(artifact_root), "mode": "rw"}},
+        user=f"{os.getuid()}:{os.getgid()}",
+        working_dir="/tmp",
+        **kwargs,
+    )
+    return {
+        "job_id": request.job_name,
+        "task_key": request.task_key,
+        "mode": "container",
+        "container_id": container.id,
+        "image": image,
+        "image_built": built,
+        "run_uri": request.run_uri,
+        "job_dir": str(job_dir),
+    }
+
+
+def stop(handle: dict[str, Any], timeout: float) -> None:
+    client = _engine()
+    if client is not None:
+        _container(client, handle).stop(timeout=int(timeout))
+
+
+def release(handle: dict[str, Any]) -> None:
+    """Remove the finished container (its logs were relayed)."""
+    client = _engine()
+    if client is None:
+        return
+    import docker.errors
+
+    try:
+        _container(client, handle).remove()
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:  # still running (a re-attached try owns it)
+        log.warning("Could not remove container %s: %s", handle["job_id"], exc)
+
+
+def status(handle: dict[str, Any], stopped: bool) -> JobStatus:
+    import docker.errors
+
+    client = _engine()
+    if client is None:
+        return JobStatus("failed", "the container engine does not answer")
+    try:
+        state = _container(client, handle).attrs["State"]
+    except docker.errors.NotFound:
+        return JobStatus("failed", f"container {handle['job_id']} no longer exists")
+    if state["Status"] in ("created", "running", "restarting", "paused"):
+        return JobStatus("pending" if state["Status"] == "created" else "running")
+    if state.get("OOMKilled"):
+        return JobStatus("failed", "OOMKilled: the container ran out of memory")
+    return _exit_status(int(state.get("ExitCode", -1)), stopped)
+
+
+def logs(handle: dict[str, Any]) -> bytes | None:
+    """The container's whole output so far; None when the engine does not answer."""
+    client = _engine()
+    if client is None:
+        return None
+    return _container(client, handle).logs(stdout=True, stderr=True)
+
+
+def _artifact_root_dir(run_dir: Path, request: JobRequest) -> Path:
+    """The common directory of the run and the code bundle: what a container must see."""
+    bundle = _local_bundle(request)
+    return Path(os.path.commonpath([run_dir, bundle]))
+
+
+def _container(client: Any, handle: dict[str, Any]) -> Any:
+    return client.containers.get(handle.get("container_id") or handle["job_id"])
