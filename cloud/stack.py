@@ -67,7 +67,8 @@ REGISTRY = os.environ.get("STEPOP_REGISTRY") or (
 )
 BASE_IMAGE = os.environ.get("STEPOP_TEST_BASE_IMAGE", "stepop-base/python:3.11-bookworm")
 # Where the pieces listen, and the host name the URLs in .cloud/env use. In a container (the
-# `emulated` profile of docker-compose.yaml): STEPOP_CLOUD_BIND=0.0.0.0, STEPOP_CLOUD_HOST=clouds.
+# `emulated` profile of docker-compose.yaml): STEPOP_CLOUD_BIND=0.0.0.0 and
+# STEPOP_CLOUD_HOST=host.docker.internal, the name Airflow's containers reach the host by.
 BIND = os.environ.get("STEPOP_CLOUD_BIND", "127.0.0.1")
 HOST = os.environ.get("STEPOP_CLOUD_HOST", "127.0.0.1")
 # Fixed ports from this one on (moto, GCS, Azurite, then the fakes in FAKES' order); 0: free ports.

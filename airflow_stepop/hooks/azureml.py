@@ -22,7 +22,9 @@ from urllib.parse import urlsplit
 from airflow.sdk.bases.hook import BaseHook
 
 ARM = "https://management.azure.com"
-EMULATOR_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+# Where an emulated cloud may answer: this machine, or the container host as seen from a
+# container (docker compose's `host.docker.internal`, e.g. the `emulated` profile's stack).
+EMULATOR_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "host.docker.internal"})
 _TRUE = ("true", "1", "yes", "on")
 
 
@@ -140,8 +142,9 @@ class AzureMLHook(BaseHook):
             if host not in EMULATOR_HOSTS:
                 raise ValueError(
                     f"Connection {self.azureml_conn_id!r} sets emulator_token, but its endpoint "
-                    f"{self._extra('endpoint')!r} is not on this machine; remove emulator_token "
-                    "and give a client secret or use a managed identity."
+                    f"{self._extra('endpoint')!r} is neither on this machine nor its container "
+                    "host; remove emulator_token and give a client secret or use a managed "
+                    "identity."
                 )
             return "emulator"
         if self._connection.login and self._connection.password:

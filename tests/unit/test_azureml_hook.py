@@ -98,6 +98,9 @@ def test_the_emulator_token_is_only_for_an_endpoint_on_this_machine(connection):
     hook = connection(endpoint="https://127.0.0.1:8443", emulator_token=True)
     assert hook.credential_kind == "emulator"
     assert hook.get_credential().get_token(hook.workspace.scope).token == "emulator"
+    # the container host, where docker compose's `emulated` profile runs the emulated clouds
+    in_compose = connection(endpoint="https://host.docker.internal:4571", emulator_token=True)
+    assert in_compose.credential_kind == "emulator"
     remote = connection(endpoint="https://management.azure.com", emulator_token=True)
-    with pytest.raises(ValueError, match="not on this machine"):
+    with pytest.raises(ValueError, match="neither on this machine nor its container host"):
         remote.get_credential()
