@@ -45,9 +45,11 @@ from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
 from airflow_stepop.backends.naming import key_prefix
 from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
 from airflow_stepop.catalog import load as load_catalog
+from airflow_stepop.hooks.azureml_fs import quiet_request_logs
 from airflow_stepop.runtime.storage import join
 
 log = logging.getLogger(__name__)
+quiet_request_logs()  # the step's artifacts travel through Azure Blob (abfs://, az://)
 
 # Log files are read at most this often per job (besides the log-rate budget); the list of
 # files (run history details) is refreshed at most every LOG_FILES_INTERVAL, and at the end.

@@ -104,3 +104,24 @@ def test_the_emulator_token_is_only_for_an_endpoint_on_this_machine(connection):
     remote = connection(endpoint="https://management.azure.com", emulator_token=True)
     with pytest.raises(ValueError, match="neither on this machine nor its container host"):
         remote.get_credential()
+
+
+@pytest.mark.parametrize(
+    ("user_level", "expected"), [(None, "WARNING"), ("DEBUG", "DEBUG")], ids=["default", "user-set"]
+)
+def test_azure_request_headers_stay_out_of_a_steps_task_log(user_level, expected):
+    """azure-core logs every blob call's URL and headers at INFO; a level a user set is kept."""
+    import subprocess
+    import sys
+
+    from airflow_stepop.hooks.azureml_fs import REQUEST_LOGGER
+
+    code = "import logging\nlogging.getLogger().setLevel(logging.INFO)  # as in a task process\n"
+    if user_level:
+        code += f"logging.getLogger({REQUEST_LOGGER!r}).setLevel(logging.{user_level})\n"
+    code += (
+        "import airflow_stepop.backends.azureml\n"
+        f"print(logging.getLevelName(logging.getLogger({REQUEST_LOGGER!r}).getEffectiveLevel()))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == expected
