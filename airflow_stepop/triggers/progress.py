@@ -3,7 +3,7 @@
 One line at each state change and at most once a minute otherwise: the state, the time since
 the job was submitted and, where the backend says so in the handle, the machine and the cost so
 far (the handle's ``price_per_hour`` for the whole job, counted from the first poll that saw the
-job running).
+job running; left out of the last line of a job no poll saw running).
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ class Progress:
         if machine := self.handle.get("machine"):
             parts.append(f"on {machine}")
         price = self.handle.get("price_per_hour")
-        if price is not None:
+        # A job that ended between two polls was never seen running: its cost is unknown here
+        # (not zero); the billing line the operator logs next has it.
+        if price is not None and not (status.terminal and self.running_since is None):
             running = now - self.running_since if self.running_since is not None else 0.0
             parts.append(f"about ${float(price) * running / 3600:.4f} so far")
         return ", ".join(parts)

@@ -98,6 +98,9 @@ def test_one_poll_group_shares_one_poller_and_its_backend_within_a_loop():
     [
         ("pending", None, "pending, 1m05s since submit, on ml.g5.xlarge x 2, about $0.0000 so far"),
         ("running", 3600.0, "running, 1m05s since submit, on ml.g5.xlarge x 2, about $2.0000 so far"),  # noqa: E501
+        ("succeeded", 60.0, "succeeded, 1m05s since submit, on ml.g5.xlarge x 2, about $0.0333 so far"),  # noqa: E501
+        # ended between two polls, never seen running: no cost rather than a wrong $0
+        ("succeeded", None, "succeeded, 1m05s since submit, on ml.g5.xlarge x 2"),
     ],
 )  # fmt: skip
 def test_a_progress_line_shows_state_elapsed_machine_and_cost_so_far(
