@@ -382,11 +382,23 @@ class _DualServer(ThreadingHTTPServer):
         super().finish_request(request, client_address)
 
 
-def self_signed_cert(directory: str) -> tuple[str, str]:
-    """A self-signed certificate for 127.0.0.1/localhost: (cert.pem, key.pem) in ``directory``.
+def _is_ip(name: str) -> bool:
+    import ipaddress
 
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def self_signed_cert(directory: str) -> tuple[str, str]:
+    """A self-signed certificate for this machine: (cert.pem, key.pem) in ``directory``.
+
+    Valid for 127.0.0.1, localhost, ``host.docker.internal`` (how Airflow's containers reach
+    the stack in docker compose's ``emulated`` profile) and ``$STEPOP_CLOUD_HOST`` when set.
     Clients trust it with ``REQUESTS_CA_BUNDLE=<cert.pem>`` or ``connection_verify=<cert.pem>``.
-    Reused when already there.
+    Reused when already there for the same names (the directory may be a kept volume).
     """
     import datetime
     import ipaddress
@@ -396,11 +408,21 @@ def self_signed_cert(directory: str) -> tuple[str, str]:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
+    names = {"127.0.0.1", "localhost", "host.docker.internal", os.environ.get("STEPOP_CLOUD_HOST")}
+    alternatives = [
+        x509.IPAddress(ipaddress.ip_address(name)) if _is_ip(name) else x509.DNSName(name)
+        for name in sorted(filter(None, names))
+    ]
+
     os.makedirs(directory, exist_ok=True)
     cert_path = os.path.join(directory, "cert.pem")
     key_path = os.path.join(directory, "key.pem")
     if os.path.exists(cert_path) and os.path.exists(key_path):
-        return cert_path, key_path
+        with open(cert_path, "rb") as f:
+            existing = x509.load_pem_x509_certificate(f.read())
+        san = existing.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        if set(san) == set(alternatives):
+            return cert_path, key_path
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "stepop fake cloud")])
     now = datetime.datetime.now(datetime.UTC)
@@ -414,9 +436,7 @@ def self_signed_cert(directory: str) -> tuple[str, str]:
         .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=3650))
         .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
+            x509.SubjectAlternativeName(alternatives),
             critical=False,
         )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)

@@ -135,6 +135,22 @@ def ml(fake: Any) -> MLClient:
     )
 
 
+def test_the_certificate_holds_for_the_name_compose_containers_use(fake: Any) -> None:
+    """In the compose `emulated` profile, Airflow's containers call https://host.docker.internal."""
+    import socket
+    import ssl
+    from urllib.parse import urlsplit
+
+    port = urlsplit(fake.https_url).port
+    context = ssl.create_default_context(cafile=fake.ca_bundle)
+    for name in ("127.0.0.1", "localhost", "host.docker.internal"):
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname=name) as tls,
+        ):
+            assert tls.version()  # the handshake checked the certificate against the name
+
+
 _counter = iter(range(10**6))
 
 
