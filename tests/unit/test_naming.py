@@ -39,18 +39,3 @@ def test_names_are_deterministic_and_distinguish_task_instances():
 def test_shorter_limits_are_honoured():
     name = job_name(task_key("d" * 80, "r", "t" * 80, -1), 42, max_length=32)
     assert len(name) <= 32 and name.endswith("-t42")
-
-
-@pytest.mark.parametrize("separator", ["-", "_", "--"])
-def test_the_slug_replaces_each_run_of_other_characters_as_the_regular_expression_did(separator):
-    import random
-    import string
-
-    from airflow_stepop.backends.naming import _slug
-
-    alphabet = string.ascii_letters[:5] + string.digits[:3] + "-_./ :\0äé中"
-    rng = random.Random(7)
-    texts = ["", "-", "--", "a", "-a-", "a--b", "__x__", "ünïcode_dag-täsk", "..a..b..", "x-"]
-    texts += ["".join(rng.choices(alphabet, k=rng.randint(0, 12))) for _ in range(3000)]
-    for text in texts:
-        assert _slug(text, separator) == re.sub(r"[^A-Za-z0-9]+", separator, text), text
