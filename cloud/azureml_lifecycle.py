@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -62,12 +61,7 @@ class JobLifecycle(EnvironmentRoutes):
             self._log(job, "system_logs/fake.txt", f"fake internal error: {exc!r}")
             self._fail(job, "SystemError", f"Internal error in the fake: {exc!r}")
         finally:
-            for run in job.runs:
-                self.runner.forget(run)
-                if not self.keep_workdirs:
-                    run.cleanup()
-            if workdir and not self.keep_workdirs:
-                shutil.rmtree(workdir, ignore_errors=True)
+            self.runner.release(job.runs, workdir, keep=self.keep_workdirs)
 
     def _container_paths(self, job: AmlJob) -> tuple[str, str]:
         """The data capability and working directories, as Azure ML names them in the job."""
@@ -340,11 +334,7 @@ class JobLifecycle(EnvironmentRoutes):
         """Cancel every job and wait for their threads (reset, shutdown)."""
         with self._lock:
             alive = list(self.jobs.values())
-        for job in alive:
-            job.cancel.set()
-        for job in alive:
-            if job.thread is not None:
-                job.thread.join(timeout=30)
+        runner_mod.stop_job_threads(alive)
 
 
 def _free_port() -> int:

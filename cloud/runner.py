@@ -580,6 +580,27 @@ class Runner:
             if run in self._runs:
                 self._runs.remove(run)
 
+    def release(self, runs: Iterable[JobRun], workdir: str | None, *, keep: bool) -> None:
+        """A job's runs are over: forget them and, unless ``keep``, delete their directories
+        and the job's ``workdir``."""
+        for run in runs:
+            self.forget(run)
+            if not keep:
+                run.cleanup()
+        if workdir and not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def stop_job_threads(jobs: Iterable[Any]) -> None:
+    """Cancel fake jobs (each has a ``cancel`` event and the ``thread`` that runs its life) and
+    wait for their threads: what a fake's reset and shutdown do."""
+    jobs = list(jobs)
+    for job in jobs:
+        job.cancel.set()
+    for job in jobs:
+        if job.thread is not None:
+            job.thread.join(timeout=30)
+
 
 def _split_tag(image: str) -> tuple[str, str | None]:
     """'host:5000/repo:tag' -> ('host:5000/repo', 'tag'); a digest stays in the repo part."""

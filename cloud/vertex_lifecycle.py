@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import tempfile
 import time
@@ -79,12 +78,7 @@ class JobLifecycle(VertexState):
                 error={"code": CODE_INTERNAL, "message": f"Internal error: {exc!r}"},
             )
         finally:
-            for run in job.runs:
-                self.runner.forget(run)
-                if not self.keep_workdirs:
-                    run.cleanup()
-            if workdir and not self.keep_workdirs:
-                shutil.rmtree(workdir, ignore_errors=True)
+            self.runner.release(job.runs, workdir, keep=self.keep_workdirs)
 
     def _run_attempts(self, job: Job, workdir: str) -> None:
         spec = job.resource["jobSpec"]

@@ -129,8 +129,4 @@ class VertexState(FakeService):
         """Cancel every job and wait for their threads (reset, shutdown)."""
         with self._lock:
             alive = list(self.jobs.values())
-        for job in alive:
-            job.cancel.set()
-        for job in alive:
-            if job.thread is not None:
-                job.thread.join(timeout=30)
+        runner_mod.stop_job_threads(alive)
