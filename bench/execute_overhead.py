@@ -16,7 +16,8 @@ process), its task-log line and the deferral. "Warm caches": an earlier task (th
 sample, in its own child) has uploaded the bundle and left the on-disk bundle cache; nothing an
 earlier sample computed in memory survives, as in Airflow, where each task is a new process.
 The sides alternate, sample after sample (the machine may be shared), and a child leaves only
-when its job has ended, so no sample pays for the jobs of earlier ones.
+when its job (or the floor's process) has ended, so no sample pays for what an earlier one
+started.
 
 By default the step is a module function the job imports by name; ``--by-value`` steps a
 function defined in the DAG, as ``@task.local_step`` functions usually are, which travels
@@ -110,9 +111,12 @@ def main() -> None:
             return deferred.trigger.serialize()[1]["handle"]
         raise RuntimeError("execute() returned instead of deferring")
 
-    def wait_for_job(handle: dict | None) -> None:
-        """Outside the timed part: the next sample must not share the machine with this job."""
-        if handle:
+    def wait_for_job(handle: dict | subprocess.Popen | None) -> None:
+        """Outside the timed part: the next sample, of either side, must not share the machine
+        with this sample's job (ours) or process (the floor's)."""
+        if isinstance(handle, subprocess.Popen):
+            handle.wait()
+        elif handle:
             backend = operator.make_backend()
             while not backend.status(handle).terminal:
                 time.sleep(0.05)
@@ -160,13 +164,13 @@ def main() -> None:
     spec = next((work / "artifacts").rglob("spec.json")).read_bytes()
     inputs = next((work / "artifacts").rglob("arg0.npy")).read_bytes()
 
-    def floor(i: int) -> None:
+    def floor(i: int) -> subprocess.Popen:
         """The same bytes at the same depth (the run directory's layout), and a process."""
         target = work / "floor" / "bench" / f"run{i}" / "train" / "-1" / "1"
         (target / "inputs").mkdir(parents=True)
         (target / "inputs" / "arg0.npy").write_bytes(inputs)
         (target / "spec.json").write_bytes(spec)
-        subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+        return subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
 
     ours, floors = [], []
     for i in range(options.runs):
