@@ -14,8 +14,8 @@ import io
 import json
 import mmap
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -56,6 +56,13 @@ def join(base: str, *parts: str) -> str:
     for part in parts:
         out += "/" + part.strip("/")
     return out
+
+
+def temporary_beside(path: Path) -> Path:
+    """A new name in ``path``'s directory, to write ``path`` whole and rename it into place: a
+    reader sees the old content or the new, never part. (``mkstemp`` would make the file private
+    to this user, and re-seeds its name generator in every forked task process.)"""
+    return path.parent / f".tmp-{secrets.token_hex(8)}"
 
 
 def sha256_file(path: Path) -> str:
@@ -224,10 +231,14 @@ class Storage:
         local = self.local_path(uri)
         if local is not None:
             local.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=local.parent, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, local)
+            temporary = temporary_beside(local)
+            try:
+                with open(temporary, "xb", buffering=0) as file:
+                    file.write(data)
+                os.replace(temporary, local)
+            except BaseException:
+                temporary.unlink(missing_ok=True)
+                raise
             return
         fs, path = self.resolver(uri)
         fs.pipe_file(path, data)

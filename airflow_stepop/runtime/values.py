@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -26,7 +25,7 @@ from typing import Any
 from airflow_stepop.runtime import materializers
 from airflow_stepop.runtime.digest import LEGACY_KIND, WRITTEN_KIND, digest_of, require_kind
 from airflow_stepop.runtime.spec import python_version
-from airflow_stepop.runtime.storage import HashingWriter, Storage, read_hashed
+from airflow_stepop.runtime.storage import HashingWriter, Storage, read_hashed, temporary_beside
 
 
 class ArtifactMissingError(FileNotFoundError):
@@ -102,38 +101,27 @@ def write_artifact(value: Any, uri: str, storage: Storage) -> dict[str, Any]:
 
     The digest is taken of exactly the bytes written, as they are written (no second read).
     A local target is written beside itself and renamed into place; a remote one is written to
-    a local scratch file first, then uploaded.
+    a local scratch directory first, then uploaded.
     """
     materializer = materializers.for_value(value)
     uri = uri + materializer.suffix
     local = storage.local_path(uri)
-    where = None  # a remote target's scratch copy goes to the system's temp directory
-    if local is not None:
+    if local is None:
+        with tempfile.TemporaryDirectory(prefix="stepop-") as scratch:
+            path = Path(scratch) / "artifact"
+            hexdigest, size = _materialize(materializer, value, path)
+            storage.put(path, uri)
+    else:
         local.parent.mkdir(parents=True, exist_ok=True)
-        where = local.parent
-    if materializer.on_disk:
-        scratch = Path(tempfile.mkdtemp(prefix=".tmp-", dir=where))
-        path = scratch / "artifact"
-    else:  # a file of the usual permissions (mkstemp's would be private to this user)
-        scratch = path = Path(where or tempfile.gettempdir()) / f".tmp-{secrets.token_hex(8)}"
-    try:
-        if materializer.on_disk:
-            hexdigest, size = materializer.copy(value, path)
-        else:
-            with open(path, "xb") as file, HashingWriter(file) as writer:
-                materializer.dump(value, writer)
-                hexdigest, size = writer.hexdigest(), writer.size
-        if local is not None:
+        temporary = temporary_beside(local)
+        try:
+            hexdigest, size = _materialize(materializer, value, temporary)
             if local.is_dir():
                 shutil.rmtree(local)
-            os.replace(path, local)
-        else:
-            storage.put(path, uri)
-    finally:
-        if scratch.is_dir():
-            shutil.rmtree(scratch, ignore_errors=True)
-        else:
-            scratch.unlink(missing_ok=True)
+            os.replace(temporary, local)
+        except BaseException:
+            _remove(temporary)
+            raise
     ref = {
         "uri": uri,
         "sha256": hexdigest,
@@ -145,6 +133,24 @@ def write_artifact(value: Any, uri: str, storage: Storage) -> dict[str, Any]:
     if materializer.name == "cloudpickle":
         ref["python"] = python_version()
     return ref
+
+
+def _materialize(
+    materializer: materializers.Materializer, value: Any, path: Path
+) -> tuple[str, int]:
+    """Write the value at a new ``path``: its digest and size."""
+    if materializer.on_disk:
+        return materializer.copy(value, path)
+    with open(path, "xb") as file, HashingWriter(file) as writer:
+        materializer.dump(value, writer)
+        return writer.hexdigest(), writer.size
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _fetch(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> Path:

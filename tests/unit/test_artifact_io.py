@@ -73,3 +73,36 @@ def test_a_changed_large_artifact_is_refused(change, tmp_path, storage):
         values.ArtifactIntegrityError, match=f"does not match the digest.*found {found}"
     ):
         values.read_artifact(ref, storage, tmp_path / "cache")
+
+
+class Unpicklable:
+    def __reduce__(self):
+        raise RuntimeError("cannot be pickled")
+
+
+def test_a_value_that_fails_to_write_leaves_the_earlier_artifact_and_no_scratch(tmp_path, storage):
+    first = values.write_artifact({"a": (1, 2)}, f"file://{tmp_path}/out/v", storage)
+    before = _file(first).read_bytes()
+    with pytest.raises(Exception, match="cannot be pickled"):
+        values.write_artifact({"a": Unpicklable()}, f"file://{tmp_path}/out/v", storage)
+    assert _file(first).read_bytes() == before
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [_file(first).name]
+
+
+def test_a_directory_artifact_replaces_the_one_written_before(tmp_path, storage):
+    for content in (b"old", b"new"):
+        tree = tmp_path / f"model-{content.decode()}"
+        (tree / "sub").mkdir(parents=True)
+        (tree / "sub" / "weights.bin").write_bytes(content)
+        ref = values.write_artifact(tree, f"file://{tmp_path}/out/model", storage)
+    assert (_file(ref) / "sub" / "weights.bin").read_bytes() == b"new"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [_file(ref).name]
+
+
+def test_a_failed_object_write_keeps_the_old_object_and_leaves_no_scratch(tmp_path, storage):
+    uri = f"file://{tmp_path}/run/spec.json"
+    storage.write_bytes(uri, b"{}")
+    with pytest.raises(TypeError):
+        storage.write_bytes(uri, "not bytes")  # type: ignore[arg-type]
+    assert (tmp_path / "run" / "spec.json").read_bytes() == b"{}"
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["spec.json"]
