@@ -50,6 +50,16 @@ def _contains(value: Any, is_ref: Callable[[Any], bool]) -> bool:
     return False
 
 
+def _items(sequence: Sequence[Any]) -> list[Any]:
+    """A sequence's items, by one slice where it takes slices: Airflow's lazy sequence of a
+    mapped task's results fetches a slice in one call, while iterating it costs a call per item
+    and one past the end, which Airflow logs at ERROR as "XCom not found"."""
+    try:
+        return list(sequence[:])
+    except TypeError:  # a sequence that takes only integer indices
+        return list(sequence)
+
+
 def encode(
     value: Any,
     *,
@@ -59,8 +69,8 @@ def encode(
     as_ref: Callable[[Any], dict[str, Any] | None] = lambda value: None,
 ) -> dict[str, Any]:
     """Turn a value into a node: a reference, inline JSON, or a newly written artifact."""
-    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray, list, tuple)):
-        value = list(value)  # e.g. Airflow's lazy sequence of a mapped task's results
+    if not isinstance(value, (list, tuple, str, bytes, bytearray)) and isinstance(value, Sequence):
+        value = _items(value)  # e.g. Airflow's lazy sequence of a mapped task's results
     ref = as_ref(value)
     if ref is not None:
         return {"ref": ref}

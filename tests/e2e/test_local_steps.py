@@ -79,10 +79,13 @@ def test_mapped_steps_keep_their_resource_settings(results):
         assert recorded["cpu_count"] == 2
 
 
-def test_a_mapped_task_s_results_feed_a_step(results):
+def test_a_mapped_task_s_results_feed_a_step(results, capfd):
     run = _dags(results).mapped_results_into_a_step().test()
     assert run.state == "success"
     assert (results / "mapped-into-step.txt").read_text() == "14"
+    # the results are fetched as one slice, not item by item until a lookup fails
+    out, err = capfd.readouterr()
+    assert "XCom not found" not in out + err
 
 
 def test_multiple_outputs_without_deferral(results):
