@@ -168,5 +168,6 @@ class StepBackend(abc.ABC):
         return None
 
     def links(self, handle: dict[str, Any]) -> dict[str, str]:
-        """Console links for the job (name -> URL); none for backends without a console."""
+        """Console links for the job (name -> URL), made from the handle without a call to the
+        service (a resumed task recomputes them); none for backends without a console."""
         return {}

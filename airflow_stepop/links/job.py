@@ -14,6 +14,13 @@ class _StoredLink(BaseOperatorLink):
     kind = ""  # the key of backend.links() this link shows
 
     def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
+        # At the end of a task, Airflow's Task Runner asks for every declared link; asking for
+        # one never stored (the step failed before its job existed, or the job has no
+        # experiment) would log "XCom not found" at ERROR beside the step's real error. The
+        # operator in that process knows what it stored; elsewhere (the UI) it is None.
+        stored = getattr(operator, "stored_link_kinds", None)
+        if stored is not None and self.kind not in stored:
+            return ""
         from airflow.sdk.execution_time.xcom import XCom
 
         return XCom.get_value(key=self.xcom_key, ti_key=ti_key) or ""
@@ -39,8 +46,11 @@ class StepExperimentLink(_StoredLink):
 LINKS: tuple[type[_StoredLink], ...] = (StepJobLink, StepLogsLink, StepExperimentLink)
 
 
-def persist_links(context: Any, links: dict[str, str]) -> None:
-    """Store a backend's links so they work while the task is deferred."""
+def persist_links(context: Any, links: dict[str, str]) -> frozenset[str]:
+    """Store a backend's links so they work while the task is deferred: the kinds stored."""
+    stored = set()
     for link in LINKS:
         if url := links.get(link.kind):
             context["ti"].xcom_push(key=link().xcom_key, value=url)
+            stored.add(link.kind)
+    return frozenset(stored)

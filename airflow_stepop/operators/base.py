@@ -39,6 +39,8 @@ class BaseStepOperator(BaseOperator):
     operator_extra_links: tuple = ()
     ui_color = "#c8e6f5"
 
+    # The kinds of backend.links() this task process stored (see links/job.py); None: unknown.
+    stored_link_kinds: frozenset[str] | None = None
     # A backend's limits on job names (service rules).
     job_name_max_length: ClassVar[int] = 63
     # The service's name in its [stepop] options, e.g. "sagemaker" for sagemaker_artifact_root.
@@ -121,12 +123,14 @@ class BaseStepOperator(BaseOperator):
     def execute(self, context: Any) -> Any:
         from airflow_stepop.backends.naming import task_key
 
+        self.stored_link_kinds = frozenset()  # none yet: a failure before submit stored none
         backend = self.make_backend()
         ti = context["ti"]
         key = task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
         store = context.get("task_state_store")
         decision = self._earlier_job(backend, store, ti.try_number, key)
-        if decision.reuse is not None:
+        if decision.reuse is not None:  # the UI links to the job that made the result
+            self._store_links(context, backend, decision.reuse.handle)
             return decision.reuse.result
         handle = decision.attach
         if handle is not None:
@@ -218,7 +222,7 @@ class BaseStepOperator(BaseOperator):
             handle["job_id"],
             try_number,
         )
-        return Reused(result)
+        return Reused(result, handle)
 
     def _store_links(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> None:
         """Links are best effort: an API server that does not answer never fails a step."""
@@ -227,9 +231,19 @@ class BaseStepOperator(BaseOperator):
             if links:  # a backend without a console has none: nothing to import
                 from airflow_stepop.links.job import persist_links
 
-                persist_links(context, links)
+                self.stored_link_kinds = persist_links(context, links)
         except Exception as exc:
+            self.stored_link_kinds = None  # perhaps some: the end-of-task lookup asks for all
             self.log.warning("Could not store the links of job %s: %s", handle["job_id"], exc)
+
+    def _recall_stored_links(self, backend: StepBackend, handle: dict[str, Any]) -> None:
+        """In a task resumed after its deferral: the links execute() stored for this job."""
+        try:
+            self.stored_link_kinds = frozenset(
+                kind for kind, url in backend.links(handle).items() if url
+            )
+        except Exception:
+            self.stored_link_kinds = None
 
     def _stop_unless_retried(self, backend: StepBackend, handle: dict[str, Any], ti: Any) -> None:
         """After a failure past the submit: a retry will re-attach; with none left, stop the job."""
@@ -298,6 +312,7 @@ class BaseStepOperator(BaseOperator):
         handle = event["handle"]
         storage = worker_storage(self.storage_conn_id)
         backend = self.make_backend()
+        self._recall_stored_links(backend, handle)
         try:
             if event["status"] != "succeeded":
                 raise self._failure(event, storage)
@@ -376,6 +391,7 @@ class BaseStepOperator(BaseOperator):
 
 class Reused(NamedTuple):  # named tuples: each frozen dataclass costs a parse ~1 ms
     result: Any
+    handle: dict[str, Any]  # the earlier try's job, which made it
 
 
 class EarlierJob(NamedTuple):

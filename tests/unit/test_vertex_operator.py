@@ -171,3 +171,23 @@ def test_links_name_the_job_its_logs_and_the_experiment_run():
     assert "resource.labels.job_id%3D%22123%22" in links["logs"]
     assert links["experiment"].endswith("/experiments/churn/runs/churn-d-t1?project=p")
     assert "experiment" not in VertexBackend().links({**handle, "experiment": None})
+
+
+def test_a_link_the_task_never_stored_is_not_looked_up():
+    from airflow_stepop.links.job import StepExperimentLink, StepJobLink
+
+    operator = VertexStepOperator(task_id="t", python_callable=len, image_uri=IMAGE)
+
+    def lookup_fails(**kwargs):
+        raise AssertionError("looked up")
+
+    key = object()
+    operator.stored_link_kinds = frozenset({"job"})  # this process stored only the job's link
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("airflow.sdk.execution_time.xcom.XCom.get_value", lookup_fails)
+        assert StepExperimentLink().get_link(operator, ti_key=key) == ""
+        with pytest.raises(AssertionError, match="looked up"):
+            StepJobLink().get_link(operator, ti_key=key)
+        operator.stored_link_kinds = None  # another process (the UI): ask the store
+        with pytest.raises(AssertionError, match="looked up"):
+            StepExperimentLink().get_link(operator, ti_key=key)

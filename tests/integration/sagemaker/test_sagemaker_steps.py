@@ -90,6 +90,19 @@ def test_a_retry_after_the_job_succeeded_returns_its_result_with_one_create(aws,
     assert run.state == "success"
     assert xcoms(run)[("paid_once", "return_value", -1)] == "computed once"
     assert ctl.counters()["CreateTrainingJob"] == 1  # try 2 reused try 1's verified result
+    [job] = training_jobs("paid-once")  # and the UI links to the job that made it
+    assert xcoms(run)[("paid_once", "_link_StepJobLink", -1)].endswith(job["TrainingJobName"])
+
+
+def test_a_failure_before_submit_logs_its_cause_and_no_missing_link_errors(aws, ctl, capfd):
+    run = dags().sm_fails_before_submit().test()
+    assert run.state == "failed"
+    assert "lock" in _read(aws["results"], "failure")
+    assert "CreateTrainingJob" not in ctl.counters()
+    out, err = capfd.readouterr()
+    # Airflow's end-of-task lookup of the links found no job, so it asked for none
+    assert "XCom not found" not in out + err
+    assert xcoms(run)[("unshippable", "_link_StepJobLink", -1)] == ""
 
 
 def test_a_failure_after_submit_with_no_retry_left_stops_the_training_job(aws, ctl):

@@ -19,7 +19,7 @@ def _read(results, name):
     return json.loads((results / f"{name}.json").read_text())
 
 
-def test_arrays_and_a_model_directory_pass_between_vertex_steps(gcp, ctl):
+def test_arrays_and_a_model_directory_pass_between_vertex_steps(gcp, ctl, capfd):
     run = dags().vx_pipeline().test()
     assert run.state == "success"
     assert _read(gcp["results"], "check") == {"score": 2 * TOTAL, "parts": TOTAL, "loaded": TOTAL}
@@ -40,6 +40,12 @@ def test_arrays_and_a_model_directory_pass_between_vertex_steps(gcp, ctl):
     link = rows[("train", "_link_StepJobLink", -1)]
     assert link.startswith("https://console.cloud.google.com/vertex-ai/locations/us-central1/")
     assert "resource.labels.job_id" in rows[("train", "_link_StepLogsLink", -1)]
+    # no experiment, so no experiment link, and Airflow's end-of-task lookup did not ask for it
+    assert rows[("train", "_link_StepExperimentLink", -1)] == ""
+    out, err = capfd.readouterr()
+    assert not [
+        line for line in (out + err).splitlines() if "XCom not found" in line and "_link_" in line
+    ]
     # nothing of the connection reaches a job: only the step's and our own variables
     for job in custom_jobs(gcp["fake"]):
         names = {

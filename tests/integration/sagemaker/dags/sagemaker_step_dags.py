@@ -157,6 +157,22 @@ sm_failure_after_submit()
 
 
 @dag(schedule=None)
+def sm_fails_before_submit():
+    import threading
+
+    SageMakerStepOperator(
+        task_id="unshippable",
+        python_callable=len,
+        op_args=[threading.Lock()],  # no materializer, and cloudpickle refuses it
+        docker=PARENT_ONLY,
+        on_failure_callback=_remember_failure,
+    )
+
+
+sm_fails_before_submit()
+
+
+@dag(schedule=None)
 def sm_spot_resumes():
     @task.sagemaker_step(docker=PARENT_ONLY, spot=True, max_runtime=600)
     def resumable():
