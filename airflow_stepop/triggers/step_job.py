@@ -88,12 +88,15 @@ class StepJobTrigger(BaseTrigger):
         poller = poller_for(self.backend_path, backend, group)
         poller.attach()
         try:
-            async for event in self._watch(poller):
-                yield event
+            event = await self._watch(poller)
         finally:
             await poller.detach()
+        # Clients are closed before the event goes out: a trigger's code after its yield may
+        # never run (``dag.test()`` abandons the generator with its event loop).
+        yield event
 
-    async def _watch(self, poller: JobPoller) -> AsyncIterator[TriggerEvent]:
+    async def _watch(self, poller: JobPoller) -> TriggerEvent:
+        """Follow the job to its end (or the task's deadline): the event that says how."""
         backend = poller.backend  # shared by the group's triggers
         job_id = self.handle["job_id"]
         tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
@@ -125,12 +128,11 @@ class StepJobTrigger(BaseTrigger):
                 if status.held:
                     self.log.warning("Job %s %s; cancelling it", job_id, status.reason)
                     await backend.astop(self.handle)
-                yield self._event(status, tail)
-                return
+                return self._event(status, tail)
             if self.deadline is not None and time.time() >= self.deadline:
                 self.log.error("Job %s passed the task's execution_timeout; stopping it", job_id)
                 await backend.astop(self.handle)
-                yield TriggerEvent(
+                return TriggerEvent(
                     {
                         "status": "timeout",
                         "reason": "execution_timeout reached",
@@ -138,7 +140,6 @@ class StepJobTrigger(BaseTrigger):
                         "log_tail": list(tail),
                     }
                 )
-                return
             # Short jobs finish fast, long ones are polled at poll_interval.
             wait = min(self.poll_interval, wait * 2)
 

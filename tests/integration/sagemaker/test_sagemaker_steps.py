@@ -19,7 +19,7 @@ def _read(results, name):
     return json.loads((results / f"{name}.json").read_text())
 
 
-def test_a_step_runs_as_a_training_job_and_a_plain_task_loads_its_result(aws, ctl):
+def test_a_step_runs_as_a_training_job_and_a_plain_task_loads_its_result(aws, ctl, capfd, caplog):
     run = dags().sm_pipeline().test()
     assert run.state == "success"
     assert _read(aws["results"], "check") == {
@@ -53,6 +53,9 @@ def test_a_step_runs_as_a_training_job_and_a_plain_task_loads_its_result(aws, ct
         answer = aws["s3"].get_object(Bucket=aws["bucket"], Key=f"{run_key}/{name}")
         seen += answer["Body"].read().decode()
     assert secret not in seen and "AIRFLOW_CONN" not in seen and "AWS_SECRET" not in seen
+    # each trigger closed its service clients before its event (dag.test() ends its loop then)
+    out, err = capfd.readouterr()
+    assert "Unclosed" not in out + err + caplog.text
 
 
 def test_a_raising_step_fails_with_the_remote_exception_and_the_failure_reason(aws, ctl):
