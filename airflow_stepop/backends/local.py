@@ -80,7 +80,7 @@ class LocalBackend(StepBackend):
             if request.docker is not None:
                 log.warning("docker= is set but no container engine answers: running as a process")
             handle = self._submit_process(request, job_dir, bundle)
-        _write(job_dir / JOB_RECORD, json.dumps(handle).encode())
+        (job_dir / JOB_RECORD).write_bytes(json.dumps(handle).encode())
         return handle
 
     def _submit_process(self, request: JobRequest, job_dir: Path, bundle: Path) -> dict[str, Any]:
@@ -217,16 +217,6 @@ class LocalBackend(StepBackend):
 
     async def astop(self, handle: dict[str, Any]) -> None:
         await asyncio.to_thread(self.stop, handle)
-
-
-def _write(path: Path, data: bytes) -> None:
-    """A small file, written without the buffered file object ``open()`` builds around it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-    try:
-        while data:
-            data = data[os.write(fd, data) :]
-    finally:
-        os.close(fd)
 
 
 def _exit_status(code: int, stopped: bool) -> JobStatus:

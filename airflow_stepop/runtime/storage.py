@@ -233,7 +233,7 @@ class Storage:
             local.parent.mkdir(parents=True, exist_ok=True)
             temporary = temporary_beside(local)
             try:
-                with open(temporary, "xb", buffering=0) as file:
+                with open(temporary, "xb") as file:  # buffered: writes every byte
                     file.write(data)
                 os.replace(temporary, local)
             except BaseException:
