@@ -292,6 +292,12 @@ class LosesWorkerInSubmit(AzureMLStepOperator):
         backend.submit = submit_then_die
         return backend
 
+    def defer(self, **kwargs):
+        # Only a try that re-attached gets here; until then the try-1 job must stay alive,
+        # or the retry's List call would find no live job.
+        open(f"{RESULTS}/release", "w").close()
+        super().defer(**kwargs)
+
 
 @dag(schedule=None)
 def aml_lost_worker():
@@ -302,7 +308,6 @@ def aml_lost_worker():
         docker=PARENT_ONLY,
         retries=1,
         retry_delay=timedelta(seconds=0),
-        on_retry_callback=lambda context: open(f"{RESULTS}/release", "w").close(),
     )
 
 
