@@ -175,7 +175,7 @@ sm_fails_before_submit()
 @dag(schedule=None)
 def sm_spot_resumes():
     @task.sagemaker_step(docker=PARENT_ONLY, spot=True, max_runtime=600)
-    def resumable():
+    def resumable(checkpointed: str):
         import time
         from pathlib import Path
 
@@ -185,10 +185,11 @@ def sm_spot_resumes():
             return f"resumed at epoch {state.read_text()}"
         checkpoints.mkdir(parents=True, exist_ok=True)
         state.write_text("7")
+        open(checkpointed, "w").close()  # only now does the test let the interruption come
         time.sleep(120)  # the spot interruption comes before this ends
         return "never interrupted"
 
-    resumable()
+    resumable(f"{RESULTS}/checkpointed")
 
 
 sm_spot_resumes()
