@@ -10,6 +10,7 @@ import pytest
 
 from airflow_stepop import ArtifactRef
 from tests.integration.azureml.conftest import dags, jobs, run_details, xcoms
+from tests.integration.faults import preempt_once_signalled
 from tests.waiting import wait_for
 
 BASE = "127.0.0.1:5000/stepop-base/python:3.11-bookworm"
@@ -123,8 +124,11 @@ def test_the_execution_timeout_cancels_the_job(azure, ctl):
     assert ctl.counters()["Jobs_Cancel"] == 1
 
 
-def test_a_spot_preemption_resumes_from_the_checkpoint(azure, ctl):
-    ctl.add_faults({"kind": "preempt", "after_seconds": 1.5, "match": "resumable", "count": 1})
+def test_a_spot_preemption_resumes_from_the_checkpoint(azure, ctl, monkeypatch):
+    # preempted once its first attempt has checkpointed, not 1.5 s after the start, which a
+    # step slower to start (a loaded CI machine) had not reached
+    preempt_once_signalled(monkeypatch, azure["fake"], azure["results"] / "checkpointed")
+    ctl.add_faults({"kind": "preempt", "match": "resumable", "count": 1})
     run = dags().aml_spot_resumes().test()
     assert run.state == "success"
     assert xcoms(run)[("resumable", "return_value", -1)] == "resumed at epoch 7"

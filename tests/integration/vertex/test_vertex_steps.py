@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from airflow_stepop import ArtifactRef
+from tests.integration.faults import preempt_once_signalled
 from tests.integration.vertex.conftest import custom_jobs, dags, xcoms
 
 TOTAL = float(sum(range(100_000)))
@@ -105,8 +106,11 @@ def test_a_paused_job_is_never_taken_as_success_and_is_cancelled(gcp, ctl):
     wait_for(lambda: newest_state() == "JOB_STATE_CANCELLED", 30, "the paused job is cancelled")
 
 
-def test_a_spot_preemption_resumes_from_the_checkpoint(gcp, ctl):
-    ctl.add_faults({"kind": "preempt", "after_seconds": 3.0, "match": "resumable", "count": 1})
+def test_a_spot_preemption_resumes_from_the_checkpoint(gcp, ctl, vertex_fake, monkeypatch):
+    # preempted once its first attempt has checkpointed, not 3 s after the start, which a
+    # step slower to start (a loaded CI machine) had not reached
+    preempt_once_signalled(monkeypatch, vertex_fake, gcp["results"] / "checkpointed")
+    ctl.add_faults({"kind": "preempt", "match": "resumable", "count": 1})
     run = dags().vx_spot_resumes().test()
     assert run.state == "success"
     assert xcoms(run)[("resumable", "return_value", -1)] == "resumed at epoch 7"

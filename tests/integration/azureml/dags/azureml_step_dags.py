@@ -169,7 +169,7 @@ aml_timeout()
 @dag(schedule=None)
 def aml_spot_resumes():
     @task.azureml_step(docker=PARENT_ONLY, spot=True, max_runtime=600)
-    def resumable():
+    def resumable(checkpointed: str):
         import time
         from pathlib import Path
 
@@ -178,10 +178,11 @@ def aml_spot_resumes():
         if state.exists():
             return f"resumed at epoch {state.read_text()}"
         state.write_text("7")
+        open(checkpointed, "w").close()  # only now does the test let the preemption come
         time.sleep(120)  # the preemption comes before this ends
         return "never preempted"
 
-    resumable()
+    resumable(f"{RESULTS}/checkpointed")
 
 
 aml_spot_resumes()

@@ -132,7 +132,7 @@ vx_retry_reattaches()
 @dag(schedule=None)
 def vx_spot_resumes():
     @task.vertex_step(docker=PARENT_ONLY, spot=True, max_runtime=600)
-    def resumable():
+    def resumable(checkpointed: str):
         import time
         from pathlib import Path
 
@@ -140,10 +140,11 @@ def vx_spot_resumes():
         if state.exists():
             return f"resumed at epoch {state.read_text()}"
         state.write_text("7")
+        open(checkpointed, "w").close()  # only now does the test let the preemption come
         time.sleep(120)  # the preemption comes before this ends
         return "never preempted"
 
-    resumable()
+    resumable(f"{RESULTS}/checkpointed")
 
 
 vx_spot_resumes()
