@@ -20,6 +20,7 @@ from airflow_stepop.packaging.staging import StepIdentity, stage_step
 from airflow_stepop.runtime.storage import Storage
 from airflow_stepop.triggers.step_job import StepJobTrigger
 from tests.processes import process_alive
+from tests.waiting import wait_for
 
 RUN_ID = f"run-{uuid.uuid4().hex[:8]}"  # container names are global to the engine
 
@@ -170,11 +171,8 @@ def test_user_kill_stops_the_job(tmp_path, steps):
     pid_file, release = tmp_path / "pid", tmp_path / "never"
     backend, handle, trigger, storage = _submit(tmp_path, steps.held, [str(pid_file), str(release)])
 
-    async def kill_when_running():
-        for _ in range(200):
-            if pid_file.exists():
-                break
-            await asyncio.sleep(0.05)
+    async def kill_when_running():  # never before the step runs: a slow start is no reason
+        await asyncio.to_thread(wait_for, pid_file.exists, 120, "the step to record its pid")
         await trigger.on_kill()
 
     asyncio.run(kill_when_running())
