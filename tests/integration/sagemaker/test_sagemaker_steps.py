@@ -301,8 +301,13 @@ def test_concurrent_steps_share_one_list_per_poll_and_one_describe_per_finished_
 
     from airflow_stepop.triggers.step_job import StepJobTrigger
 
-    monkeypatch.setenv("STEPOP_FAKE_TIMER_SECONDS", "8")  # longer than the first poll (5 s)
-    ctl.mode("timer")  # jobs end on a timer, no process: the control plane alone is measured
+    # Jobs end on a timer, no process: the control plane alone is measured. They end once the
+    # first poll round has listed them (the epoch in end_file), not a fixed time after their
+    # start: on a slow machine that time could pass before the first round (5 s after the
+    # triggers start), and one List of no running jobs then passed without any batching.
+    end_file = aws["results"] / "end"
+    monkeypatch.setenv("STEPOP_FAKE_TIMER_END_FILE", str(end_file))
+    ctl.mode("timer")
     client = boto3.client("sagemaker", endpoint_url=aws["fake"])
     stamp, handles = uuid.uuid4().hex[:6], []
     for i in range(12):
@@ -332,11 +337,20 @@ def test_concurrent_steps_share_one_list_per_poll_and_one_describe_per_finished_
             async for event in trigger.run():
                 return event.payload["status"]
 
-        return await asyncio.gather(*(one(t) for t in triggers))
+        async def end_after_the_first_round() -> None:
+            while "ListTrainingJobs" not in await asyncio.to_thread(ctl.counters):
+                await asyncio.sleep(0.05)
+            end_file.write_text(str(time.time()))
+
+        ender = asyncio.ensure_future(end_after_the_first_round())
+        statuses = await asyncio.gather(*(one(t) for t in triggers))
+        await ender
+        return statuses
 
     ctl.reset()
     assert asyncio.run(watch_all()) == ["succeeded"] * 12
     counters = ctl.counters()
     assert counters["DescribeTrainingJob"] == 12  # the final facts of each job, nothing more
-    # one page per poll round for all twelve jobs, not one describe per job per poll
-    assert 1 <= counters["ListTrainingJobs"] < counters["DescribeTrainingJob"]
+    # one page per poll round for all twelve jobs (a round with all of them running, and the
+    # rounds until they ended), not one describe per job per poll
+    assert 2 <= counters["ListTrainingJobs"] < counters["DescribeTrainingJob"]
