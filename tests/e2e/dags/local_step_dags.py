@@ -94,11 +94,10 @@ multiple_outputs_step()
 @dag(schedule=None)
 def step_times_out():
     @task.local_step(execution_timeout=timedelta(seconds=5), on_failure_callback=_remember_failure)
-    def sleepy(pid_file: str):
-        record_pid(pid_file)
+    def sleepy():
         wait_for_file("/nonexistent/never", timeout=600)
 
-    sleepy(f"{RESULTS}/sleepy.pid")
+    sleepy()
 
 
 step_times_out()
