@@ -32,8 +32,29 @@ class CodeBundleError(RuntimeError):
     """The code bundle is missing or is not the one the spec names."""
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise StepStopped("the job received SIGTERM (stopped by the user, a timeout or the service)")
+class _StopSignal:
+    """The SIGTERM handler: the first SIGTERM raises StepStopped in the step; later ones do not.
+
+    A stop often arrives more than once (a service's entry script and the local supervisor
+    each forward it, a stop request and a timeout cross). Raising again would interrupt the
+    step's own clean-up or the runtime's failure report (error.json) with a second exception.
+    Later SIGTERMs are ignored: a step that swallows StepStopped keeps running until the
+    backend's grace period ends and it is killed (SIGKILL), never longer. ``disarm()`` makes
+    even the first SIGTERM a no-op, while the runtime writes its report and exits.
+    """
+
+    def __init__(self) -> None:
+        self.armed = True
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.armed:
+            self.armed = False
+            raise StepStopped(
+                "the job received SIGTERM (stopped by the user, a timeout or the service)"
+            )
+
+    def disarm(self) -> None:
+        self.armed = False
 
 
 class StepRun:
@@ -174,16 +195,19 @@ def main(argv: list[str] | None = None) -> int:
         help=f"where results go (default: the spec's directory; env {OUTPUT_URI_ENV})",
     )
     options = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    stop = _StopSignal()
+    signal.signal(signal.SIGTERM, stop)
     run = StepRun(options.spec_uri, Storage.from_env(), options.output_uri)
     try:
         manifest = run.run()
     except BaseException as exc:  # the error document is the step's failure report
+        stop.disarm()  # a SIGTERM from now on must not cut the report short
         traceback.print_exc()
         try:
             run.write_error(exc)
         except Exception:
             traceback.print_exc()
         return 143 if isinstance(exc, StepStopped) else 1
+    stop.disarm()  # result.json is written: the step is done
     print(f"[stepop] step finished in {manifest['duration_s']}s", flush=True)
     return 0

@@ -1,0 +1,102 @@
+"""A stopped step (SIGTERM) still leaves its failure report, however many SIGTERMs come."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+from airflow_stepop.packaging.staging import StepIdentity, stage_step
+from airflow_stepop.runtime.storage import Storage
+
+
+@pytest.fixture
+def stop_steps(tmp_path, monkeypatch):
+    """Steps that stop themselves, importable by name (no Airflow import in their module)."""
+    code = tmp_path / "code"
+    code.mkdir()
+    name = f"stop_steps_{uuid.uuid4().hex[:8]}"
+    (code / f"{name}.py").write_text(
+        textwrap.dedent(
+            """
+            import os, signal, sys
+
+            class _SecondStop:
+                # A second SIGTERM (one forwarded by each of two layers) that arrives while
+                # the runtime writes the report of the first: on its first write to stderr.
+                def __init__(self, stream):
+                    self.stream, self.sent = stream, False
+
+                def write(self, text):
+                    if not self.sent:
+                        self.sent = True
+                        os.kill(os.getpid(), signal.SIGTERM)
+                    return self.stream.write(text)
+
+                def flush(self):
+                    self.stream.flush()
+
+            def stopped_twice():
+                sys.stderr = _SecondStop(sys.stderr)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return "not stopped"
+
+            def fails_then_stopped():
+                sys.stderr = _SecondStop(sys.stderr)
+                raise ValueError("the step's own failure")
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(code))
+    module = __import__(name)
+    yield module
+    sys.modules.pop(name, None)
+
+
+def _run_step(tmp_path, function):
+    storage = Storage()
+    staged = stage_step(
+        function,
+        [],
+        {},
+        root=f"file://{tmp_path}/root",
+        step=StepIdentity("dag", "run", function.__name__, -1, 1),
+        storage=storage,
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    process = subprocess.run(
+        [sys.executable, "-m", "airflow_stepop.runtime", staged.spec_uri],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    error_uri = staged.run_uri + "/error.json"
+    error = storage.read_json(error_uri) if storage.exists(error_uri) else None
+    return process, error
+
+
+def test_a_second_sigterm_during_the_report_leaves_the_report_whole(tmp_path, stop_steps):
+    process, error = _run_step(tmp_path, stop_steps.stopped_twice)
+
+    assert error is not None, process.stderr  # the report was written
+    assert error["type"] == "StepStopped"
+    assert "stopped_twice" in error["traceback"]
+    assert process.returncode == 143, process.stderr
+    assert "During handling of the above exception" not in process.stderr
+    assert process.stderr.count("Traceback (most recent call last)") == 1, process.stderr
+
+
+def test_a_sigterm_while_a_failed_steps_report_is_written_keeps_the_steps_error(
+    tmp_path, stop_steps
+):
+    process, error = _run_step(tmp_path, stop_steps.fails_then_stopped)
+
+    assert error is not None, process.stderr
+    assert (error["type"], error["message"]) == ("ValueError", "the step's own failure")
+    assert process.returncode == 1, process.stderr
+    assert "StepStopped" not in process.stderr
