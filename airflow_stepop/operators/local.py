@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_stepop import config
+from airflow_stepop.backends.local_config import check_root
 from airflow_stepop.operators.base import BaseStepOperator
 
 if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not need it
@@ -13,6 +14,21 @@ if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not nee
 
 class LocalStepOperator(BaseStepOperator):
     """Run the callable as a detached local process, or in a container when ``docker=`` is set."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if self.artifact_root is not None:
+            check_root(f"{self._owner()}.artifact_root", self.artifact_root)
+
+    def _owner(self) -> str:
+        return getattr(self, "custom_operator_name", None) or type(self).__name__
+
+    def step_artifact_root(self) -> str:
+        """The root the step stages to, checked before anything is uploaded there."""
+        root = super().step_artifact_root()
+        if not self.artifact_root:  # from the configuration, read only now
+            check_root(f"[{config.SECTION}] artifact_root", root)
+        return root
 
     def make_backend(self) -> LocalBackend:
         from airflow_stepop.backends.local import LocalBackend

@@ -1,0 +1,77 @@
+"""LocalStepOperator's artifact root: refused when the DAG declares the step, or before any
+upload when it comes from the configuration."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from types import SimpleNamespace
+
+import fsspec
+import pytest
+from airflow.sdk import DAG
+from airflow.sdk.bases.operator import ExecutorSafeguard
+
+from airflow_stepop import LocalStepOperator
+from airflow_stepop.settings import SettingsError
+
+
+@pytest.mark.parametrize(
+    ("root", "problem"),
+    [
+        ("s3://bucket/x", "is not a local directory"),
+        ("gs://bucket/x", "is not a local directory"),
+        ("stepop-artifacts", "is not an absolute local path"),
+        ("file://data/stepop", "is not an absolute local path"),  # would write to /stepop
+    ],
+)
+def test_a_root_the_jobs_cannot_read_is_refused_when_the_step_is_declared(root, problem):
+    with pytest.raises(SettingsError) as refused, DAG("wrong_root", schedule=None):
+        LocalStepOperator(task_id="t", python_callable=len, artifact_root=root)
+    message = str(refused.value)
+    assert f"LocalStepOperator.artifact_root={root!r} {problem}" in message
+    assert "file:// URL or an absolute path such as 'file:///data/stepop'" in message
+    assert "[stepop] sagemaker_artifact_root" in message
+
+
+def test_the_decorator_refuses_it_at_parse_time():
+    from airflow.sdk import dag, task
+
+    with pytest.raises(SettingsError, match=r"@task.local_step.artifact_root='s3://bucket/x'"):
+
+        @dag(schedule=None)
+        def wrong():
+            @task.local_step(artifact_root="s3://bucket/x")
+            def step():
+                return 1
+
+            step()
+
+        wrong()
+
+
+@pytest.mark.parametrize(
+    "root", ["file:///data/stepop", "file://localhost/data/stepop", "/data/stepop"]
+)
+def test_local_roots_are_accepted(root):
+    with DAG("local_root", schedule=None):
+        op = LocalStepOperator(task_id="t", python_callable=len, artifact_root=root)
+    assert op.step_artifact_root() == root
+
+
+def test_a_configured_remote_root_is_refused_before_anything_is_uploaded(monkeypatch, tmp_path):
+    from airflow.sdk.io.fs import _register_filesystems
+
+    # a remote filesystem in this process, registered with Airflow as a provider's would be
+    memory = fsspec.filesystem("memory")
+    monkeypatch.setitem(_register_filesystems(), "memory", lambda conn_id, options: memory)
+    root = f"memory://stepop-{uuid.uuid4().hex[:8]}/x"
+    monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", root)
+    monkeypatch.setenv("AIRFLOW__STEPOP__LOCAL_JOBS_DIR", str(tmp_path / "jobs"))
+    op = LocalStepOperator(task_id="t", python_callable=json.dumps, op_args=[1])
+    ti = SimpleNamespace(dag_id="d", run_id="r", task_id="t", map_index=-1, try_number=1)
+
+    with pytest.raises(SettingsError, match=rf"\[stepop\] artifact_root='{root}' is not a local"):
+        op.execute({"ti": ti}, LocalStepOperator__sentinel=ExecutorSafeguard.sentinel_value)
+    assert not memory.exists(root.split("://", 1)[1])  # no code bundle, no spec
+    assert not (tmp_path / "jobs").exists()  # and no job
