@@ -2,10 +2,11 @@
 
 Generic over backends: it rebuilds the backend from its import path and keyword arguments and
 only calls the async half of the StepBackend contract. It holds a wall-clock deadline (the
-task's ``execution_timeout``), never an attempt counter; on the deadline it stops the job. On a
-user kill (mark failed/success, clear) Airflow awaits ``on_kill``, which stops the job; a
-triggerer restart does not stop it. ``run()`` has no side effect that cannot be repeated, so a
-second copy under triggerer HA is harmless.
+task's ``execution_timeout``), never an attempt counter; on the deadline it stops the job
+(within a poll round of it: no wait between polls runs past it). On a user kill (mark
+failed/success, clear) Airflow awaits ``on_kill``, which stops the job; a triggerer restart does
+not stop it. ``run()`` has no side effect that cannot be repeated, so a second copy under
+triggerer HA is harmless.
 
 Many steps, few calls: the job's state comes from the poll group's shared poller
 (``poller.py``), the backend's log calls take tokens of a per-process budget (``[stepop]
@@ -107,16 +108,24 @@ class StepJobTrigger(BaseTrigger):
         failures = 0
         self.log.info("Waiting for job %s", job_id)
         while True:
+            # The wait never runs past the deadline: the poller answers with its first round at
+            # or after ``due`` (no sooner than first_poll_seconds after its previous round), so
+            # a job is stopped within a round of its deadline, not up to a poll interval late.
+            left = self._seconds_left()
+            at_deadline = left is not None and left <= wait
+            due = time.monotonic() + (max(0.0, left) if at_deadline else wait)
             try:
-                status = await poller.status(self.handle, time.monotonic() + wait)
+                status = await poller.status(self.handle, due)
                 if status.terminal and not status.details:
                     status = await backend.astatus(self.handle)  # final facts: one describe
                 failures = 0
             except Exception as exc:
                 if not backend.is_transient(exc):
                     raise
+                if at_deadline:  # the service does not answer, but the deadline holds
+                    return await self._time_out(backend, tail)
                 failures += 1
-                await self._back_off(f"Polling {job_id}", exc, failures)
+                await self._back_off(f"Polling {job_id}", exc, failures, limit=self._seconds_left())
                 continue
             lines, cursor = await self._relay(backend, cursor, final=status.terminal)
             for line in lines:
@@ -129,19 +138,27 @@ class StepJobTrigger(BaseTrigger):
                     self.log.warning("Job %s %s; cancelling it", job_id, status.reason)
                     await backend.astop(self.handle)
                 return self._event(status, tail)
-            if self.deadline is not None and time.time() >= self.deadline:
-                self.log.error("Job %s passed the task's execution_timeout; stopping it", job_id)
-                await backend.astop(self.handle)
-                return TriggerEvent(
-                    {
-                        "status": "timeout",
-                        "reason": "execution_timeout reached",
-                        "handle": self.handle,
-                        "log_tail": list(tail),
-                    }
-                )
+            if at_deadline:  # this round came at or after the deadline
+                return await self._time_out(backend, tail)
             # Short jobs finish fast, long ones are polled at poll_interval.
             wait = min(self.poll_interval, wait * 2)
+
+    def _seconds_left(self) -> float | None:
+        """Seconds to the task's deadline (negative once passed); None without one."""
+        return None if self.deadline is None else self.deadline - time.time()
+
+    async def _time_out(self, backend: StepBackend, tail: collections.deque[str]) -> TriggerEvent:
+        job_id = self.handle["job_id"]
+        self.log.error("Job %s passed the task's execution_timeout; stopping it", job_id)
+        await backend.astop(self.handle)
+        return TriggerEvent(
+            {
+                "status": "timeout",
+                "reason": "execution_timeout reached",
+                "handle": self.handle,
+                "log_tail": list(tail),
+            }
+        )
 
     async def _relay(
         self, backend: StepBackend, cursor: Any, *, final: bool
@@ -172,9 +189,14 @@ class StepJobTrigger(BaseTrigger):
             return lines, cursor
         return [], cursor
 
-    async def _back_off(self, what: str, exc: BaseException, failures: int) -> None:
+    async def _back_off(
+        self, what: str, exc: BaseException, failures: int, limit: float | None = None
+    ) -> None:
+        """Pause before a retry (jittered, growing with ``failures``), at most ``limit`` s."""
         delay = min(self.poll_interval * 2**failures, MAX_BACKOFF_SECONDS)
         delay *= random.uniform(0.5, 1.0)  # jitter: many triggers must not retry in step
+        if limit is not None:
+            delay = max(0.0, min(delay, limit))
         self.log.warning("%s failed (%s); retrying in %.0fs", what, exc, delay)
         await asyncio.sleep(delay)
 

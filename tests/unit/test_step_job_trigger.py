@@ -1,0 +1,190 @@
+"""The step trigger's deadline: the task's execution_timeout stops the job within a poll round.
+
+The trigger reads the time through its module's ``time``; these tests give it a clock that only
+moves when the trigger waits (for a poll round or a back-off), so where each round falls is
+exact whatever the machine's load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from airflow_stepop.backends.base import JobStatus, StepBackend
+from airflow_stepop.triggers import step_job
+from airflow_stepop.triggers.poller import poller_for
+from airflow_stepop.triggers.step_job import StepJobTrigger
+
+START = 1_900_000_000.0  # wall-clock seconds when the trigger starts
+
+
+class Clock:
+    """``time.time`` and ``time.monotonic`` that move only when the trigger waits."""
+
+    def __init__(self) -> None:
+        self.elapsed = 0.0
+
+    def time(self) -> float:
+        return START + self.elapsed
+
+    def monotonic(self) -> float:
+        return self.elapsed
+
+    def until(self, due: float) -> None:
+        self.elapsed = max(self.elapsed, due)
+
+
+class RunningBackend(StepBackend):
+    """A job that runs until stopped; records when it was stopped (wall clock)."""
+
+    first_poll_seconds = 0.25
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.stopped_at: list[float] = []
+
+    def serialize(self):
+        return {}
+
+    def submit(self, request):
+        raise NotImplementedError
+
+    def find_active(self, task_key):
+        return None
+
+    def stop(self, handle):
+        raise NotImplementedError
+
+    async def astop(self, handle):
+        self.stopped_at.append(self.clock.time())
+
+    async def alogs(self, handle, cursor):
+        return [], cursor
+
+    async def astatus(self, handle):
+        return JobStatus("running")
+
+
+class Poller:
+    """The poll group's poller as the trigger sees it: a round at each ``due``, never sooner."""
+
+    def __init__(self, backend: RunningBackend, clock: Clock, error: Exception | None = None):
+        self.backend = backend
+        self.clock = clock
+        self.error = error
+        self.dues: list[float] = []
+
+    async def status(self, handle, due):
+        if len(self.dues) >= 100:
+            raise AssertionError(f"still polling after 100 rounds; dues {self.dues[:12]}...")
+        self.dues.append(due)
+        self.clock.until(due)
+        if self.error is not None:
+            raise self.error
+        return JobStatus("running")
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(step_job, "time", clock)
+    return clock
+
+
+def _trigger(tmp_path, *, deadline: float | None, poll_interval: float = 5.0) -> StepJobTrigger:
+    handle = {"job_id": "dag-task-t1", "run_uri": tmp_path.as_uri(), "submitted_at": START}
+    return StepJobTrigger(
+        backend_path="tests.RunningBackend",
+        backend_kwargs={},
+        handle=handle,
+        poll_interval=poll_interval,
+        deadline=deadline,
+    )
+
+
+def test_a_deadline_between_two_polls_stops_the_job_at_the_deadline_not_a_poll_later(
+    clock, tmp_path
+):
+    """8 s timeout, 5 s poll interval: rounds at 0.25, 0.75, 1.75, 3.75, 7.75 s, then the wait
+    to the next (12.75 s) is cut to the deadline: the job was stopped ~5 s late before."""
+    backend = RunningBackend(clock)
+    poller = Poller(backend, clock)
+    event = asyncio.run(_trigger(tmp_path, deadline=START + 8.0)._watch(poller))
+    assert event.payload["status"] == "timeout"
+    assert poller.dues == pytest.approx([0.25, 0.75, 1.75, 3.75, 7.75, 8.0])
+    assert backend.stopped_at == [pytest.approx(START + 8.0)]
+
+
+def test_a_trigger_resumed_past_the_deadline_stops_the_job_after_one_round(clock, tmp_path):
+    backend = RunningBackend(clock)
+    poller = Poller(backend, clock)
+    event = asyncio.run(_trigger(tmp_path, deadline=START - 30.0)._watch(poller))
+    assert event.payload["status"] == "timeout"
+    assert poller.dues == [0.0] and len(backend.stopped_at) == 1
+
+
+def test_a_service_that_stops_answering_still_has_its_job_stopped_at_the_deadline(
+    clock, tmp_path, monkeypatch
+):
+    """Back-offs after failed polls (5-60 s) end at the deadline too, and a failed poll at the
+    deadline stops the job: before, the trigger backed off forever while the polls failed."""
+
+    async def sleep(delay):
+        clock.until(clock.monotonic() + delay)
+
+    monkeypatch.setattr(step_job.asyncio, "sleep", sleep)
+    backend = RunningBackend(clock)
+    poller = Poller(backend, clock, error=ConnectionError("the service does not answer"))
+    event = asyncio.run(_trigger(tmp_path, deadline=START + 8.0)._watch(poller))
+    assert event.payload["status"] == "timeout"
+    assert backend.stopped_at == [pytest.approx(START + 8.0)]
+    assert max(poller.dues) == pytest.approx(8.0)
+
+
+def test_without_a_deadline_the_wait_grows_to_the_poll_interval(clock, tmp_path):
+    class Ends(Poller):
+        async def status(self, handle, due):
+            await super().status(handle, due)
+            if len(self.dues) < 8:
+                return JobStatus("running")
+            return JobStatus("succeeded", details={"billable_seconds": 30})
+
+    backend = RunningBackend(clock)
+    poller = Ends(backend, clock)
+    event = asyncio.run(_trigger(tmp_path, deadline=None)._watch(poller))
+    assert event.payload["status"] == "succeeded" and backend.stopped_at == []
+    waits = [b - a for a, b in zip([0.0, *poller.dues], poller.dues, strict=False)]
+    assert waits == pytest.approx([0.25, 0.5, 1, 2, 4, 5, 5, 5])
+
+
+class ListingBackend(RunningBackend):
+    first_poll_seconds = 0.01
+
+    def __init__(self) -> None:
+        super().__init__(Clock())
+        self.listed: list[list[str]] = []
+
+    async def astatuses(self, handles):
+        self.listed.append([h["job_id"] for h in handles])
+        return {h["job_id"]: JobStatus("running") for h in handles}
+
+
+def test_the_poller_runs_a_round_for_a_trigger_due_before_the_others():
+    """A trigger whose wait was cut to its deadline gets its round then, although the other
+    triggers of its poll group wait a whole poll interval (the poller wakes for it)."""
+    backend = ListingBackend()
+
+    async def ask():
+        poller = poller_for("tests.ListingBackend.deadline", backend)
+        later = asyncio.ensure_future(poller.status({"job_id": "late"}, time.monotonic() + 3600))
+        await asyncio.sleep(0)  # the poller now sleeps until the late trigger is due
+        soon = poller.status({"job_id": "soon"}, time.monotonic() + 0.05)
+        answer = await asyncio.wait_for(soon, 60)  # a hang guard, not a timing
+        later.cancel()
+        return poller, answer
+
+    poller, answer = asyncio.run(ask())
+    assert answer.state == "running" and poller.rounds == 1
+    assert backend.listed == [["late", "soon"]]  # one round answers every waiting trigger
