@@ -55,6 +55,25 @@ def seconds(owner: str, name: str, value: Any, *, low: int, high: int, service: 
     return result
 
 
+# How long a job may run past the task's execution_timeout before the service's own limit ends
+# it. The trigger stops the job at the deadline itself (within a poll round, 5 s on the clouds);
+# the service's limit is the backstop for when no trigger watches. Five minutes cover a
+# triggerer failover (Airflow moves a dead triggerer's triggers after its 30 s health-check
+# threshold), a triggerer restart and a few throttled calls, and bound what an unwatched job
+# can cost past its deadline to five minutes of its machines.
+RUNTIME_GRACE = timedelta(minutes=5)
+
+
+def runtime_limit(execution_timeout: Any, *, high: int, otherwise: int) -> int:
+    """The service's runtime limit (seconds) of a step that sets no ``max_runtime``: the task's
+    ``execution_timeout`` plus ``RUNTIME_GRACE``, at most the service's ``high``; ``otherwise``
+    without an ``execution_timeout``. Never the deadline itself: the service would end the job
+    first, failing the task with its own reason instead of ``AirflowTaskTimeout``."""
+    if not isinstance(execution_timeout, timedelta):
+        return otherwise
+    return min(high, max(1, math.ceil((execution_timeout + RUNTIME_GRACE).total_seconds())))
+
+
 def conn_id(owner: str, name: str, value: Any, example: str) -> str | None:
     if value is not None and (not isinstance(value, str) or not CONN_ID.match(value)):
         raise SettingsError(

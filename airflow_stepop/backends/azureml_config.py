@@ -7,7 +7,6 @@ size comes from ``instance_type=`` or from ``resources=`` through the packaged c
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -137,13 +136,13 @@ class AzureMLJobConfig:
         self, *, dag_id: str, execution_timeout: timedelta | None, default_instance_type: str
     ) -> AzureMLJobConfig:
         """Defaults that depend on the task or on [stepop] options (read at execute time)."""
-        runtime = self.max_runtime_s
-        if runtime is None and isinstance(execution_timeout, timedelta):
-            runtime = min(MAX_RUNTIME_LIMIT, max(1, math.ceil(execution_timeout.total_seconds())))
+        runtime = self.max_runtime_s or check.runtime_limit(
+            execution_timeout, high=MAX_RUNTIME_LIMIT, otherwise=DEFAULT_RUNTIME
+        )
         return replace(
             self,
             instance_type=self.instance_type or (None if self.compute else default_instance_type),
-            max_runtime_s=runtime or DEFAULT_RUNTIME,
+            max_runtime_s=runtime,
             experiment_name=self.experiment_name or experiment_for(dag_id),
         )
 

@@ -3,12 +3,12 @@
 ``SageMakerArguments.check`` runs at DAG parse time (a wrong value fails the import, naming
 the argument, the value and a valid example; ``resources=`` is resolved to the cheapest fitting
 instance type now). ``job_config`` adds what is only known at run time (the default role and
-instance type from ``[stepop]``, ``max_runtime`` from ``execution_timeout``, rendered templates).
+instance type from ``[stepop]``, ``max_runtime`` from ``execution_timeout`` plus a grace (see
+``arguments.runtime_limit``), rendered templates).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
@@ -20,6 +20,7 @@ from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsEr
 
 CATALOG = "sagemaker_training"
 MAX_RUNTIME_LIMIT = 28 * 24 * 3600  # SageMaker's MaxRuntimeInSeconds ceiling (28 days)
+DEFAULT_RUNTIME = 24 * 3600  # without max_runtime and execution_timeout
 KEEP_ALIVE_LIMIT = 3600
 SERVICE = "SageMaker"
 _INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9-]+\.[a-z0-9]+")
@@ -41,7 +42,7 @@ class SageMakerJobConfig:
     instance_type: str
     instance_count: int = 1
     volume_size_gb: int = 30
-    max_runtime_s: int = 86400
+    max_runtime_s: int = DEFAULT_RUNTIME
     spot: bool = False
     max_wait_s: int | None = None
     keep_alive_s: int | None = None
@@ -209,10 +210,9 @@ class SageMakerArguments:
                 f"{config.artifact_root_options('sagemaker')} to e.g. 's3://my-bucket/stepop'."
             )
         instance_type = self.instance_type or config.get("sagemaker_default_instance_type")
-        runtime = self.max_runtime_s
-        if runtime is None and isinstance(execution_timeout, timedelta):
-            runtime = min(MAX_RUNTIME_LIMIT, max(1, math.ceil(execution_timeout.total_seconds())))
-        runtime = runtime or 86400
+        runtime = self.max_runtime_s or check.runtime_limit(
+            execution_timeout, high=MAX_RUNTIME_LIMIT, otherwise=DEFAULT_RUNTIME
+        )
         wait = self.max_wait_s
         if self.spot and wait is None:
             wait = min(2 * runtime, 2 * MAX_RUNTIME_LIMIT)

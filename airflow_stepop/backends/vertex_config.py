@@ -9,7 +9,6 @@ accelerator type, count); a catalog row names a machine with GPUs as
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -124,10 +123,10 @@ class VertexJobConfig:
         if max_runtime is not None:
             runtime = check.seconds(OWNER, "max_runtime", max_runtime, low=1, high=MAX_RUNTIME_S,
                                     service="Vertex AI")  # fmt: skip
-        elif isinstance(execution_timeout, timedelta):
-            runtime = min(MAX_RUNTIME_S, max(1, math.ceil(execution_timeout.total_seconds())))
-        else:
-            runtime = DEFAULT_RUNTIME_S
+        else:  # the task's deadline plus a grace: the trigger, not Vertex, ends a late job
+            runtime = check.runtime_limit(
+                execution_timeout, high=MAX_RUNTIME_S, otherwise=DEFAULT_RUNTIME_S
+            )
         check.boolean(OWNER, "spot", spot)
         check.boolean(OWNER, "restart_on_worker_restart", restart_on_worker_restart)
         check.matching(OWNER, "service_account", service_account, _ACCOUNT, "a service account",

@@ -92,13 +92,23 @@ def test_defaults_at_execute_time_come_from_the_task():
         execution_timeout=timedelta(minutes=90),
         default_instance_type="Standard_DS3_v2",
     )
-    assert job.max_runtime_s == 5400
+    # 5 minutes past the deadline: the trigger cancels the job first (AirflowTaskTimeout), and
+    # limits.timeout only ends a job nobody watches
+    assert job.max_runtime_s == 5700
     assert job.experiment_name == "nightly_train-v2"
     assert job.instance_type == "Standard_DS3_v2"
     kept = config(max_runtime=60, experiment_name="exp").completed(
         dag_id="d", execution_timeout=None, default_instance_type="Standard_DS3_v2"
     )
     assert (kept.max_runtime_s, kept.experiment_name) == (60, "exp")
+    own = config(max_runtime=60).completed(
+        dag_id="d", execution_timeout=timedelta(minutes=90), default_instance_type="x"
+    )
+    assert own.max_runtime_s == 60  # the user's own limit, as given
+    longest = config().completed(
+        dag_id="d", execution_timeout=timedelta(days=30), default_instance_type="x"
+    )
+    assert longest.max_runtime_s == 30 * 24 * 3600  # Azure ML's maximum
     assert (
         config()
         .completed(dag_id="d", execution_timeout=None, default_instance_type="x")

@@ -72,13 +72,23 @@ def test_resources_resolve_to_the_cheapest_type_and_an_explicit_type_wins():
     assert explicit.sagemaker.instance_type == "ml.p3.2xlarge"
 
 
-def test_max_runtime_defaults_to_execution_timeout_and_spot_waits_twice_as_long(monkeypatch):
+def test_max_runtime_defaults_to_execution_timeout_plus_a_grace_and_spot_waits_twice_as_long(
+    monkeypatch,
+):
     monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ROLE", "stepop-role")
     monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", "s3://bucket/stepop")
+    # 5 minutes past the deadline: the trigger stops the job first (AirflowTaskTimeout), and
+    # MaxRuntimeInSeconds only ends a job nobody watches
     job = _op(execution_timeout=timedelta(minutes=90), spot=True)._job_config()
-    assert job.max_runtime_s == 5400 and job.max_wait_s == 10800
+    assert job.max_runtime_s == 5700 and job.max_wait_s == 11400
     assert job.instance_type == "ml.m5.large"  # [stepop] sagemaker_default_instance_type
     assert job.role == "stepop-role"
+    assert _op()._job_config().max_runtime_s == 24 * 3600
+    longest = _op(execution_timeout=timedelta(days=28))._job_config()
+    assert longest.max_runtime_s == 28 * 24 * 3600  # SageMaker's maximum
+    # the user's own service-side limit is kept as given, even below the task's deadline
+    own = _op(execution_timeout=timedelta(minutes=90), max_runtime=600)._job_config()
+    assert own.max_runtime_s == 600
 
 
 def test_a_missing_role_or_a_non_s3_root_is_refused_before_any_call(monkeypatch):

@@ -125,10 +125,15 @@ def test_a_request_nothing_fits_names_the_three_closest_machines():
     assert "machine_type=" in message
 
 
-def test_max_runtime_defaults_to_execution_timeout_then_seven_days():
-    assert _op(execution_timeout=timedelta(minutes=30)).job_config.max_runtime_s == 1800
+def test_max_runtime_defaults_to_execution_timeout_plus_a_grace_then_seven_days():
+    # 5 minutes past the deadline: the trigger cancels the job first (AirflowTaskTimeout), and
+    # scheduling.timeout only ends a job nobody watches
+    assert _op(execution_timeout=timedelta(minutes=30)).job_config.max_runtime_s == 2100
+    assert _op(execution_timeout=timedelta(days=30)).job_config.max_runtime_s == 30 * 24 * 3600
     assert _op().job_config.max_runtime_s == 7 * 24 * 3600
     assert _op(max_runtime=timedelta(hours=2)).job_config.max_runtime_s == 7200
+    own = _op(execution_timeout=timedelta(hours=3), max_runtime=timedelta(hours=2))
+    assert own.job_config.max_runtime_s == 7200  # the user's own limit, as given
 
 
 def test_templated_image_uri_is_checked_at_run_time():
