@@ -26,11 +26,15 @@ class ArtifactRef:
     file's 8 MiB chunks, hashed on every core; ``"sha256"``, the sha256 of the whole file, for
     references written by releases before the field existed (their XComs have no such field).
     A directory's digest is taken over its files' relative paths, sizes and digests.
+
+    ``conn_id`` names the Airflow connection the step that wrote it reached its artifact root
+    with (a name, never a credential): ``load()`` uses it, so a plain task downstream of a cloud
+    step reads the artifact with the same credentials, without saying which.
     """
 
-    # 2: digest_kind. Airflow's XCom deserializer rebuilds version-1 records (the field takes
-    # its default) and refuses version-2 records in a release that knows only version 1.
-    __version__: ClassVar[int] = 2
+    # 2: digest_kind; 3: conn_id. Airflow's XCom deserializer rebuilds records of an earlier
+    # version (new fields take their defaults) and refuses those of a later one.
+    __version__: ClassVar[int] = 3
 
     uri: str
     sha256: str
@@ -39,23 +43,31 @@ class ArtifactRef:
     type_name: str
     python: str | None = None
     digest_kind: str = "sha256"  # runtime.digest.LEGACY_KIND (not imported at parse time)
+    conn_id: str | None = None
 
     def load(self, conn_id: str | None = None) -> Any:
-        """The artifact's value (a local ``Path`` for directories), after checking its digest."""
+        """The artifact's value (a local ``Path`` for directories), after checking its digest.
+
+        ``conn_id``: another Airflow connection to read it with (default: the writer's).
+        """
         from airflow_stepop.artifacts.storage import worker_storage
         from airflow_stepop.runtime import values
 
-        return values.read_artifact(self.to_record(), worker_storage(conn_id), _cache_dir())
+        storage = worker_storage(conn_id or self.conn_id)
+        return values.read_artifact(self.to_record(), storage, _cache_dir())
 
     def to_record(self) -> dict[str, Any]:
+        """The artifact as a job's runtime knows it (a job reads with its own credentials)."""
         record = asdict(self)
+        del record["conn_id"]
         if record["python"] is None:
             del record["python"]
         return record
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> ArtifactRef:
-        return cls(**record)
+    def from_record(cls, record: dict[str, Any], conn_id: str | None = None) -> ArtifactRef:
+        """``conn_id`` for a record that names none (a job's result manifest)."""
+        return cls(**{"conn_id": conn_id, **record})
 
     def __str__(self) -> str:
         return f"ArtifactRef({self.type_name}, {self.size} bytes, {self.uri})"

@@ -210,7 +210,7 @@ class BaseStepOperator(BaseOperator):
 
         storage = worker_storage(self.storage_conn_id)
         try:
-            result = read_result(handle, storage, check_artifacts=True)
+            result = read_result(handle, storage, self.storage_conn_id, check_artifacts=True)
         except Exception as exc:
             self.log.warning(
                 "Job %s succeeded but its result cannot be used (%s)", handle["job_id"], exc
@@ -316,7 +316,7 @@ class BaseStepOperator(BaseOperator):
         try:
             if event["status"] != "succeeded":
                 raise self._failure(event, storage)
-            result = read_result(handle, storage)
+            result = read_result(handle, storage, self.storage_conn_id)
             self.log.info("Step job %s succeeded; result: %s", handle["job_id"], _shown(result))
             self._report_billing(context, backend, event)
             _remember(
@@ -426,9 +426,16 @@ def _remember(store: Any, record: dict[str, Any]) -> None:
         store.set(STATE_KEY, record)
 
 
-def read_result(handle: dict[str, Any], storage: Storage, *, check_artifacts: bool = False) -> Any:
-    """The step's result from its manifest. ``check_artifacts``: every artifact it names must
-    still be there (a result reused from an earlier try; a fresh one was just written)."""
+def read_result(
+    handle: dict[str, Any],
+    storage: Storage,
+    conn_id: str | None,
+    *,
+    check_artifacts: bool = False,
+) -> Any:
+    """The step's result from its manifest; its references carry ``conn_id``, the connection
+    that reaches them. ``check_artifacts``: every artifact it names must still be there (a
+    result reused from an earlier try; a fresh one was just written)."""
     from airflow_stepop.runtime import spec as specs
     from airflow_stepop.runtime import values
     from airflow_stepop.runtime.storage import join
@@ -437,7 +444,9 @@ def read_result(handle: dict[str, Any], storage: Storage, *, check_artifacts: bo
     for record in _artifact_records(manifest["outputs"]) if check_artifacts else ():
         if not storage.exists(record["uri"]):
             raise values.ArtifactMissingError(f"the result names {record['uri']}, which is gone")
-    return values.decode(manifest["outputs"], ArtifactRef.from_record)
+    return values.decode(
+        manifest["outputs"], lambda record: ArtifactRef.from_record(record, conn_id)
+    )
 
 
 def _artifact_records(node: Any) -> list[dict[str, Any]]:

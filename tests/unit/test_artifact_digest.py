@@ -98,7 +98,7 @@ def test_read_hashed_refuses_a_short_file(blob, tmp_path):
 
 def _legacy_record(path: pathlib.Path, ref: dict) -> dict:
     """The record an earlier release wrote for the same file: plain sha256, no digest_kind."""
-    old = {k: v for k, v in ref.items() if k != "digest_kind"}
+    old = {k: v for k, v in ref.items() if k not in ("digest_kind", "conn_id")}
     old["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
     return old
 
@@ -121,7 +121,7 @@ def test_an_xcom_of_an_earlier_release_loads(tmp_path, storage):
     value = {"weights": list(range(50_000))}
     ref = ArtifactRef.from_record(values.write_artifact(value, f"file://{tmp_path}/a", storage))
     stored = json.loads(json.dumps(serialize(ref)))
-    assert stored["__version__"] == 2 and stored["__data__"]["digest_kind"] == CHUNKED
+    assert stored["__version__"] == 3 and stored["__data__"]["digest_kind"] == CHUNKED
     assert len(json.dumps(stored)) < 1024
     path = pathlib.Path(ref.uri.removeprefix("file://"))
     stored["__version__"] = 1
