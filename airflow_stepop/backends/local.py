@@ -48,6 +48,39 @@ def _job_environment(request: JobRequest, bundle_path: str) -> dict[bytes, bytes
     return env
 
 
+def _warn_unapplied_resources(request: JobRequest) -> None:
+    """Process mode reserves and checks nothing: say so in the task log when resources are set.
+
+    A warning, not an error: a step declared for a cloud service (or a GPU container) is also
+    run as a process on a workstation to test it, and whether a GPU is usable (drivers,
+    CUDA_VISIBLE_DEVICES, another process holding it) is only known to the step itself.
+    """
+    resources = request.resources
+    if resources is None:
+        return
+    asked = {
+        key: value
+        for key, value in (
+            ("gpu_count", resources.gpu_count),
+            ("cpu_count", resources.cpu_count),
+            ("memory", resources.memory),
+        )
+        if value
+    }
+    if not asked:
+        return
+    shown = ", ".join(f"{key}={value!r}" for key, value in asked.items())
+    log.warning(
+        "Process mode does not reserve or check resources: ResourceSettings(%s) is not applied "
+        "to job %s, which shares the worker's CPUs, memory and GPUs (if it has any) with "
+        "everything else running there. For limits and reserved GPUs, set "
+        "docker=DockerSettings(...) (container mode; GPUs need the NVIDIA Container Toolkit on "
+        "the worker host) or run the step on a cloud backend.",
+        shown,
+        request.job_name,
+    )
+
+
 def _local_bundle(request: JobRequest) -> Path:
     path = Storage().local_path(request.code_uri)
     if path is None:
@@ -79,6 +112,7 @@ class LocalBackend(StepBackend):
         else:
             if request.docker is not None:
                 log.warning("docker= is set but no container engine answers: running as a process")
+            _warn_unapplied_resources(request)
             handle = self._submit_process(request, job_dir, bundle)
         (job_dir / JOB_RECORD).write_bytes(json.dumps(handle).encode())
         return handle

@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 TASK_KEY_LABEL = "airflow-stepop.task-key"
 
 
+class ContainerStartError(RuntimeError):
+    """The engine created the step's container but could not start it (e.g. no GPU runtime)."""
+
+
 def submit(client: Any, request: JobRequest, job_dir: Path, bundle: Path) -> dict[str, Any]:
     """Start the step's container (building its image first if needed); return its handle."""
     import docker.types
@@ -47,7 +51,9 @@ def submit(client: Any, request: JobRequest, job_dir: Path, bundle: Path) -> dic
         kwargs["mem_limit"] = resources.memory_bytes
     env = dict(request.environment)
     env.update({"PYTHONPATH": str(bundle), "PYTHONUNBUFFERED": "1", "HOME": "/tmp"})
-    container = client.containers.run(
+    container = _start(
+        client,
+        request,
         image,
         command=["python3", "-m", "airflow_stepop.runtime", request.spec_uri],
         name=request.job_name,
@@ -69,6 +75,46 @@ def submit(client: Any, request: JobRequest, job_dir: Path, bundle: Path) -> dic
         "run_uri": request.run_uri,
         "job_dir": str(job_dir),
     }
+
+
+def _start(client: Any, request: JobRequest, image: str, **kwargs: Any) -> Any:
+    """Create the step's container and start it; a container that fails to start is removed
+    (nobody would come back for it) and the failure says why, in the step's terms."""
+    import docker.errors
+
+    try:
+        container = client.containers.create(image, **kwargs)
+    except docker.errors.ImageNotFound:  # a parent image used as it is: pulled, as `docker run`
+        client.images.pull(image)
+        container = client.containers.create(image, **kwargs)
+    try:
+        container.start()
+    except BaseException as exc:
+        try:
+            container.remove(force=True)
+            removed = "The container was removed."
+        except docker.errors.APIError as removal:
+            removed = f"Removing the container failed too: {removal}"
+        if isinstance(exc, docker.errors.APIError):
+            raise ContainerStartError(f"{_start_failure(request, image, exc)} {removed}") from None
+        log.warning("%s", removed)
+        raise
+    return container
+
+
+def _start_failure(request: JobRequest, image: str, exc: Any) -> str:
+    said = str(getattr(exc, "explanation", None) or exc)
+    gpus = request.resources.gpu_count if request.resources is not None else None
+    if gpus and any(word in said.lower() for word in ("gpu", "device driver", "nvidia")):
+        return (
+            f"The container of step job {request.job_name} could not start: "
+            f"resources=ResourceSettings(gpu_count={gpus}) asks the container engine for "
+            f"{gpus} GPU{'s' if gpus > 1 else ''}, and the engine on this worker cannot give "
+            f"containers GPUs (it said: {said}). Install the NVIDIA Container Toolkit on the "
+            "worker host and configure the engine for it (nvidia-ctk runtime configure), or "
+            "drop gpu_count (and gpu_type) from ResourceSettings to run the step on CPU."
+        )
+    return f"The container of step job {request.job_name} (image {image}) could not start: {said}."
 
 
 def stop(handle: dict[str, Any], timeout: float) -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import uuid
 
 import pytest
 
+from airflow_stepop import ResourceSettings
 from airflow_stepop.backends.base import JobRequest
 from airflow_stepop.backends.local import _job_environment
+from tests.waiting import wait_for
 
 
 def _request(**kwargs):
@@ -46,3 +50,53 @@ def test_requests_compare_by_value_and_do_not_share_their_defaults():
     assert "job_name='job-t1'" in repr(first)
     with pytest.raises(TypeError):
         hash(first)
+
+
+@pytest.fixture
+def staged_len(tmp_path):
+    """A staged step (len of a string) under a file:// root, and a backend for it."""
+    from airflow_stepop.backends.local import LocalBackend
+    from airflow_stepop.packaging.staging import StepIdentity, stage_step
+    from airflow_stepop.runtime.storage import Storage
+
+    staged = stage_step(
+        len,
+        ["four"],
+        {},
+        root=f"file://{tmp_path}/root",
+        step=StepIdentity("dag", f"run-{uuid.uuid4().hex[:8]}", "gpu_step", -1, 1),
+        storage=Storage(),
+    )
+    return staged, LocalBackend(jobs_dir=str(tmp_path / "jobs"))
+
+
+def _submit_process(staged, backend, resources):
+    from airflow_stepop.backends.naming import job_name, task_key
+
+    key = task_key("dag", "run", "gpu_step", -1)
+    request = JobRequest(
+        job_name(key, 1), key, staged.spec_uri, staged.run_uri, staged.code_uri, resources
+    )
+    handle = backend.submit(request)
+    wait_for(lambda: backend._status(handle).terminal, 120, "the step process to end")
+    assert backend._status(handle).state == "succeeded"  # it ran, GPU or not
+    return handle
+
+
+def test_process_mode_says_it_reserves_no_gpu(staged_len, caplog):
+    staged, backend = staged_len
+    with caplog.at_level(logging.WARNING, logger="airflow_stepop.backends.local"):
+        handle = _submit_process(staged, backend, ResourceSettings(gpu_count=1, cpu_count=2))
+    assert handle["mode"] == "process"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "Process mode does not reserve or check resources" in warnings[0]
+    assert "ResourceSettings(gpu_count=1, cpu_count=2) is not applied" in warnings[0]
+    assert "NVIDIA Container Toolkit" in warnings[0]
+
+
+def test_process_mode_says_nothing_without_resources(staged_len, caplog):
+    staged, backend = staged_len
+    with caplog.at_level(logging.WARNING, logger="airflow_stepop.backends.local"):
+        _submit_process(staged, backend, None)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
