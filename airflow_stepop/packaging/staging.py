@@ -77,9 +77,15 @@ def stage_step(
     def write_input(value: Any, name: str) -> dict[str, Any]:
         return values.write_artifact(value, join(run_uri, specs.INPUTS_DIR, name), storage)
 
+    def as_ref(value: Any) -> dict[str, Any] | None:
+        record = as_record(value)
+        if record is None or same_store(record["uri"], run_uri):
+            return record
+        return carry_in(value, record, join(run_uri, specs.INPUTS_DIR), storage)
+
     def encode(value: Any, name: str) -> dict[str, Any]:
         return values.encode(
-            value, name=name, inline_limit=inline_limit, write=write_input, as_ref=as_record
+            value, name=name, inline_limit=inline_limit, write=write_input, as_ref=as_ref
         )
 
     spec = {
@@ -103,3 +109,38 @@ def stage_step(
     # On one line: json's C encoder writes it (indented, the pure-Python one: ~0.2 ms a step).
     storage.write_bytes(spec_uri, json.dumps(spec, sort_keys=True).encode())
     return StagedStep(spec_uri=spec_uri, run_uri=run_uri, code_uri=code_uri)
+
+
+def _scheme(uri: str) -> str:
+    scheme, found, _ = uri.partition("://")
+    return scheme.lower() if found else "file"
+
+
+def same_store(uri: str, root: str) -> bool:
+    """Whether ``uri`` lives in the same kind of store as ``root`` (fsspec's aliases, e.g.
+    ``az://`` and ``abfs://``, are one store): a job reads its own store's artifacts."""
+    ours, theirs = _scheme(root), _scheme(uri)
+    if ours == theirs:
+        return True
+    from fsspec.registry import known_implementations
+
+    def implementation(scheme: str) -> str:
+        return known_implementations.get(scheme, {}).get("class", scheme)
+
+    return implementation(ours) == implementation(theirs)
+
+
+def carry_in(ref: Any, record: dict[str, Any], inputs_uri: str, storage: Storage) -> dict[str, Any]:
+    """An artifact from another store (a local step's ``file://`` result given to a cloud step,
+    or the reverse), copied into this run: the job reads only its own store. It is read with
+    the connection that wrote it and checked against its digest on the way."""
+    import tempfile
+    from pathlib import Path
+
+    from airflow_stepop.artifacts.storage import worker_storage
+
+    target = join(inputs_uri, record["sha256"][:16], record["uri"].rstrip("/").rsplit("/", 1)[-1])
+    with tempfile.TemporaryDirectory(prefix="stepop-carry-") as scratch:
+        source = values.verified_path(record, worker_storage(ref.conn_id), Path(scratch))
+        storage.put(source, target)
+    return {**record, "uri": target}
