@@ -69,6 +69,12 @@ def _warn_unapplied_resources(request: JobRequest) -> None:
     }
     if not asked:
         return
+    if "memory" in asked:  # bytes, shown as the user likely wrote them
+        size = asked["memory"]
+        for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+            if size % scale == 0:
+                asked["memory"] = f"{size // scale}{unit}"
+                break
     shown = ", ".join(f"{key}={value!r}" for key, value in asked.items())
     log.warning(
         "Process mode does not reserve or check resources: ResourceSettings(%s) is not applied "

@@ -86,12 +86,14 @@ def _submit_process(staged, backend, resources):
 def test_process_mode_says_it_reserves_no_gpu(staged_len, caplog):
     staged, backend = staged_len
     with caplog.at_level(logging.WARNING, logger="airflow_stepop.backends.local"):
-        handle = _submit_process(staged, backend, ResourceSettings(gpu_count=1, cpu_count=2))
+        handle = _submit_process(
+            staged, backend, ResourceSettings(gpu_count=1, cpu_count=2, memory="2GiB")
+        )
     assert handle["mode"] == "process"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
     assert "Process mode does not reserve or check resources" in warnings[0]
-    assert "ResourceSettings(gpu_count=1, cpu_count=2) is not applied" in warnings[0]
+    assert "ResourceSettings(gpu_count=1, cpu_count=2, memory='2GiB') is not applied" in warnings[0]
     assert "NVIDIA Container Toolkit" in warnings[0]
 
 
