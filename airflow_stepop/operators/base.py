@@ -25,6 +25,10 @@ if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
     from airflow_stepop.triggers.deferral import StepJobDeferral
 
 _TRACEBACK = "Traceback (most recent call last):"
+_CHAINED = (  # the lines Python prints between the tracebacks of chained exceptions
+    "The above exception was the direct cause of the following exception:",
+    "During handling of the above exception, another exception occurred:",
+)
 
 
 class StepFailedError(RuntimeError):
@@ -369,8 +373,7 @@ class BaseStepOperator(BaseOperator):
             parts.append("Remote traceback:\n" + error["traceback"].rstrip())
         tail = event.get("log_tail") or []
         if error is not None:  # the traceback is above already: keep what the job said before
-            starts = [i for i, line in enumerate(tail) if _TRACEBACK in line]
-            tail = tail[: starts[-1]] if starts else tail
+            tail = tail[: _last_traceback_start(tail)]
         if tail:
             parts.append("Last lines of the job's log:\n" + "\n".join(tail))
         message = "\n\n".join(parts)
@@ -424,6 +427,21 @@ def _remember(store: Any, record: dict[str, Any]) -> None:
     """Keep the job's handle across tries (the task state store survives retries, not clears)."""
     if store is not None:
         store.set(STATE_KEY, record)
+
+
+def _last_traceback_start(lines: list[str]) -> int:
+    """Where the last printed exception starts, with the exceptions chained to it (``raise ...
+    from``, or raised while handling another); ``len(lines)`` when none was printed."""
+    starts = [i for i, line in enumerate(lines) if _TRACEBACK in line]
+    if not starts:
+        return len(lines)
+    start = starts.pop()
+    while starts:
+        before = next((line.strip() for line in reversed(lines[:start]) if line.strip()), "")
+        if not before.endswith(_CHAINED):
+            break
+        start = starts.pop()
+    return start
 
 
 def read_result(

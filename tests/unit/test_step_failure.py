@@ -1,0 +1,44 @@
+"""The task's failure message: the remote exception once, then what the job said before it."""
+
+from __future__ import annotations
+
+import json
+import traceback
+
+import pytest
+
+from airflow_stepop import LocalStepOperator, StepFailedError
+from airflow_stepop.runtime.storage import Storage
+
+
+def _chained_traceback() -> str:
+    try:
+        try:
+            {}["merchant_id"]
+        except KeyError as exc:
+            raise ValueError("no merchant column") from exc
+    except ValueError:
+        return traceback.format_exc()
+
+
+@pytest.mark.parametrize("chained_by", ["raise from", "while handling"])
+def test_the_log_tail_stops_before_the_whole_chain_of_the_remote_exception(tmp_path, chained_by):
+    printed = _chained_traceback()
+    if chained_by == "while handling":
+        printed = printed.replace(
+            "The above exception was the direct cause of the following exception:",
+            "During handling of the above exception, another exception occurred:",
+        )
+    (tmp_path / "error.json").write_text(
+        json.dumps({"type": "ValueError", "message": "no merchant column", "traceback": printed})
+    )
+    tail = ["loading features", "42 rows", *printed.rstrip().splitlines()]
+    event = {"status": "failed", "handle": {"job_id": "j1", "run_uri": f"file://{tmp_path}"},
+             "log_tail": tail}  # fmt: skip
+
+    error = LocalStepOperator(task_id="t", python_callable=len)._failure(event, Storage())
+
+    assert isinstance(error, StepFailedError)
+    message = str(error)
+    assert message.count("Traceback (most recent call last):") == 2  # the remote one, once
+    assert message.endswith("Last lines of the job's log:\nloading features\n42 rows")
