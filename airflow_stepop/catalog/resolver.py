@@ -97,6 +97,14 @@ class Catalog:
         fitting = [m for m in self.types if m.fits(want)]
         if fitting:
             return min(fitting, key=_cost_order)
+        models = sorted({m.gpu_model for m in self.types if m.gpu_model})
+        if want.gpu_type and normalize_gpu(want.gpu_type) not in map(normalize_gpu, models):
+            raise NoFittingMachineError(
+                f"{owner}={_show(want)}: no {self.service} machine type in the catalog has a "
+                f"{want.gpu_type!r} GPU (catalog date {self.date}). Its GPU models: "
+                f"{', '.join(models)}. Use one of them for gpu_type, or name a type explicitly "
+                f"with {explicit}=."
+            )
         closest = sorted(self.types, key=lambda m: (m.shortfall(want), _cost_order(m)))
         shown = "; ".join(m.describe() for m in closest[:CLOSEST_SHOWN])
         raise NoFittingMachineError(

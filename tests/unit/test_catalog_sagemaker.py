@@ -58,9 +58,17 @@ def test_a_request_nothing_fits_is_refused_with_the_closest_types(catalog):
     assert "instance_count" in message and "instance_type=" in message
 
 
-def test_an_unknown_gpu_model_is_refused(catalog):
-    with pytest.raises(NoFittingMachineError, match="gpu_type='B9000'"):
+def test_an_unknown_gpu_model_is_refused_with_the_models_there_are(catalog):
+    with pytest.raises(NoFittingMachineError, match="gpu_type='B9000'") as err:
         catalog.resolve(ResourceSettings(gpu_type="B9000"))
+    message = str(err.value)
+    assert "has a 'B9000' GPU" in message and "T4" in message and "A100" in message
+    assert "Closest" not in message  # no list of machines that have none of it
+
+
+def test_a_known_gpu_model_in_other_spellings_is_not_unknown(catalog):
+    for spelling in ("nvidia-t4", "NVIDIA_TESLA_T4", "t4"):
+        assert catalog.resolve(ResourceSettings(gpu_type=spelling)).gpu_model
 
 
 def test_another_service_reuses_the_resolver_with_its_own_file():
