@@ -31,6 +31,12 @@ ACCELERATORS = (
     "NVIDIA_H100_MEGA_80GB", "NVIDIA_H200_141GB", "NVIDIA_B200", "NVIDIA_GB200",
     "NVIDIA_RTX_PRO_6000", "TPU_V2", "TPU_V3", "TPU_V4_POD", "TPU_V5_LITEPOD",
 )  # fmt: skip
+# How many of each GPU an n1 machine takes (Compute Engine's GPU platforms: T4, P4 and P100 in
+# ones, twos and fours; V100 and K80 up to eight).
+N1_GPU_COUNTS = {
+    "NVIDIA_TESLA_T4": (1, 2, 4), "NVIDIA_TESLA_P4": (1, 2, 4), "NVIDIA_TESLA_P100": (1, 2, 4),
+    "NVIDIA_TESLA_V100": (1, 2, 4, 8), "NVIDIA_TESLA_K80": (1, 2, 4, 8),
+}  # fmt: skip
 _PROJECT = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
 _LOCATION = re.compile(r"[a-z]+(-[a-z]+)+\d+")
 _MACHINE = re.compile(r"[a-z][a-z0-9]*-[a-z0-9]+(-[a-z0-9]+)*")
@@ -243,7 +249,14 @@ def _hardware(
                 f"machine_type={machine_type!r}; GPUs attach to n1 types (e.g. 'n1-standard-8') "
                 "or come with a2/a3/g2 types (e.g. 'g2-standard-8')."
             )
-        return machine_type, accelerator_type, (accelerator_count or 1) if accelerator_type else 0
+        count = (accelerator_count or 1) if accelerator_type else 0
+        allowed = N1_GPU_COUNTS.get(accelerator_type or "", (count,))
+        if count not in allowed:
+            raise SettingsError(
+                f"{OWNER}.accelerator_count={count} is not a count of {accelerator_type} an n1 "
+                f"machine takes: use one of {', '.join(map(str, allowed))}."
+            )
+        return machine_type, accelerator_type, count
     (kind, count), *_ = fixed_kinds
     if (accelerator_type, accelerator_count) not in {(None, None), (kind, None), (kind, count)}:
         raise SettingsError(

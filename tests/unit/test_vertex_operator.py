@@ -56,6 +56,14 @@ def _op(**kwargs):
             },
             ["accelerator_count=0", "1 to 16"],
         ),
+        (
+            {
+                "machine_type": "n1-standard-8",
+                "accelerator_type": "NVIDIA_TESLA_T4",
+                "accelerator_count": 3,
+            },
+            ["accelerator_count=3", "NVIDIA_TESLA_T4", "1, 2, 4"],
+        ),
         ({"replica_count": 0}, ["replica_count=0", "1 to 100"]),
         ({"replica_count": True}, ["replica_count=True"]),
         ({"boot_disk_size_gb": 50}, ["boot_disk_size_gb=50", "100 to 64000"]),
