@@ -112,8 +112,8 @@ class StepJobTrigger(BaseTrigger):
             # or after ``due`` (no sooner than first_poll_seconds after its previous round), so
             # a job is stopped within a round of its deadline, not up to a poll interval late.
             left = self._seconds_left()
-            at_deadline = left is not None and left <= wait
-            due = time.monotonic() + (max(0.0, left) if at_deadline else wait)
+            capped = left is not None and left <= wait
+            due = time.monotonic() + (max(0.0, left) if capped else wait)
             try:
                 status = await poller.status(self.handle, due)
                 if status.terminal and not status.details:
@@ -122,7 +122,7 @@ class StepJobTrigger(BaseTrigger):
             except Exception as exc:
                 if not backend.is_transient(exc):
                     raise
-                if at_deadline:  # the service does not answer, but the deadline holds
+                if capped or self._past_deadline():  # no answer, but the deadline holds
                     return await self._time_out(backend, tail)
                 failures += 1
                 await self._back_off(f"Polling {job_id}", exc, failures, limit=self._seconds_left())
@@ -138,7 +138,9 @@ class StepJobTrigger(BaseTrigger):
                     self.log.warning("Job %s %s; cancelling it", job_id, status.reason)
                     await backend.astop(self.handle)
                 return self._event(status, tail)
-            if at_deadline:  # this round came at or after the deadline
+            # A capped wait's round came at the deadline or later (the poller's rounds are at
+            # least first_poll_seconds apart, so any round may come after it).
+            if capped or self._past_deadline():
                 return await self._time_out(backend, tail)
             # Short jobs finish fast, long ones are polled at poll_interval.
             wait = min(self.poll_interval, wait * 2)
@@ -146,6 +148,10 @@ class StepJobTrigger(BaseTrigger):
     def _seconds_left(self) -> float | None:
         """Seconds to the task's deadline (negative once passed); None without one."""
         return None if self.deadline is None else self.deadline - time.time()
+
+    def _past_deadline(self) -> bool:
+        left = self._seconds_left()
+        return left is not None and left <= 0
 
     async def _time_out(self, backend: StepBackend, tail: collections.deque[str]) -> TriggerEvent:
         job_id = self.handle["job_id"]

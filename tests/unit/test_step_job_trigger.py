@@ -68,19 +68,24 @@ class RunningBackend(StepBackend):
 
 
 class Poller:
-    """The poll group's poller as the trigger sees it: a round at each ``due``, never sooner."""
+    """The poll group's poller as the trigger sees it: a round at each ``due``, never sooner,
+    and (like ``JobPoller``) never sooner than ``first_poll_seconds`` after the previous one."""
 
     def __init__(self, backend: RunningBackend, clock: Clock, error: Exception | None = None):
         self.backend = backend
         self.clock = clock
         self.error = error
         self.dues: list[float] = []
+        self.rounds: list[float] = []
 
     async def status(self, handle, due):
         if len(self.dues) >= 100:
             raise AssertionError(f"still polling after 100 rounds; dues {self.dues[:12]}...")
         self.dues.append(due)
+        if self.rounds:
+            due = max(due, self.rounds[-1] + self.backend.first_poll_seconds)
         self.clock.until(due)
+        self.rounds.append(self.clock.monotonic())
         if self.error is not None:
             raise self.error
         return JobStatus("running")
@@ -115,6 +120,20 @@ def test_a_deadline_between_two_polls_stops_the_job_at_the_deadline_not_a_poll_l
     assert event.payload["status"] == "timeout"
     assert poller.dues == pytest.approx([0.25, 0.75, 1.75, 3.75, 7.75, 8.0])
     assert backend.stopped_at == [pytest.approx(START + 8.0)]
+
+
+def test_a_poll_round_spaced_past_the_deadline_stops_the_job_then(clock, tmp_path):
+    """A poll interval shorter than the service's round spacing (0.3 s, 5 s): the round after
+    15 s comes at 20 s, past the 18 s deadline though the trigger asked for 15.3 s; the job is
+    stopped then, not a round later."""
+    backend = RunningBackend(clock)
+    backend.first_poll_seconds = 5.0
+    poller = Poller(backend, clock)
+    trigger = _trigger(tmp_path, deadline=START + 18.0, poll_interval=0.3)
+    event = asyncio.run(trigger._watch(poller))
+    assert event.payload["status"] == "timeout"
+    assert poller.rounds == pytest.approx([5.0, 10.0, 15.0, 20.0])
+    assert backend.stopped_at == [pytest.approx(START + 20.0)]
 
 
 def test_a_trigger_resumed_past_the_deadline_stops_the_job_after_one_round(clock, tmp_path):
