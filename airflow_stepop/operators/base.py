@@ -16,23 +16,12 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_stepop import config
-from airflow_stepop.artifacts.ref import ArtifactRef
+from airflow_stepop.operators.outcome import read_result, shown, step_failure
 from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
 
 if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
     from airflow_stepop.backends.base import JobRequest, StepBackend
-    from airflow_stepop.runtime.storage import Storage
     from airflow_stepop.triggers.deferral import StepJobDeferral
-
-_TRACEBACK = "Traceback (most recent call last):"
-_CHAINED = (  # the lines Python prints between the tracebacks of chained exceptions
-    "The above exception was the direct cause of the following exception:",
-    "During handling of the above exception, another exception occurred:",
-)
-
-
-class StepFailedError(RuntimeError):
-    """The step's job failed; the message carries the remote exception and the job's log tail."""
 
 
 class BaseStepOperator(BaseOperator):
@@ -319,9 +308,9 @@ class BaseStepOperator(BaseOperator):
         self._recall_stored_links(backend, handle)
         try:
             if event["status"] != "succeeded":
-                raise self._failure(event, storage)
+                raise step_failure(event, storage)
             result = read_result(handle, storage, self.storage_conn_id)
-            self.log.info("Step job %s succeeded; result: %s", handle["job_id"], _shown(result))
+            self.log.info("Step job %s succeeded; result: %s", handle["job_id"], shown(result))
             self._report_billing(context, backend, event)
             _remember(
                 context.get("task_state_store"),
@@ -356,32 +345,6 @@ class BaseStepOperator(BaseOperator):
             backend.release(handle)
         except Exception as exc:
             self.log.warning("Could not release job %s: %s", handle["job_id"], exc)
-
-    def _failure(self, event: dict[str, Any], storage: Storage) -> Exception:
-        from airflow_stepop.runtime import spec as specs
-        from airflow_stepop.runtime.storage import join
-
-        handle = event["handle"]
-        parts = [f"Step job {handle['job_id']} {event['status']}"]
-        if event.get("reason"):
-            parts[0] += f": {event['reason']}"
-        error_uri = join(_output_uri(handle), specs.ERROR_NAME)
-        error = None
-        if storage.exists(error_uri):
-            error = storage.read_json(error_uri)
-            parts.append(f"The step raised {error['type']}: {error['message']}")
-            parts.append("Remote traceback:\n" + error["traceback"].rstrip())
-        tail = event.get("log_tail") or []
-        if error is not None:  # the traceback is above already: keep what the job said before
-            tail = tail[: _last_traceback_start(tail)]
-        if tail:
-            parts.append("Last lines of the job's log:\n" + "\n".join(tail))
-        message = "\n\n".join(parts)
-        if event["status"] == "timeout":
-            from airflow.sdk.exceptions import AirflowTaskTimeout
-
-            return AirflowTaskTimeout(message)
-        return StepFailedError(message)
 
     def on_kill(self) -> None:
         """Non-deferrable mode: stop the job this worker is waiting for."""
@@ -427,64 +390,6 @@ def _remember(store: Any, record: dict[str, Any]) -> None:
     """Keep the job's handle across tries (the task state store survives retries, not clears)."""
     if store is not None:
         store.set(STATE_KEY, record)
-
-
-def _last_traceback_start(lines: list[str]) -> int:
-    """Where the last printed exception starts, with the exceptions chained to it (``raise ...
-    from``, or raised while handling another); ``len(lines)`` when none was printed."""
-    starts = [i for i, line in enumerate(lines) if _TRACEBACK in line]
-    if not starts:
-        return len(lines)
-    start = starts.pop()
-    while starts:
-        before = next((line.strip() for line in reversed(lines[:start]) if line.strip()), "")
-        if not before.endswith(_CHAINED):
-            break
-        start = starts.pop()
-    return start
-
-
-def read_result(
-    handle: dict[str, Any],
-    storage: Storage,
-    conn_id: str | None,
-    *,
-    check_artifacts: bool = False,
-) -> Any:
-    """The step's result from its manifest; its references carry ``conn_id``, the connection
-    that reaches them. ``check_artifacts``: every artifact it names must still be there (a
-    result reused from an earlier try; a fresh one was just written)."""
-    from airflow_stepop.runtime import spec as specs
-    from airflow_stepop.runtime import values
-    from airflow_stepop.runtime.storage import join
-
-    manifest = storage.read_json(join(_output_uri(handle), specs.RESULT_NAME))
-    for record in _artifact_records(manifest["outputs"]) if check_artifacts else ():
-        if not storage.exists(record["uri"]):
-            raise values.ArtifactMissingError(f"the result names {record['uri']}, which is gone")
-    return values.decode(
-        manifest["outputs"], lambda record: ArtifactRef.from_record(record, conn_id)
-    )
-
-
-def _artifact_records(node: Any) -> list[dict[str, Any]]:
-    if isinstance(node, dict):
-        if isinstance(node.get("ref"), dict):
-            return [node["ref"]]
-        children = [*node.get("list", []), *(node.get("dict") or {}).values()]
-        return [record for child in children for record in _artifact_records(child)]
-    return []
-
-
-def _shown(result: Any, limit: int = 300) -> str:
-    """A result as the task log shows it: references as references, long values cut."""
-    text = str(result) if isinstance(result, ArtifactRef) else repr(result)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _output_uri(handle: dict[str, Any]) -> str:
-    """Where the job left its results: the run directory unless the backend says otherwise."""
-    return handle.get("output_uri") or handle["run_uri"]
 
 
 async def _first_event(trigger: StepJobDeferral) -> dict[str, Any]:

@@ -7,7 +7,8 @@ import traceback
 
 import pytest
 
-from airflow_stepop import LocalStepOperator, StepFailedError
+from airflow_stepop import StepFailedError
+from airflow_stepop.operators.outcome import step_failure
 from airflow_stepop.runtime.storage import Storage
 
 
@@ -36,7 +37,7 @@ def test_the_log_tail_stops_before_the_whole_chain_of_the_remote_exception(tmp_p
     event = {"status": "failed", "handle": {"job_id": "j1", "run_uri": f"file://{tmp_path}"},
              "log_tail": tail}  # fmt: skip
 
-    error = LocalStepOperator(task_id="t", python_callable=len)._failure(event, Storage())
+    error = step_failure(event, Storage())
 
     assert isinstance(error, StepFailedError)
     message = str(error)

@@ -1,0 +1,107 @@
+"""What a finished step job left: its result, or the error the task fails with."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow_stepop.artifacts.ref import ArtifactRef
+
+if TYPE_CHECKING:
+    from airflow_stepop.runtime.storage import Storage
+
+_TRACEBACK = "Traceback (most recent call last):"
+_CHAINED = (  # the lines Python prints between the tracebacks of chained exceptions
+    "The above exception was the direct cause of the following exception:",
+    "During handling of the above exception, another exception occurred:",
+)
+
+
+class StepFailedError(RuntimeError):
+    """The step's job failed; the message carries the remote exception and the job's log tail."""
+
+
+def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
+    """The task's error for a job that did not succeed: the remote exception (from the job's
+    ``error.json``) once, then what the job's log said before it."""
+    from airflow_stepop.runtime import spec as specs
+    from airflow_stepop.runtime.storage import join
+
+    handle = event["handle"]
+    parts = [f"Step job {handle['job_id']} {event['status']}"]
+    if event.get("reason"):
+        parts[0] += f": {event['reason']}"
+    error_uri = join(output_uri(handle), specs.ERROR_NAME)
+    error = None
+    if storage.exists(error_uri):
+        error = storage.read_json(error_uri)
+        parts.append(f"The step raised {error['type']}: {error['message']}")
+        parts.append("Remote traceback:\n" + error["traceback"].rstrip())
+    tail = event.get("log_tail") or []
+    if error is not None:  # the traceback is above already: keep what the job said before
+        tail = tail[: _last_traceback_start(tail)]
+    if tail:
+        parts.append("Last lines of the job's log:\n" + "\n".join(tail))
+    message = "\n\n".join(parts)
+    if event["status"] == "timeout":
+        from airflow.sdk.exceptions import AirflowTaskTimeout
+
+        return AirflowTaskTimeout(message)
+    return StepFailedError(message)
+
+
+def _last_traceback_start(lines: list[str]) -> int:
+    """Where the last printed exception starts, with the exceptions chained to it (``raise ...
+    from``, or raised while handling another); ``len(lines)`` when none was printed."""
+    starts = [i for i, line in enumerate(lines) if _TRACEBACK in line]
+    if not starts:
+        return len(lines)
+    start = starts.pop()
+    while starts:
+        before = next((line.strip() for line in reversed(lines[:start]) if line.strip()), "")
+        if not before.endswith(_CHAINED):
+            break
+        start = starts.pop()
+    return start
+
+
+def read_result(
+    handle: dict[str, Any],
+    storage: Storage,
+    conn_id: str | None,
+    *,
+    check_artifacts: bool = False,
+) -> Any:
+    """The step's result from its manifest; its references carry ``conn_id``, the connection
+    that reaches them. ``check_artifacts``: every artifact it names must still be there (a
+    result reused from an earlier try; a fresh one was just written)."""
+    from airflow_stepop.runtime import spec as specs
+    from airflow_stepop.runtime import values
+    from airflow_stepop.runtime.storage import join
+
+    manifest = storage.read_json(join(output_uri(handle), specs.RESULT_NAME))
+    for record in _artifact_records(manifest["outputs"]) if check_artifacts else ():
+        if not storage.exists(record["uri"]):
+            raise values.ArtifactMissingError(f"the result names {record['uri']}, which is gone")
+    return values.decode(
+        manifest["outputs"], lambda record: ArtifactRef.from_record(record, conn_id)
+    )
+
+
+def _artifact_records(node: Any) -> list[dict[str, Any]]:
+    if isinstance(node, dict):
+        if isinstance(node.get("ref"), dict):
+            return [node["ref"]]
+        children = [*node.get("list", []), *(node.get("dict") or {}).values()]
+        return [record for child in children for record in _artifact_records(child)]
+    return []
+
+
+def shown(result: Any, limit: int = 300) -> str:
+    """A result as the task log shows it: references as references, long values cut."""
+    text = str(result) if isinstance(result, ArtifactRef) else repr(result)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def output_uri(handle: dict[str, Any]) -> str:
+    """Where the job left its results: the run directory unless the backend says otherwise."""
+    return handle.get("output_uri") or handle["run_uri"]
