@@ -36,6 +36,11 @@ MAX_BACKOFF_SECONDS = 60.0
 FINAL_LOG_ATTEMPTS = 3  # reads of a finished job's last lines before its event goes out anyway
 
 
+def _passed(end: float | None) -> bool:
+    """Whether a deadline on ``time.monotonic()``'s clock (None: none) has passed."""
+    return end is not None and time.monotonic() >= end
+
+
 def load_backend(path: str, kwargs: dict[str, Any]) -> StepBackend:
     from airflow.sdk.module_loading import import_string
 
@@ -106,14 +111,17 @@ class StepJobTrigger(BaseTrigger):
         progress = Progress(self.handle, self.log)
         wait = backend.first_poll_seconds
         failures = 0
+        # The deadline on the clock of the poller's rounds: a round due at ``end`` runs at or
+        # after it. Only a round's own time says whether the deadline passed: a round of another
+        # trigger of the poll group answers this one too, sooner than it asked.
+        end = None if self.deadline is None else time.monotonic() + self.deadline - time.time()
         self.log.info("Waiting for job %s", job_id)
         while True:
-            # The wait never runs past the deadline: the poller answers with its first round at
-            # or after ``due`` (no sooner than first_poll_seconds after its previous round), so
-            # a job is stopped within a round of its deadline, not up to a poll interval late.
-            left = self._seconds_left()
-            capped = left is not None and left <= wait
-            due = time.monotonic() + (max(0.0, left) if capped else wait)
+            # No wait runs past the deadline: the poller answers with its first round at or
+            # after ``due`` (rounds are at least first_poll_seconds apart), so the job is stopped
+            # within a round of its deadline, not up to a poll interval after it.
+            now = time.monotonic()
+            due = now + wait if end is None else max(now, min(now + wait, end))
             try:
                 status = await poller.status(self.handle, due)
                 if status.terminal and not status.details:
@@ -122,10 +130,11 @@ class StepJobTrigger(BaseTrigger):
             except Exception as exc:
                 if not backend.is_transient(exc):
                     raise
-                if capped or self._past_deadline():  # no answer, but the deadline holds
+                if _passed(end):  # the service does not answer, but the deadline holds
                     return await self._time_out(backend, tail)
                 failures += 1
-                await self._back_off(f"Polling {job_id}", exc, failures, limit=self._seconds_left())
+                limit = None if end is None else end - time.monotonic()
+                await self._back_off(f"Polling {job_id}", exc, failures, limit=limit)
                 continue
             lines, cursor = await self._relay(backend, cursor, final=status.terminal)
             for line in lines:
@@ -138,20 +147,10 @@ class StepJobTrigger(BaseTrigger):
                     self.log.warning("Job %s %s; cancelling it", job_id, status.reason)
                     await backend.astop(self.handle)
                 return self._event(status, tail)
-            # A capped wait's round came at the deadline or later (the poller's rounds are at
-            # least first_poll_seconds apart, so any round may come after it).
-            if capped or self._past_deadline():
+            if _passed(end):
                 return await self._time_out(backend, tail)
             # Short jobs finish fast, long ones are polled at poll_interval.
             wait = min(self.poll_interval, wait * 2)
-
-    def _seconds_left(self) -> float | None:
-        """Seconds to the task's deadline (negative once passed); None without one."""
-        return None if self.deadline is None else self.deadline - time.time()
-
-    def _past_deadline(self) -> bool:
-        left = self._seconds_left()
-        return left is not None and left <= 0
 
     async def _time_out(self, backend: StepBackend, tail: collections.deque[str]) -> TriggerEvent:
         job_id = self.handle["job_id"]

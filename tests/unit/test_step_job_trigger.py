@@ -8,6 +8,7 @@ exact whatever the machine's load.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 import pytest
@@ -134,6 +135,27 @@ def test_a_poll_round_spaced_past_the_deadline_stops_the_job_then(clock, tmp_pat
     assert event.payload["status"] == "timeout"
     assert poller.rounds == pytest.approx([5.0, 10.0, 15.0, 20.0])
     assert backend.stopped_at == [pytest.approx(START + 20.0)]
+
+
+def test_a_round_of_another_trigger_before_the_deadline_does_not_stop_the_job(clock, tmp_path):
+    """In a busy poll group a round runs every second (other triggers are due), and each round
+    answers every waiting trigger, sooner than it asked: only a round at or after the 7.5 s
+    deadline stops the job."""
+
+    class BusyGroup(Poller):
+        async def status(self, handle, due):
+            self.dues.append(due)
+            now = self.clock.monotonic()
+            self.clock.until(min(max(due, now), math.floor(now) + 1))  # the next whole second
+            self.rounds.append(self.clock.monotonic())
+            return JobStatus("running")
+
+    backend = RunningBackend(clock)
+    poller = BusyGroup(backend, clock)
+    event = asyncio.run(_trigger(tmp_path, deadline=START + 7.5)._watch(poller))
+    assert event.payload["status"] == "timeout"
+    assert poller.rounds == pytest.approx([0.25, 0.75, 1, 2, 3, 4, 5, 6, 7, 7.5])
+    assert backend.stopped_at == [pytest.approx(START + 7.5)]
 
 
 def test_a_trigger_resumed_past_the_deadline_stops_the_job_after_one_round(clock, tmp_path):
