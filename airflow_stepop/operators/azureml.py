@@ -34,7 +34,8 @@ class AzureMLStepOperator(BaseStepOperator):
     :param processes_per_instance: processes per VM (PyTorch distribution; torch rank env).
     :param job_tier: ``Spot``, ``Basic``, ``Standard`` or ``Premium``; ``spot=True`` is Spot.
     :param max_runtime: ``limits.timeout``; timedelta or seconds (default the task's
-        ``execution_timeout``, else 1 day).
+        ``execution_timeout`` plus 5 minutes: the trigger cancels the job at the deadline; else
+        1 day).
     :param experiment_name: the job's experiment (default the DAG id).
     :param identity: ``'user'``, ``'managed'``, ``'managed:<client id>'`` or ``'aml_token'``
         (default: the compute's own).

@@ -116,6 +116,7 @@ class BaseStepOperator(BaseOperator):
     def execute(self, context: Any) -> Any:
         from airflow_stepop.backends.naming import task_key
 
+        self._started = time.time()  # execution_timeout counts from here, as Airflow's does
         self.stored_link_kinds = frozenset()  # none yet: a failure before submit stored none
         backend = self.make_backend()
         ti = context["ti"]
@@ -260,7 +261,8 @@ class BaseStepOperator(BaseOperator):
         """execution_timeout as a wall-clock deadline, counted like Airflow's: from execute()."""
         if not isinstance(self.execution_timeout, timedelta):
             return None
-        return time.time() + self.execution_timeout.total_seconds()
+        started = getattr(self, "_started", None) or time.time()
+        return started + self.execution_timeout.total_seconds()
 
     def _prepare(self, context: Any, key: str, backend: StepBackend) -> JobRequest:
         """Upload code and inputs, write the spec: everything the job reads."""

@@ -27,7 +27,9 @@ class SageMakerStepOperator(BaseStepOperator):
     :param instance_type: an explicit ``ml.*`` type; wins over ``resources=``.
     :param instance_count: machines of the job (> 1: multi-node, torch-style rank env).
     :param volume_size_gb: EBS volume per machine.
-    :param max_runtime: timedelta or seconds; default the task's ``execution_timeout``, else 1 day.
+    :param max_runtime: timedelta or seconds; default the task's ``execution_timeout`` plus 5
+        minutes (the trigger stops the job at the deadline; this limit only ends one nobody
+        watches), else 1 day.
     :param spot: managed spot training, with checkpoints in ``$STEPOP_CHECKPOINT_DIR``.
     :param max_wait: spot only: runtime plus waiting for capacity (default 2 x max_runtime).
     :param keep_alive: warm pool keep-alive (timedelta or seconds, at most 1 hour).

@@ -32,8 +32,8 @@ class VertexStepOperator(BaseStepOperator):
     :param accelerator_count: GPUs per machine (default 1 with accelerator_type).
     :param replica_count: machines of the job (> 1: multi-node, torch-style rank env).
     :param boot_disk_size_gb: boot disk per machine (100..64000).
-    :param max_runtime: ``scheduling.timeout``; default the task's ``execution_timeout``, else
-        7 days.
+    :param max_runtime: ``scheduling.timeout``; default the task's ``execution_timeout`` plus 5
+        minutes (the trigger cancels the job at the deadline), else 7 days.
     :param spot: Spot VMs (``scheduling.strategy=SPOT``); checkpoints in
         ``$STEPOP_CHECKPOINT_DIR`` survive a preemption.
     :param restart_on_worker_restart: ``scheduling.restartJobOnWorkerRestart``.
