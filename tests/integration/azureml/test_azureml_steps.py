@@ -116,6 +116,11 @@ def test_throttling_on_a_fifth_of_the_calls_still_succeeds(azure, ctl):
 
 
 def test_the_execution_timeout_cancels_the_job(azure, ctl):
+    # The 8 s count from execute(), before the job exists. The connection's first import in
+    # this process (2 s on the idle machine) must not be among them, or on a loaded machine the
+    # timeout could come before the job is created and there would be nothing to cancel.
+    from airflow_stepop.hooks import azureml  # noqa: F401
+
     run = dags().aml_timeout().test()
     assert run.state == "failed"
     assert "AirflowTaskTimeout" in _read(azure["results"], "failure")

@@ -132,6 +132,11 @@ def test_a_two_node_job_gives_each_node_its_rank(gcp, ctl):
 
 
 def test_execution_timeout_cancels_the_custom_job(gcp, ctl):
+    # The 8 s count from execute(), before the job exists. The SDK's first import in this
+    # process (4 s on the idle machine, over 8 s on a loaded 2-core one) must not be among them,
+    # or the timeout comes before the job is created and there is nothing to cancel.
+    from google.cloud import aiplatform_v1  # noqa: F401
+
     run = dags().vx_times_out().test()
     assert run.state == "failed"
     assert ctl.counters()["CancelCustomJob"] == 1
