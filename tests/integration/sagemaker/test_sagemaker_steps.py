@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import threading
 import time
@@ -20,7 +21,15 @@ def _read(results, name):
     return json.loads((results / f"{name}.json").read_text())
 
 
+def _forget_earlier_garbage(capfd, caplog) -> None:
+    """Clients an earlier test dropped are collected (and reported) now, not during this run."""
+    gc.collect()
+    capfd.readouterr()
+    caplog.clear()
+
+
 def test_a_step_runs_as_a_training_job_and_a_plain_task_loads_its_result(aws, ctl, capfd, caplog):
+    _forget_earlier_garbage(capfd, caplog)
     run = dags().sm_pipeline().test()
     assert run.state == "success"
     assert _read(aws["results"], "check") == {
@@ -33,6 +42,7 @@ def test_a_step_runs_as_a_training_job_and_a_plain_task_loads_its_result(aws, ct
     ref = ArtifactRef.from_record(stored["__data__"])
     assert ref.uri.startswith(aws["root"] + "/") and ref.size > 800_000
     assert "/output/model/outputs/" in ref.uri  # uploaded by the service, not by the worker
+    assert ref.conn_id == "aws_default"  # what a plain task's load() reads with
     assert len(json.dumps(stored)) < 1024
     billing = rows[("train", "sagemaker_billing", -1)]
     assert billing["instance_type"] == "ml.t3.medium"  # the cheapest with 2 vCPU and 4 GiB
@@ -57,6 +67,20 @@ def test_a_step_runs_as_a_training_job_and_a_plain_task_loads_its_result(aws, ct
     # each trigger closed its service clients before its event (dag.test() ends its loop then)
     out, err = capfd.readouterr()
     assert "Unclosed" not in out + err + caplog.text
+
+
+def test_the_execution_timeout_stops_the_job_before_its_max_runtime(aws, ctl):
+    run = dags().sm_times_out().test()
+    assert run.state == "failed"
+    assert _read(aws["results"], "failure").startswith("AirflowTaskTimeout")
+    [job] = training_jobs("sm-times-out-sleeper")
+    assert job["StoppingCondition"] == {"MaxRuntimeInSeconds": 20 + 300}  # a backstop
+    assert ctl.counters()["StopTrainingJob"] == 1
+    assert wait_until(
+        lambda: training_jobs("sm-times-out-sleeper")[0]["TrainingJobStatus"] == "Stopped",
+        60,
+        what="a stop",
+    )
 
 
 def test_a_raising_step_fails_with_the_remote_exception_and_the_failure_reason(aws, ctl):

@@ -28,6 +28,7 @@ def test_arrays_and_a_model_directory_pass_between_vertex_steps(gcp, ctl, capfd)
     stored = rows[("train", "return_value", -1)]
     ref = ArtifactRef.from_record(stored["__data__"])
     assert ref.uri.startswith(gcp["root"] + "/") and ref.size > 800_000
+    assert ref.conn_id == "google_cloud_default"  # what a plain task's load() reads with
     assert all(len(json.dumps(value, default=str)) < 1024 for value in rows.values())
     model = ArtifactRef.from_record(rows[("save_model", "return_value", -1)]["__data__"])
     assert model.materializer == "path"
@@ -139,9 +140,11 @@ def test_execution_timeout_cancels_the_custom_job(gcp, ctl):
 
     run = dags().vx_times_out().test()
     assert run.state == "failed"
+    assert _read(gcp["results"], "failure").startswith("AirflowTaskTimeout")
     assert ctl.counters()["CancelCustomJob"] == 1
     (job,) = custom_jobs(gcp["fake"], "slow")
     assert job["state"] in ("JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED")
+    assert job["job_spec"]["scheduling"]["timeout"] == "308s"  # the service's limit: a backstop
 
 
 def test_a_gpu_request_resolves_to_a_priced_spot_machine(gcp, ctl):

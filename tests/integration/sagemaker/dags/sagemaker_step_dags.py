@@ -53,6 +53,24 @@ sm_pipeline()
 
 
 @dag(schedule=None)
+def sm_times_out():
+    @task.sagemaker_step(
+        docker=PARENT_ONLY,
+        execution_timeout=timedelta(seconds=20),
+        on_failure_callback=_remember_failure,
+    )  # no max_runtime: its default (the deadline plus 5 minutes) must not end the job first
+    def sleeper():
+        import time
+
+        time.sleep(300)
+
+    sleeper()
+
+
+sm_times_out()
+
+
+@dag(schedule=None)
 def sm_step_raises():
     @task.sagemaker_step(docker=PARENT_ONLY, on_failure_callback=_remember_failure)
     def explode(x: int):

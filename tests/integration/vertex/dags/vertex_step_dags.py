@@ -165,7 +165,11 @@ vx_two_nodes()
 
 @dag(schedule=None)
 def vx_times_out():
-    @task.vertex_step(docker=PARENT_ONLY, execution_timeout=timedelta(seconds=8), max_runtime=600)
+    @task.vertex_step(
+        docker=PARENT_ONLY,
+        execution_timeout=timedelta(seconds=8),
+        on_failure_callback=_remember_failure,
+    )  # no max_runtime: its default (the deadline plus 5 minutes) must not end the job first
     def slow():
         import time
 
