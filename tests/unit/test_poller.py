@@ -9,36 +9,17 @@ import pytest
 
 from airflow_stepop.backends.base import JobStatus, StepBackend
 from airflow_stepop.triggers.poller import poller_for
+from tests.unit.backend_doubles import TriggerSideBackend
 
 
-class ListingBackend(StepBackend):
+class ListingBackend(TriggerSideBackend):
     """A service whose List call answers for the jobs in ``listed`` only."""
-
-    first_poll_seconds = 0.01
 
     def __init__(self, listed: set[str], failing: bool = False) -> None:
         self.listed = listed
         self.failing = failing
         self.list_calls = 0
         self.describes: list[str] = []
-
-    def serialize(self):
-        return {}
-
-    def submit(self, request):
-        raise NotImplementedError
-
-    def find_active(self, task_key):
-        return None
-
-    def stop(self, handle):
-        return None
-
-    async def astop(self, handle):
-        return None
-
-    async def alogs(self, handle, cursor):
-        return [], cursor
 
     async def astatus(self, handle):
         self.describes.append(handle["job_id"])

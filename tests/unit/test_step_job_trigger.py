@@ -13,10 +13,11 @@ import time
 
 import pytest
 
-from airflow_stepop.backends.base import JobStatus, StepBackend
+from airflow_stepop.backends.base import JobStatus
 from airflow_stepop.triggers import step_job
 from airflow_stepop.triggers.poller import poller_for
 from airflow_stepop.triggers.step_job import StepJobTrigger
+from tests.unit.backend_doubles import TriggerSideBackend
 
 START = 1_900_000_000.0  # wall-clock seconds when the trigger starts
 
@@ -37,7 +38,7 @@ class Clock:
         self.elapsed = max(self.elapsed, due)
 
 
-class RunningBackend(StepBackend):
+class RunningBackend(TriggerSideBackend):
     """A job that runs until stopped; records when it was stopped (wall clock)."""
 
     first_poll_seconds = 0.25
@@ -46,23 +47,8 @@ class RunningBackend(StepBackend):
         self.clock = clock
         self.stopped_at: list[float] = []
 
-    def serialize(self):
-        return {}
-
-    def submit(self, request):
-        raise NotImplementedError
-
-    def find_active(self, task_key):
-        return None
-
-    def stop(self, handle):
-        raise NotImplementedError
-
     async def astop(self, handle):
         self.stopped_at.append(self.clock.time())
-
-    async def alogs(self, handle, cursor):
-        return [], cursor
 
     async def astatus(self, handle):
         return JobStatus("running")
