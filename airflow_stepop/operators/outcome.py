@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.artifacts.ref import ArtifactRef
 
 if TYPE_CHECKING:
     from airflow_stepop.runtime.storage import Storage
-
-_TRACEBACK = "Traceback (most recent call last):"
-_CHAINED = (  # the lines Python prints between the tracebacks of chained exceptions
-    "The above exception was the direct cause of the following exception:",
-    "During handling of the above exception, another exception occurred:",
-)
 
 
 class StepFailedError(RuntimeError):
@@ -22,7 +17,7 @@ class StepFailedError(RuntimeError):
 
 def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
     """The task's error for a job that did not succeed: the remote exception (from the job's
-    ``error.json``) once, then what the job's log said before it."""
+    ``error.json``) once, then the rest of the job's log tail."""
     from airflow_stepop.runtime import spec as specs
     from airflow_stepop.runtime.storage import join
 
@@ -37,8 +32,8 @@ def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
         parts.append(f"The step raised {error['type']}: {error['message']}")
         parts.append("Remote traceback:\n" + error["traceback"].rstrip())
     tail = event.get("log_tail") or []
-    if error is not None:  # the traceback is above already: keep what the job said before
-        tail = tail[: _last_traceback_start(tail)]
+    if error is not None:  # the traceback is above already: keep only what else the job said
+        tail = _without_traceback(tail, error["traceback"])
     if tail:
         parts.append("Last lines of the job's log:\n" + "\n".join(tail))
     message = "\n\n".join(parts)
@@ -49,19 +44,19 @@ def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
     return StepFailedError(message)
 
 
-def _last_traceback_start(lines: list[str]) -> int:
-    """Where the last printed exception starts, with the exceptions chained to it (``raise ...
-    from``, or raised while handling another); ``len(lines)`` when none was printed."""
-    starts = [i for i, line in enumerate(lines) if _TRACEBACK in line]
-    if not starts:
-        return len(lines)
-    start = starts.pop()
-    while starts:
-        before = next((line.strip() for line in reversed(lines[:start]) if line.strip()), "")
-        if not before.endswith(_CHAINED):
-            break
-        start = starts.pop()
-    return start
+def _without_traceback(tail: list[str], traceback: str) -> list[str]:
+    """The log tail without the last printing of the remote traceback (a chained exception's
+    whole chain included). Line by line, not from where it starts: stdout and stderr reach a
+    service's log as two streams, so a line printed before the exception can arrive amid or
+    after it."""
+    pending = Counter(line.rstrip() for line in traceback.rstrip().splitlines())
+    kept: list[str] = []
+    for line in reversed(tail):
+        if pending[line.rstrip()] > 0:
+            pending[line.rstrip()] -= 1
+        else:
+            kept.append(line)
+    return kept[::-1]
 
 
 def read_result(

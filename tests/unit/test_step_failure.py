@@ -43,3 +43,20 @@ def test_the_log_tail_stops_before_the_whole_chain_of_the_remote_exception(tmp_p
     message = str(error)
     assert message.count("Traceback (most recent call last):") == 2  # the remote one, once
     assert message.endswith("Last lines of the job's log:\nloading features\n42 rows")
+
+
+def test_a_line_printed_before_the_exception_but_logged_after_it_stays(tmp_path):
+    """stdout and stderr reach a service's log as two streams: their lines can cross."""
+    printed = _chained_traceback()
+    (tmp_path / "error.json").write_text(
+        json.dumps({"type": "ValueError", "message": "no merchant column", "traceback": printed})
+    )
+    lines = printed.rstrip().splitlines()
+    tail = ["[stepop] step d.t map_index=-1", *lines[:3], "about to fail", *lines[3:]]
+    event = {"status": "failed", "handle": {"job_id": "j1", "run_uri": f"file://{tmp_path}"},
+             "log_tail": tail}  # fmt: skip
+
+    message = str(step_failure(event, Storage()))
+
+    tail_shown = message.split("Last lines of the job's log:\n", 1)[1]
+    assert tail_shown == "[stepop] step d.t map_index=-1\nabout to fail"
