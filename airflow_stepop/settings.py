@@ -130,6 +130,24 @@ class ResourceSettings:
             "memory": self.memory,
         }
 
+    def shown(self) -> str:
+        """The settings as a user writes them, for messages: memory in GiB or MiB, not bytes."""
+        fields = []
+        for key, value in self.to_dict().items():
+            if value is None:
+                continue
+            if key == "memory":
+                value = _size(value)
+            fields.append(f"{key}={value!r}")
+        return f"ResourceSettings({', '.join(fields)})"
+
+
+def _size(size: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if size % scale == 0:
+            return f"{size // scale}{unit}"
+    return f"{size / 2**30:g}GiB"
+
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _APT_NAME = re.compile(r"^[a-z0-9][a-z0-9+.\-]*(=[A-Za-z0-9.+~:\-]+)?$")

@@ -56,33 +56,15 @@ def _warn_unapplied_resources(request: JobRequest) -> None:
     CUDA_VISIBLE_DEVICES, another process holding it) is only known to the step itself.
     """
     resources = request.resources
-    if resources is None:
+    if resources is None or not (resources.gpu_count or resources.cpu_count or resources.memory):
         return
-    asked = {
-        key: value
-        for key, value in (
-            ("gpu_count", resources.gpu_count),
-            ("cpu_count", resources.cpu_count),
-            ("memory", resources.memory),
-        )
-        if value
-    }
-    if not asked:
-        return
-    if "memory" in asked:  # bytes, shown as the user likely wrote them
-        size = asked["memory"]
-        for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
-            if size % scale == 0:
-                asked["memory"] = f"{size // scale}{unit}"
-                break
-    shown = ", ".join(f"{key}={value!r}" for key, value in asked.items())
     log.warning(
-        "Process mode does not reserve or check resources: ResourceSettings(%s) is not applied "
+        "Process mode does not reserve or check resources: %s is not applied "
         "to job %s, which shares the worker's CPUs, memory and GPUs (if it has any) with "
         "everything else running there. For limits and reserved GPUs, set "
         "docker=DockerSettings(...) (container mode; GPUs need the NVIDIA Container Toolkit on "
         "the worker host) or run the step on a cloud backend.",
-        shown,
+        resources.shown(),
         request.job_name,
     )
 

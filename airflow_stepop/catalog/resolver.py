@@ -100,7 +100,7 @@ class Catalog:
         models = sorted({m.gpu_model for m in self.types if m.gpu_model})
         if want.gpu_type and normalize_gpu(want.gpu_type) not in map(normalize_gpu, models):
             raise NoFittingMachineError(
-                f"{owner}={_show(want)}: no {self.service} machine type in the catalog has a "
+                f"{owner}={want.shown()}: no {self.service} machine type in the catalog has a "
                 f"{want.gpu_type!r} GPU (catalog date {self.date}). Its GPU models: "
                 f"{', '.join(models)}. Use one of them for gpu_type, or name a type explicitly "
                 f"with {explicit}=."
@@ -108,7 +108,7 @@ class Catalog:
         closest = sorted(self.types, key=lambda m: (m.shortfall(want), _cost_order(m)))
         shown = "; ".join(m.describe() for m in closest[:CLOSEST_SHOWN])
         raise NoFittingMachineError(
-            f"{owner}={_show(want)} fits no {self.service} machine type in the catalog "
+            f"{owner}={want.shown()} fits no {self.service} machine type in the catalog "
             f"(catalog date {self.date}). Closest: {shown}. Ask for less (or more machines with "
             f"instance_count), or name a type explicitly with {explicit}=."
         )
@@ -117,17 +117,6 @@ class Catalog:
 def _cost_order(machine: MachineType) -> tuple[Any, ...]:
     price = machine.price_per_hour if machine.price_per_hour is not None else float("inf")
     return (price, machine.gpu_count, machine.vcpu, machine.memory_gib, machine.name)
-
-
-def _show(want: ResourceSettings) -> str:
-    fields = []
-    for key, value in want.to_dict().items():
-        if value is None:
-            continue
-        if key == "memory":
-            value = f"{value / GIB:g}GiB"
-        fields.append(f"{key}={value!r}")
-    return f"ResourceSettings({', '.join(fields)})"
 
 
 def parse(text: str, service: str) -> Catalog:

@@ -93,7 +93,7 @@ def test_process_mode_says_it_reserves_no_gpu(staged_len, caplog):
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
     assert "Process mode does not reserve or check resources" in warnings[0]
-    assert "ResourceSettings(gpu_count=1, cpu_count=2, memory='2GiB') is not applied" in warnings[0]
+    assert "ResourceSettings(cpu_count=2, gpu_count=1, memory='2GiB') is not applied" in warnings[0]
     assert "NVIDIA Container Toolkit" in warnings[0]
 
 
