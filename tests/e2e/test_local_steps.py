@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from tests.processes import group_members
 from tests.waiting import wait_for
 
 
@@ -94,20 +95,6 @@ def test_multiple_outputs_without_deferral(results):
     assert (results / "split.txt").read_text() == "5 5 ArtifactRef"
 
 
-def _group_members(group: int) -> list[int]:
-    """The live (not zombie) processes of a process group."""
-    members = []
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                state, _, pgrp = handle.read().rsplit(")", 1)[1].split()[:3]
-        except (OSError, ValueError):
-            continue
-        if int(pgrp) == group and state != "Z":
-            members.append(int(entry))
-    return members
-
-
 def test_execution_timeout_stops_the_job(results, tmp_path):
     run = _dags(results).step_times_out().test()
     assert run.state == "failed"
@@ -117,7 +104,7 @@ def test_execution_timeout_stops_the_job(results, tmp_path):
     # supervisor leads the job's process group, and the step runs in it.
     [job_dir] = list((tmp_path / "jobs").iterdir())
     group = json.loads((job_dir / "job.json").read_text())["pid"]
-    wait_for(lambda: not _group_members(group), 15, "the job's processes to end")
+    wait_for(lambda: not group_members(group), 15, "the job's processes to end")
 
 
 def test_a_retry_reattaches_to_the_running_job(results, tmp_path, artifact_root):
