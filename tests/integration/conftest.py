@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 
@@ -34,3 +35,19 @@ def remove_images(client, prefix: str) -> None:
     for image in client.images.list(name=prefix):
         for tag in image.tags:
             subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+
+
+@pytest.fixture
+def unclosed_reports(capfd, caplog):
+    """The lines in which asyncio reports an unclosed client session or connector during this
+    test (on stderr, or through logging under pytest); clients an earlier test dropped are
+    collected, and their reports discarded, before the test runs."""
+    gc.collect()
+    capfd.readouterr()
+    caplog.clear()
+
+    def reports() -> list[str]:
+        out, err = capfd.readouterr()
+        return [line for line in (out + err + caplog.text).splitlines() if "Unclosed" in line]
+
+    return reports

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import uuid
 
@@ -21,15 +20,7 @@ def _read(results, name):
     return json.loads((results / f"{name}.json").read_text())
 
 
-def _forget_earlier_garbage(capfd, caplog) -> None:
-    """Clients an earlier test dropped are collected (and reported) now, not during this run."""
-    gc.collect()
-    capfd.readouterr()
-    caplog.clear()
-
-
-def test_arrays_and_a_model_directory_pass_between_steps_by_reference(azure, ctl, capfd, caplog):
-    _forget_earlier_garbage(capfd, caplog)
+def test_arrays_and_a_model_directory_pass_between_steps_by_reference(azure, ctl, unclosed_reports):
     run = dags().aml_pipeline().test()
     assert run.state == "success"
     total = float(sum(range(100_000)))
@@ -69,8 +60,7 @@ def test_arrays_and_a_model_directory_pass_between_steps_by_reference(azure, ctl
         seen += azure["blobs"].download_blob(f"{run_dir}/{name}").readall().decode()
     assert key not in seen and "AccountKey" not in seen and "AIRFLOW_CONN" not in seen
     # each trigger closed its service clients before its event (dag.test() ends its loop then)
-    out, err = capfd.readouterr()
-    assert "Unclosed" not in out + err + caplog.text
+    assert unclosed_reports() == []
 
 
 def test_a_raising_step_fails_with_the_remote_exception(azure, ctl):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import threading
 import time
@@ -21,15 +20,9 @@ def _read(results, name):
     return json.loads((results / f"{name}.json").read_text())
 
 
-def _forget_earlier_garbage(capfd, caplog) -> None:
-    """Clients an earlier test dropped are collected (and reported) now, not during this run."""
-    gc.collect()
-    capfd.readouterr()
-    caplog.clear()
-
-
-def test_a_step_runs_as_a_training_job_and_a_plain_task_loads_its_result(aws, ctl, capfd, caplog):
-    _forget_earlier_garbage(capfd, caplog)
+def test_a_step_runs_as_a_training_job_and_a_plain_task_loads_its_result(
+    aws, ctl, unclosed_reports
+):
     run = dags().sm_pipeline().test()
     assert run.state == "success"
     assert _read(aws["results"], "check") == {
@@ -65,8 +58,7 @@ def test_a_step_runs_as_a_training_job_and_a_plain_task_loads_its_result(aws, ct
         seen += answer["Body"].read().decode()
     assert secret not in seen and "AIRFLOW_CONN" not in seen and "AWS_SECRET" not in seen
     # each trigger closed its service clients before its event (dag.test() ends its loop then)
-    out, err = capfd.readouterr()
-    assert "Unclosed" not in out + err + caplog.text
+    assert unclosed_reports() == []
 
 
 def test_the_execution_timeout_stops_the_job_before_its_max_runtime(aws, ctl):
