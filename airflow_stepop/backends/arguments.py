@@ -64,7 +64,7 @@ def seconds(owner: str, name: str, value: Any, *, low: int, high: int, service: 
 RUNTIME_GRACE = timedelta(minutes=5)
 
 
-def runtime_limit(execution_timeout: Any, *, high: int, otherwise: int) -> int:
+def runtime_limit(execution_timeout: Any, *, high: int, otherwise: int | None) -> int | None:
     """The service's runtime limit (seconds) of a step that sets no ``max_runtime``: the task's
     ``execution_timeout`` plus ``RUNTIME_GRACE``, at most the service's ``high``; ``otherwise``
     without an ``execution_timeout``. Never the deadline itself: the service would end the job

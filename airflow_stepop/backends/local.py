@@ -25,6 +25,7 @@ from typing import Any
 from airflow_stepop.backends import local_supervisor as supervisor
 from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
 from airflow_stepop.backends.naming import key_prefix
+from airflow_stepop.runtime.spec import MAX_RUNTIME_ENV, MAX_RUNTIME_EXIT_CODE
 from airflow_stepop.runtime.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,9 @@ JOB_RECORD = "job.json"
 _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
 
-def _job_environment(request: JobRequest, bundle_path: str) -> dict[bytes, bytes]:
+def _job_environment(
+    request: JobRequest, bundle_path: str, max_runtime_s: int | None
+) -> dict[bytes, bytes]:
     """The worker's environment minus Airflow's own (connections, secrets), plus the step's.
 
     As bytes, the form the process is started with: no decoding and encoding of every variable.
@@ -45,6 +48,9 @@ def _job_environment(request: JobRequest, bundle_path: str) -> dict[bytes, bytes
         env[os.fsencode(key)] = os.fsencode(value)
     env[b"PYTHONPATH"] = os.fsencode(bundle_path)
     env[b"PYTHONUNBUFFERED"] = b"1"
+    env.pop(MAX_RUNTIME_ENV.encode(), None)  # the backend's limit, never an inherited one
+    if max_runtime_s:
+        env[MAX_RUNTIME_ENV.encode()] = str(max_runtime_s).encode()
     return env
 
 
@@ -80,12 +86,26 @@ def _local_bundle(request: JobRequest) -> Path:
 
 
 class LocalBackend(StepBackend):
-    def __init__(self, jobs_dir: str, python: str | None = None) -> None:
+    """Jobs as local processes or containers.
+
+    ``max_runtime_s`` is the job's own limit, which no local "service" enforces: the step's
+    runtime ends itself when it passes it (``STEPOP_MAX_RUNTIME_S``), the backstop for a job
+    that no trigger watches, as a cloud service's runtime limit is.
+    """
+
+    def __init__(
+        self, jobs_dir: str, python: str | None = None, max_runtime_s: int | None = None
+    ) -> None:
         self.jobs_dir = Path(jobs_dir)
         self.python = python or sys.executable
+        self.max_runtime_s = max_runtime_s
 
     def serialize(self) -> dict[str, Any]:
-        return {"jobs_dir": str(self.jobs_dir), "python": self.python}
+        return {
+            "jobs_dir": str(self.jobs_dir),
+            "python": self.python,
+            "max_runtime_s": self.max_runtime_s,
+        }
 
     # ---- worker side -------------------------------------------------------------------
 
@@ -96,7 +116,9 @@ class LocalBackend(StepBackend):
         if request.docker is not None and (client := _engine()) is not None:
             from airflow_stepop.backends import local_container
 
-            handle = local_container.submit(client, request, job_dir, bundle)
+            handle = local_container.submit(
+                client, request, job_dir, bundle, max_runtime_s=self.max_runtime_s
+            )
         else:
             if request.docker is not None:
                 log.warning("docker= is set but no container engine answers: running as a process")
@@ -126,7 +148,7 @@ class LocalBackend(StepBackend):
             try:
                 process = subprocess.Popen(
                     command,
-                    env=_job_environment(request, str(bundle)),
+                    env=_job_environment(request, str(bundle), self.max_runtime_s),
                     cwd=job_dir,
                     stdin=subprocess.DEVNULL,
                     stdout=output,
@@ -246,6 +268,12 @@ def _exit_status(code: int, stopped: bool) -> JobStatus:
         return JobStatus("succeeded")
     if stopped:
         return JobStatus("stopped", "stopped on request")
+    if code == MAX_RUNTIME_EXIT_CODE or code == -signal.SIGALRM:
+        return JobStatus(
+            "failed",
+            "the job ran past its max_runtime (by default the task's execution_timeout plus 5 "
+            "minutes) and was ended",
+        )
     if code < 0:
         return JobStatus("failed", f"the step process was killed by signal {-code}")
     return JobStatus("failed", f"the step process exited with code {code}")

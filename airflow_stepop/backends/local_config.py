@@ -3,15 +3,42 @@
 The local backend's jobs read the code bundle, the inputs and the spec from the worker's own
 disk (a process, or a container with the artifact root mounted at the same path), so its
 artifact root must be a local directory: a ``file://`` URL or an absolute path.
+
+No local "service" limits how long a job runs, so the backend gives each job its own
+``max_runtime`` (by default the task's ``execution_timeout`` plus the same grace as the clouds'),
+which the step's runtime enforces on itself.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from airflow_stepop.backends import arguments as check
 from airflow_stepop.settings import SettingsError
 
 EXAMPLE = "file:///data/stepop"
+# SIGALRM's range is an unsigned int of seconds; a year is past any step's deadline.
+MAX_RUNTIME_LIMIT = int(timedelta(days=365).total_seconds())
+
+
+def max_runtime_seconds(owner: str, value: Any) -> int | None:
+    """``max_runtime`` as whole seconds (None: derive it from ``execution_timeout``)."""
+    if value is None:
+        return None
+    return check.seconds(
+        owner, "max_runtime", value, low=1, high=MAX_RUNTIME_LIMIT, service="the local backend"
+    )
+
+
+def job_runtime_limit(max_runtime_s: int | None, execution_timeout: Any) -> int | None:
+    """The limit a job is started with: ``max_runtime`` as given, else ``execution_timeout``
+    plus the grace (the trigger stops the job at the deadline; this only ends an unwatched
+    one), else none."""
+    return max_runtime_s or check.runtime_limit(
+        execution_timeout, high=MAX_RUNTIME_LIMIT, otherwise=None
+    )
 
 
 def check_root(field: str, value: str) -> None:

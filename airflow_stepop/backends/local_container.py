@@ -16,6 +16,7 @@ from typing import Any
 from airflow_stepop.backends.base import JobRequest, JobStatus
 from airflow_stepop.backends.local import _engine, _exit_status, _local_bundle
 from airflow_stepop.backends.naming import key_prefix
+from airflow_stepop.runtime.spec import MAX_RUNTIME_ENV
 from airflow_stepop.runtime.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,9 @@ class ContainerStartError(RuntimeError):
     """The engine created the step's container but could not start it (e.g. no GPU runtime)."""
 
 
-def submit(client: Any, request: JobRequest, job_dir: Path, bundle: Path) -> dict[str, Any]:
+def submit(
+    client: Any, request: JobRequest, job_dir: Path, bundle: Path, max_runtime_s: int | None
+) -> dict[str, Any]:
     """Start the step's container (building its image first if needed); return its handle."""
     import docker.types
 
@@ -51,6 +54,9 @@ def submit(client: Any, request: JobRequest, job_dir: Path, bundle: Path) -> dic
         kwargs["mem_limit"] = resources.memory_bytes
     env = dict(request.environment)
     env.update({"PYTHONPATH": str(bundle), "PYTHONUNBUFFERED": "1", "HOME": "/tmp"})
+    env.pop(MAX_RUNTIME_ENV, None)  # the backend's limit, as in process mode
+    if max_runtime_s:
+        env[MAX_RUNTIME_ENV] = str(max_runtime_s)
     container = _start(
         client,
         request,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop import config
-from airflow_stepop.backends.local_config import check_root
+from airflow_stepop.backends.local_config import check_root, job_runtime_limit, max_runtime_seconds
 from airflow_stepop.operators.base import BaseStepOperator
 
 if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not need it
@@ -13,12 +14,18 @@ if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not nee
 
 
 class LocalStepOperator(BaseStepOperator):
-    """Run the callable as a detached local process, or in a container when ``docker=`` is set."""
+    """Run the callable as a detached local process, or in a container when ``docker=`` is set.
 
-    def __init__(self, **kwargs: Any) -> None:
+    :param max_runtime: timedelta or seconds after which the job ends itself, even with no
+        trigger watching it; default the task's ``execution_timeout`` plus 5 minutes (the
+        trigger stops the job at the deadline), else no limit.
+    """
+
+    def __init__(self, *, max_runtime: timedelta | int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if self.artifact_root is not None:
             check_root(f"{self._owner()}.artifact_root", self.artifact_root)
+        self.max_runtime_s = max_runtime_seconds(self._owner(), max_runtime)
 
     def _owner(self) -> str:
         return getattr(self, "custom_operator_name", None) or type(self).__name__
@@ -34,4 +41,7 @@ class LocalStepOperator(BaseStepOperator):
         from airflow_stepop.backends.local import LocalBackend
 
         jobs_dir = config.get("local_jobs_dir") or f"{config.airflow_home()}/stepop-jobs"
-        return LocalBackend(jobs_dir=jobs_dir)
+        return LocalBackend(
+            jobs_dir=jobs_dir,
+            max_runtime_s=job_runtime_limit(self.max_runtime_s, self.execution_timeout),
+        )

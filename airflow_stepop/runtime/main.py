@@ -18,14 +18,28 @@ from typing import Any
 
 from airflow_stepop.runtime import spec as specs
 from airflow_stepop.runtime import values
-from airflow_stepop.runtime.spec import BUNDLE_CALLABLE, BUNDLE_CODE_DIR, BUNDLE_DEPS_DIR
+from airflow_stepop.runtime.spec import (
+    BUNDLE_CALLABLE,
+    BUNDLE_CODE_DIR,
+    BUNDLE_DEPS_DIR,
+    MAX_RUNTIME_ENV,
+    MAX_RUNTIME_EXIT_CODE,
+)
 from airflow_stepop.runtime.storage import Storage, join, sha256_file
 
 OUTPUT_URI_ENV = "STEPOP_OUTPUT_URI"
+# After its limit, how long a step that swallows StepTimedOut (or never returns to Python)
+# runs before the kernel ends it (SIGALRM's default action terminates the process): this, or
+# the limit itself if shorter.
+MAX_RUNTIME_KILL_GRACE_S = 30
 
 
 class StepStopped(BaseException):  # noqa: N818 - like KeyboardInterrupt, not an error of the step
     """The job was asked to stop (SIGTERM from the backend or the service)."""
+
+
+class StepTimedOut(StepStopped):
+    """The job ran past its max_runtime (``STEPOP_MAX_RUNTIME_S``) and the runtime ended it."""
 
 
 class CodeBundleError(RuntimeError):
@@ -33,28 +47,60 @@ class CodeBundleError(RuntimeError):
 
 
 class _StopSignal:
-    """The SIGTERM handler: the first SIGTERM raises StepStopped in the step; later ones do not.
+    """The SIGTERM and SIGALRM handler: the first signal raises StepStopped (SIGALRM, the
+    job's max_runtime: StepTimedOut) in the step; later ones do not.
 
     A stop often arrives more than once (a service's entry script and the local supervisor
     each forward it, a stop request and a timeout cross). Raising again would interrupt the
     step's own clean-up or the runtime's failure report (error.json) with a second exception.
     Later SIGTERMs are ignored: a step that swallows StepStopped keeps running until the
-    backend's grace period ends and it is killed (SIGKILL), never longer. ``disarm()`` makes
-    even the first SIGTERM a no-op, while the runtime writes its report and exits.
+    backend's grace period ends and it is killed (SIGKILL), never longer. After its max_runtime
+    the runtime is its own backstop: SIGALRM is re-armed with its default action, which ends
+    the process ``MAX_RUNTIME_KILL_GRACE_S`` later (at most the limit again) whatever it is
+    doing. ``disarm()`` makes even the first signal a no-op, while the runtime writes its
+    report and exits.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_runtime_s: int | None = None) -> None:
         self.armed = True
+        self.max_runtime_s = max_runtime_s
+        signal.signal(signal.SIGTERM, self)
+        if max_runtime_s:
+            signal.signal(signal.SIGALRM, self)
+            signal.alarm(max_runtime_s)
 
     def __call__(self, signum: int, frame: Any) -> None:
-        if self.armed:
-            self.armed = False
-            raise StepStopped(
-                "the job received SIGTERM (stopped by the user, a timeout or the service)"
+        if signum == signal.SIGALRM:
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.alarm(min(MAX_RUNTIME_KILL_GRACE_S, self.max_runtime_s or 1))
+        if not self.armed:
+            return
+        self.armed = False
+        if signum == signal.SIGALRM:
+            raise StepTimedOut(
+                f"the job ran past its max_runtime of {self.max_runtime_s} s "
+                f"(${MAX_RUNTIME_ENV}) and the runtime ended it"
             )
+        raise StepStopped(
+            "the job received SIGTERM (stopped by the user, a timeout or the service)"
+        )
 
     def disarm(self) -> None:
         self.armed = False
+
+
+def _max_runtime() -> int | None:
+    """The job's own runtime limit from ``STEPOP_MAX_RUNTIME_S``, if its backend set one."""
+    value = os.environ.get(MAX_RUNTIME_ENV, "")
+    if not value:
+        return None
+    try:
+        seconds = int(value)
+    except ValueError:
+        seconds = 0
+    if seconds < 1:
+        raise SystemExit(f"{MAX_RUNTIME_ENV}={value!r} must be a whole number of seconds >= 1")
+    return seconds
 
 
 class StepRun:
@@ -195,8 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"where results go (default: the spec's directory; env {OUTPUT_URI_ENV})",
     )
     options = parser.parse_args(argv)
-    stop = _StopSignal()
-    signal.signal(signal.SIGTERM, stop)
+    stop = _StopSignal(_max_runtime())
     run = StepRun(options.spec_uri, Storage.from_env(), options.output_uri)
     try:
         manifest = run.run()
@@ -207,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
             run.write_error(exc)
         except Exception:
             traceback.print_exc()
+        if isinstance(exc, StepTimedOut):
+            return MAX_RUNTIME_EXIT_CODE
         return 143 if isinstance(exc, StepStopped) else 1
     stop.disarm()  # result.json is written: the step is done
     print(f"[stepop] step finished in {manifest['duration_s']}s", flush=True)

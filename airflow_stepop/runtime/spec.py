@@ -36,6 +36,11 @@ BUNDLE_CODE_DIR = "code/"  # the callable's module and the local modules it impo
 BUNDLE_DEPS_DIR = "deps/"  # the worker's cloudpickle, when the callable travels pickled
 BUNDLE_CALLABLE = "callable.pkl"  # the callable pickled by value
 
+# Seconds the job may run before the runtime ends it itself: set by a backend whose service has
+# no runtime limit of its own (the local one), as the backstop for a job no trigger watches.
+MAX_RUNTIME_ENV = "STEPOP_MAX_RUNTIME_S"
+MAX_RUNTIME_EXIT_CODE = 124  # as coreutils' timeout; the runtime exits 0, 1 or 143 otherwise
+
 
 class SpecError(ValueError):
     """A spec this runtime cannot run."""

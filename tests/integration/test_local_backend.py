@@ -69,14 +69,16 @@ def steps(tmp_path, monkeypatch):
     sys.modules.pop(name, None)
 
 
-def _submit(tmp_path, function, args, *, docker=None, resources=None, try_number=1):
+def _submit(
+    tmp_path, function, args, *, docker=None, resources=None, try_number=1, max_runtime_s=None
+):
     storage = Storage()
     identity = StepIdentity("dag", RUN_ID, function.__name__, -1, try_number)
     staged = stage_step(
         function, args, {}, root=f"file://{tmp_path}/root", step=identity, storage=storage
     )
     key = task_key(identity.dag_id, identity.run_id, identity.task_id, identity.map_index)
-    backend = LocalBackend(jobs_dir=str(tmp_path / "jobs"))
+    backend = LocalBackend(jobs_dir=str(tmp_path / "jobs"), max_runtime_s=max_runtime_s)
     handle = backend.submit(
         JobRequest(
             job_name=job_name(key, try_number),
@@ -182,6 +184,22 @@ def test_user_kill_stops_the_job(tmp_path, steps):
     assert status.state == "stopped"
     error = storage.read_json(handle["run_uri"] + "/error.json")
     assert error["type"] == "StepStopped"
+
+
+def test_a_job_nobody_watches_ends_at_its_max_runtime(tmp_path, steps):
+    """No trigger runs (a triggerer down): the job's own limit ends it, as a cloud's would."""
+    pid_file, release = tmp_path / "pid", tmp_path / "never"
+    backend, handle, _, storage = _submit(
+        tmp_path, steps.held, [str(pid_file), str(release)], max_runtime_s=2
+    )
+
+    wait_for(lambda: backend._status(handle).terminal, 120, "the job to end at its limit")
+    status = backend._status(handle)
+    assert status.state == "failed"
+    assert "ran past its max_runtime" in status.reason
+    assert not process_alive(int(pid_file.read_text()))
+    error = storage.read_json(handle["run_uri"] + "/error.json")
+    assert error["type"] == "StepTimedOut"
 
 
 def test_find_active_sees_a_running_job_and_not_a_finished_one(tmp_path, steps):

@@ -1,10 +1,11 @@
 """LocalStepOperator's artifact root: refused when the DAG declares the step, or before any
-upload when it comes from the configuration."""
+upload when it comes from the configuration; its jobs' own runtime limit."""
 
 from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
 from types import SimpleNamespace
 
 import fsspec
@@ -75,3 +76,26 @@ def test_a_configured_remote_root_is_refused_before_anything_is_uploaded(monkeyp
         op.execute({"ti": ti}, LocalStepOperator__sentinel=ExecutorSafeguard.sentinel_value)
     assert not memory.exists(root.split("://", 1)[1])  # no code bundle, no spec
     assert not (tmp_path / "jobs").exists()  # and no job
+
+
+@pytest.mark.parametrize(
+    ("arguments", "limit"),
+    [
+        ({}, None),  # no deadline: the job runs as long as it takes
+        ({"execution_timeout": timedelta(minutes=10)}, 900),  # the deadline plus 5 minutes
+        ({"max_runtime": timedelta(hours=1)}, 3600),
+        ({"max_runtime": 60, "execution_timeout": timedelta(minutes=10)}, 60),  # as given
+    ],
+)
+def test_a_jobs_own_runtime_limit(arguments, limit):
+    with DAG("limits", schedule=None):
+        op = LocalStepOperator(task_id="t", python_callable=len, **arguments)
+    assert op.make_backend().max_runtime_s == limit
+
+
+def test_a_wrong_max_runtime_is_refused_at_parse_time():
+    with pytest.raises(SettingsError) as refused, DAG("limits", schedule=None):
+        LocalStepOperator(task_id="t", python_callable=len, max_runtime="1h")
+    assert "LocalStepOperator.max_runtime='1h' must be a timedelta or whole seconds" in str(
+        refused.value
+    )

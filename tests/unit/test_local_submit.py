@@ -26,7 +26,10 @@ def test_the_job_gets_the_workers_environment_without_airflows_own_plus_the_step
     monkeypatch.setenv("STEPOP_TEST_KEPT", "kept")
     monkeypatch.setenv("PYTHONPATH", "/the/workers/path")
 
-    env = _job_environment(_request(environment={"GREETING": "grüß dich"}), "/bundles/abc.zip")
+    monkeypatch.setenv("STEPOP_MAX_RUNTIME_S", "5")  # e.g. a worker that runs in a step
+
+    request = _request(environment={"GREETING": "grüß dich"})
+    env = _job_environment(request, "/bundles/abc.zip", None)
 
     assert not [key for key in env if key.startswith(b"AIRFLOW")]
     assert env[b"STEPOP_TEST_KEPT"] == b"kept"
@@ -34,11 +37,13 @@ def test_the_job_gets_the_workers_environment_without_airflows_own_plus_the_step
     assert env[b"PYTHONPATH"] == b"/bundles/abc.zip"  # the bundle, not the worker's path
     assert env[b"PYTHONUNBUFFERED"] == b"1"
     assert all(isinstance(key, bytes) and isinstance(value, bytes) for key, value in env.items())
+    assert b"STEPOP_MAX_RUNTIME_S" not in env  # no limit: none inherited either
+    assert _job_environment(request, "/b.zip", 900)[b"STEPOP_MAX_RUNTIME_S"] == b"900"
 
 
 def test_the_steps_environment_wins_over_the_workers(monkeypatch):
     monkeypatch.setenv("STEPOP_TEST_MODE", "worker")
-    env = _job_environment(_request(environment={"STEPOP_TEST_MODE": "step"}), "/b.zip")
+    env = _job_environment(_request(environment={"STEPOP_TEST_MODE": "step"}), "/b.zip", None)
     assert env[b"STEPOP_TEST_MODE"] == b"step"
 
 

@@ -1,8 +1,10 @@
-"""A stopped step (SIGTERM) still leaves its failure report, however many SIGTERMs come."""
+"""A stopped step (SIGTERM) still leaves its failure report, however many SIGTERMs come; a step
+past its own max_runtime (``STEPOP_MAX_RUNTIME_S``) ends itself, even one that ignores it."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -23,7 +25,7 @@ def stop_steps(tmp_path, monkeypatch):
     (code / f"{name}.py").write_text(
         textwrap.dedent(
             """
-            import os, signal, sys
+            import os, signal, sys, threading
 
             class _SecondStop:
                 # A second SIGTERM (one forwarded by each of two layers) that arrives while
@@ -48,6 +50,16 @@ def stop_steps(tmp_path, monkeypatch):
             def fails_then_stopped():
                 sys.stderr = _SecondStop(sys.stderr)
                 raise ValueError("the step's own failure")
+
+            def never_ends():
+                threading.Event().wait()
+
+            def ignores_its_limit():
+                while True:
+                    try:
+                        threading.Event().wait()
+                    except BaseException:
+                        print("ignoring it", file=sys.stderr, flush=True)
             """
         )
     )
@@ -57,7 +69,7 @@ def stop_steps(tmp_path, monkeypatch):
     sys.modules.pop(name, None)
 
 
-def _run_step(tmp_path, function):
+def _run_step(tmp_path, function, env=None):
     storage = Storage()
     staged = stage_step(
         function,
@@ -67,7 +79,7 @@ def _run_step(tmp_path, function):
         step=StepIdentity("dag", "run", function.__name__, -1, 1),
         storage=storage,
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")} | (env or {})
     process = subprocess.run(
         [sys.executable, "-m", "airflow_stepop.runtime", staged.spec_uri],
         env=env,
@@ -100,3 +112,26 @@ def test_a_sigterm_while_a_failed_steps_report_is_written_keeps_the_steps_error(
     assert (error["type"], error["message"]) == ("ValueError", "the step's own failure")
     assert process.returncode == 1, process.stderr
     assert "StepStopped" not in process.stderr
+
+
+def test_a_step_past_its_max_runtime_ends_itself_and_reports_why(tmp_path, stop_steps):
+    process, error = _run_step(tmp_path, stop_steps.never_ends, {"STEPOP_MAX_RUNTIME_S": "1"})
+
+    assert process.returncode == 124, process.stderr
+    assert error is not None, process.stderr
+    assert error["type"] == "StepTimedOut"
+    assert "ran past its max_runtime of 1 s ($STEPOP_MAX_RUNTIME_S)" in error["message"]
+
+
+def test_a_step_that_ignores_its_max_runtime_is_ended_by_the_kernel(tmp_path, stop_steps):
+    process, _ = _run_step(tmp_path, stop_steps.ignores_its_limit, {"STEPOP_MAX_RUNTIME_S": "1"})
+
+    assert "ignoring it" in process.stderr  # StepTimedOut reached the step, which swallowed it
+    assert process.returncode == -signal.SIGALRM, process.stderr
+
+
+def test_a_malformed_max_runtime_is_refused_by_name(tmp_path, stop_steps):
+    process, error = _run_step(tmp_path, stop_steps.never_ends, {"STEPOP_MAX_RUNTIME_S": "1h"})
+
+    assert process.returncode != 0
+    assert "STEPOP_MAX_RUNTIME_S='1h' must be a whole number of seconds >= 1" in process.stderr
