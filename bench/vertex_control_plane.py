@@ -145,7 +145,7 @@ def main() -> None:
 
     from cloud import stack, vertex
     from cloud.control import FakeControl
-    from cloud.vertex_gcs import storage_client
+    from cloud.vertex.gcs import storage_client
 
     env = stack.read_env()
     if not env or not stack.running(env):

@@ -274,10 +274,10 @@ def _script(name: str) -> str:
 
 
 def _has_serve(module: str) -> bool:
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
+    """Whether ``module`` exists and has a ``serve`` (a fake's package re-exports it)."""
+    if importlib.util.find_spec(module) is None:
         return False
-    return "\ndef serve(" in Path(spec.origin).read_text()
+    return callable(getattr(importlib.import_module(module), "serve", None))
 
 
 def up() -> dict[str, str]:

@@ -136,7 +136,7 @@ def test_the_job_price_counts_every_instance_and_uses_the_low_priority_rate_for_
 
 
 def test_every_catalog_size_is_one_azure_ml_accepts_and_is_priced():
-    from cloud.azureml_catalog import INSTANCE_TYPES, canonical_instance_type
+    from cloud.azureml.catalog import INSTANCE_TYPES, canonical_instance_type
 
     catalog = load_catalog("azureml_vm_sizes")
     assert catalog.date != "unknown" and catalog.region == "eastus"

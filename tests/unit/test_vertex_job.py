@@ -12,8 +12,8 @@ from airflow_stepop.backends.vertex_api import is_transient_error, map_state
 from airflow_stepop.backends.vertex_config import VertexJobConfig
 from airflow_stepop.backends.vertex_job import VertexConfigError, billing, build_job
 from airflow_stepop.catalog import load
-from cloud.vertex import validate_custom_job
-from cloud.vertex_catalog import check_machine
+from cloud.vertex.catalog import check_machine
+from cloud.vertex.validation import validate_custom_job
 
 RUN = "gs://bucket/root/dag/run/task/-1/1"
 REQUEST = JobRequest(

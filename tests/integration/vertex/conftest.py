@@ -67,7 +67,7 @@ def ctl(vertex_fake: Any) -> FakeControl:
 @pytest.fixture
 def gcp(cloud_environ, vertex_fake, airflow_db, monkeypatch, tmp_path) -> dict[str, Any]:  # noqa: F811
     """The emulated Google Cloud as a user's Airflow sees it: connection, bucket, artifact root."""
-    from cloud.vertex_gcs import storage_client
+    from cloud.vertex.gcs import storage_client
 
     connection = json.loads(cloud_environ["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"])
     connection["extra"].update(

@@ -1,7 +1,7 @@
 """The SageMaker fake's API: CreateTrainingJob, DescribeTrainingJob, StopTrainingJob, List...
 
 Each operation takes the request body and returns the answer body; ``SageMakerFake.dispatch``
-routes on ``X-Amz-Target`` and turns an :class:`~cloud.sagemaker_validation.ApiError` into the
+routes on ``X-Amz-Target`` and turns an :class:`~cloud.sagemaker.validation.ApiError` into the
 AWS JSON error shape.
 """
 
@@ -13,9 +13,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from cloud.sagemaker_lifecycle import JobLifecycle
-from cloud.sagemaker_state import Job
-from cloud.sagemaker_validation import ApiError, Validator, check_create
+from cloud.sagemaker.lifecycle import JobLifecycle
+from cloud.sagemaker.state import Job
+from cloud.sagemaker.validation import ApiError, Validator, check_create
 
 
 class TrainingJobOperations(JobLifecycle):

@@ -11,8 +11,8 @@ import json
 import re
 from typing import Any
 
-from cloud.vertex_api import ApiError, enum_name, get_field
-from cloud.vertex_catalog import check_machine
+from cloud.vertex.api import ApiError, enum_name, get_field
+from cloud.vertex.catalog import check_machine
 
 MAX_ENV_VARS = 100
 REQUIRED = "Required field is not set."

@@ -1,7 +1,7 @@
 """The Vertex AI fake's CustomJob routes: create, get, list, cancel, delete (a done LRO).
 
-``CreateCustomJob`` validates the body (:mod:`cloud.vertex_validation`), stores the job as
-JOB_STATE_QUEUED and starts its life in a thread (:mod:`cloud.vertex_lifecycle`).
+``CreateCustomJob`` validates the body (:mod:`cloud.vertex.validation`), stores the job as
+JOB_STATE_QUEUED and starts its life in a thread (:mod:`cloud.vertex.lifecycle`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import time
 from typing import Any
 
 from cloud.fake_http import Request, Response, rfc3339
-from cloud.vertex_api import PARENT, ApiError, decode_token, encode_token, get_field, render
-from cloud.vertex_filters import matches, parse_filter
-from cloud.vertex_lifecycle import JobLifecycle
-from cloud.vertex_state import TERMINAL, Job
-from cloud.vertex_validation import validate_custom_job
+from cloud.vertex.api import PARENT, ApiError, decode_token, encode_token, get_field, render
+from cloud.vertex.filters import matches, parse_filter
+from cloud.vertex.lifecycle import JobLifecycle
+from cloud.vertex.state import TERMINAL, Job
+from cloud.vertex.validation import validate_custom_job
 
 
 class JobRoutes(JobLifecycle):

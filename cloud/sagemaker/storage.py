@@ -15,10 +15,10 @@ import tarfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cloud.sagemaker_validation import ClientError
+from cloud.sagemaker.validation import ClientError
 
 if TYPE_CHECKING:
-    from cloud.sagemaker_state import Job
+    from cloud.sagemaker.state import Job
 
 
 class JobStorage:

@@ -2,7 +2,7 @@
 
 These answer from settings alone (region, ``computes``, Azurite's connection string): any
 subscription / resource group / workspace name exists, with the datastores of
-:data:`cloud.azureml_state.DATASTORES` and the clusters of the ``computes`` setting.
+:data:`cloud.azureml.state.DATASTORES` and the clusters of the ``computes`` setting.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import re
 import uuid
 from typing import Any
 
-from cloud.azureml_arm import PROVIDER, SEG, WS, ArmError, system_data, ws_id
-from cloud.azureml_state import AZURITE_ACCOUNT, DATASTORES, DEFAULT_DATASTORE, AzureMLState
+from cloud.azureml.arm import PROVIDER, SEG, WS, ArmError, system_data, ws_id
+from cloud.azureml.state import AZURITE_ACCOUNT, DATASTORES, DEFAULT_DATASTORE, AzureMLState
 from cloud.fake_http import Request, Response
 
 

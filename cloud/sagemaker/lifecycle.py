@@ -23,8 +23,8 @@ import boto3.exceptions
 import botocore.exceptions
 
 from cloud.runner import JobLaunch, JobRun, LaunchError, Mount, NodeSpec
-from cloud.sagemaker_state import SERVICE, Job, SageMakerState
-from cloud.sagemaker_validation import ClientError
+from cloud.sagemaker.state import SERVICE, Job, SageMakerState
+from cloud.sagemaker.validation import ClientError
 
 STOP_GRACE = float(os.environ.get("STEPOP_SAGEMAKER_STOP_GRACE", "5"))
 INTERNAL_ERROR = "InternalServerError: We encountered an internal error. Please try again."

@@ -10,7 +10,7 @@ What a job goes through, as on the real service:
 * refusals at create, with the real error shape (HTTP 400, ``__type`` ValidationException /
   ResourceInUse): every constraint of the request shapes of botocore's service model (name
   pattern, lengths, enums, Environment limits, required members), instance types from
-  ``data/sagemaker_training_instance_types.txt``, spot rules, duplicate names, and an image that
+  ``data/training_instance_types.txt``, spot rules, duplicate names, and an image that
   the local registry (v2 API) does not hold;
 * InProgress: Starting -> Downloading (S3 channels to /opt/ml/input/data/<channel>, the
   checkpoints from CheckpointConfig.S3Uri, /opt/ml/input/config/{hyperparameters,
@@ -46,18 +46,18 @@ import uuid
 
 from cloud.fake_http import FakeServer, Request, Response
 from cloud.runner import MODES
-from cloud.sagemaker_operations import TrainingJobOperations
-from cloud.sagemaker_validation import ApiError
+from cloud.sagemaker.operations import TrainingJobOperations
+from cloud.sagemaker.validation import ApiError
 
 
 class SageMakerFake(TrainingJobOperations):
     """The fake: AWS JSON 1.1 dispatch on ``X-Amz-Target``, its error shape, reset, shutdown.
 
-    The parts, each in its module: :class:`~cloud.sagemaker_operations.TrainingJobOperations`
-    (the four operations, built on :class:`~cloud.sagemaker_lifecycle.JobLifecycle`), sharing
-    :class:`~cloud.sagemaker_state.SageMakerState`; S3 transfers in
-    :mod:`cloud.sagemaker_storage`, CloudWatch Logs in :mod:`cloud.sagemaker_logs`, refusals in
-    :mod:`cloud.sagemaker_validation`.
+    The parts, each in its module: :class:`~cloud.sagemaker.operations.TrainingJobOperations`
+    (the four operations, built on :class:`~cloud.sagemaker.lifecycle.JobLifecycle`), sharing
+    :class:`~cloud.sagemaker.state.SageMakerState`; S3 transfers in
+    :mod:`cloud.sagemaker.storage`, CloudWatch Logs in :mod:`cloud.sagemaker.logs`, refusals in
+    :mod:`cloud.sagemaker.validation`.
     """
 
     def __init__(self, env: dict[str, str]) -> None:
@@ -169,7 +169,3 @@ def main(argv: list[str] | None = None) -> None:
     if args.mode:
         env["STEPOP_SAGEMAKER_MODE"] = args.mode
     serve(args.host, args.port, env)
-
-
-if __name__ == "__main__":
-    main()

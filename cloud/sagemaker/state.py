@@ -22,8 +22,8 @@ import botocore.session
 
 from cloud.fake_http import FakeService
 from cloud.runner import Runner
-from cloud.sagemaker_logs import LogSink
-from cloud.sagemaker_storage import JobStorage
+from cloud.sagemaker.logs import LogSink
+from cloud.sagemaker.storage import JobStorage
 
 SERVICE = "sagemaker"
 ACCOUNT = "123456789012"
@@ -35,7 +35,7 @@ ENVIRONMENT_SPOT = "EnableManagedSpotTraining"
 
 def instance_types() -> list[str]:
     """The real training instance types (data file; source noted in its header)."""
-    lines = (DATA / "sagemaker_training_instance_types.txt").read_text().splitlines()
+    lines = (DATA / "training_instance_types.txt").read_text().splitlines()
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 

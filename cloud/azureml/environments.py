@@ -14,10 +14,10 @@ import time
 from typing import Any
 
 from cloud import runner as runner_mod
-from cloud.azureml_arm import PROVIDER, SEG, WS, ArmError, bad, read_json, system_data, ws_id
-from cloud.azureml_state import DATASTORES, AmlJob, AzureMLState
-from cloud.azureml_storage import download, parse_uri
-from cloud.azureml_validation import check_environment_name, validate_environment
+from cloud.azureml.arm import PROVIDER, SEG, WS, ArmError, bad, read_json, system_data, ws_id
+from cloud.azureml.state import DATASTORES, AmlJob, AzureMLState
+from cloud.azureml.storage import download, parse_uri
+from cloud.azureml.validation import check_environment_name, validate_environment
 from cloud.fake_http import Request, Response
 
 

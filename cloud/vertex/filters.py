@@ -12,8 +12,8 @@ import re
 from typing import Any
 
 from cloud.fake_http import rfc3339
-from cloud.vertex_api import ENUMS, ApiError
-from cloud.vertex_state import Job, LogEntry
+from cloud.vertex.api import ENUMS, ApiError
+from cloud.vertex.state import Job, LogEntry
 
 _CLAUSE = re.compile(
     r"\s*(?P<neg>NOT\s+|-)?(?P<field>[A-Za-z_][\w.]*)\s*(?P<op>!=|>=|<=|=|>|<|:)\s*"

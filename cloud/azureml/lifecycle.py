@@ -18,10 +18,10 @@ import uuid
 from typing import Any
 
 from cloud import runner as runner_mod
-from cloud.azureml_environments import EnvironmentRoutes
-from cloud.azureml_state import DATASTORES, STUCK, AmlJob
-from cloud.azureml_storage import blob_service, download, parse_uri, upload, upload_text
-from cloud.azureml_validation import PLACEHOLDER, iso_seconds
+from cloud.azureml.environments import EnvironmentRoutes
+from cloud.azureml.state import DATASTORES, STUCK, AmlJob
+from cloud.azureml.storage import blob_service, download, parse_uri, upload, upload_text
+from cloud.azureml.validation import PLACEHOLDER, iso_seconds
 
 
 class JobLifecycle(EnvironmentRoutes):

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cloud import runner as runner_mod
-from cloud.azureml_arm import ArmError, ws_id
-from cloud.azureml_mlflow import Tracking
+from cloud.azureml.arm import ArmError, ws_id
+from cloud.azureml.mlflow_tracking import Tracking
 from cloud.fake_http import FakeService, rfc3339
 
 TERMINAL = ("Completed", "Failed", "Canceled")
@@ -101,7 +101,7 @@ class AzureMLState(FakeService):
         self.environments: dict[str, dict[str, Any]] = {}  # lower-cased id -> resource
         self.built_images: dict[str, str] = {}  # environment id -> image built from its context
         self.jobs: dict[str, AmlJob] = {}  # lower-cased id -> job
-        self.tracking = Tracking()  # every job is an MLflow run (cloud.azureml_mlflow)
+        self.tracking = Tracking()  # every job is an MLflow run (cloud.azureml.mlflow_tracking)
         self._lock = threading.RLock()
         self._stopping = threading.Event()
 

@@ -11,8 +11,8 @@ import time
 import uuid
 from typing import Any
 
-from cloud.azureml_arm import SEG, WS
-from cloud.azureml_state import AmlJob, AzureMLState
+from cloud.azureml.arm import SEG, WS
+from cloud.azureml.state import AmlJob, AzureMLState
 from cloud.fake_http import Request, Response, rfc3339
 
 

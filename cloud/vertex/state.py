@@ -16,7 +16,7 @@ from typing import Any
 
 from cloud import runner as runner_mod
 from cloud.fake_http import FakeService, Request, Response, rfc3339
-from cloud.vertex_api import ApiError, render
+from cloud.vertex.api import ApiError, render
 
 TERMINAL = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"}
 

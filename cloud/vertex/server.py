@@ -45,7 +45,7 @@ CANCELLING -> CANCELLED. Each worker pool's ``containerSpec`` starts one node pe
 ``AIP_TENSORBOARD_LOG_DIR`` (``<base>/model/``, ``<base>/checkpoints/``, ``<base>/logs/``, as
 gs:// URIs like the real service). All nodes share one host, so cluster addresses are
 ``127.0.0.1:<distinct port>`` instead of Vertex's per-VM ``host:2222``.
-``/gcs/<bucket>`` is a copy, not a FUSE mount (see :mod:`cloud.vertex_gcs`): buckets named
+``/gcs/<bucket>`` is a copy, not a FUSE mount (see :mod:`cloud.vertex.gcs`): buckets named
 in the spec are downloaded before the start and changes uploaded after the exit. In process
 mode ``/gcs/...`` is re-rooted only where it appears in command, args or env values.
 
@@ -99,10 +99,10 @@ from typing import Any
 
 from cloud import runner as runner_mod
 from cloud.fake_http import FakeServer, Request, Response
-from cloud.vertex_api import ApiError, google_error
-from cloud.vertex_jobs import JobRoutes
-from cloud.vertex_logs import LogRoutes
-from cloud.vertex_validation import validate_custom_job
+from cloud.vertex.api import ApiError, google_error
+from cloud.vertex.jobs import JobRoutes
+from cloud.vertex.logs import LogRoutes
+from cloud.vertex.validation import validate_custom_job
 
 __all__ = ["VertexService", "main", "serve", "settings_from_env", "stack_env",
            "validate_custom_job"]  # fmt: skip
@@ -111,14 +111,14 @@ __all__ = ["VertexService", "main", "serve", "settings_from_env", "stack_env",
 class VertexService(JobRoutes, LogRoutes):
     """The fake: its parts' routes on one router, Google's error shapes, reset and shutdown.
 
-    The parts, each in its module: :class:`~cloud.vertex_jobs.JobRoutes` (CustomJobs, built on
-    :class:`~cloud.vertex_lifecycle.JobLifecycle`) and :class:`~cloud.vertex_logs.LogRoutes`
-    (Cloud Logging entries). They share :class:`~cloud.vertex_state.VertexState`, whose
+    The parts, each in its module: :class:`~cloud.vertex.jobs.JobRoutes` (CustomJobs, built on
+    :class:`~cloud.vertex.lifecycle.JobLifecycle`) and :class:`~cloud.vertex.logs.LogRoutes`
+    (Cloud Logging entries). They share :class:`~cloud.vertex.state.VertexState`, whose
     settings this takes.
     """
 
     def __init__(self, **settings: Any) -> None:
-        """The settings of :class:`~cloud.vertex_state.VertexState` (module docstring)."""
+        """The settings of :class:`~cloud.vertex.state.VertexState` (module docstring)."""
         super().__init__(**settings)
         self._add_job_routes()
         self._add_log_routes()
@@ -219,7 +219,3 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"vertex fake listening on {server.url}", flush=True)
     server.serve_until_interrupted()
-
-
-if __name__ == "__main__":
-    main()

@@ -57,14 +57,14 @@ working dir ``/mnt/azureml/cr/j/<id>/exe/wd``) and the env ``AZUREML_RUN_ID``,
 ``AZUREML_ARM_SUBSCRIPTION``/``_RESOURCEGROUP``/``_WORKSPACE_NAME``/``_PROJECT_NAME``,
 ``AZURE_ML_INPUT_<x>``, ``AZURE_ML_OUTPUT_<y>``, MLflow's ``MLFLOW_TRACKING_URI``/``_RUN_ID``/
 ``_EXPERIMENT_ID``/``_EXPERIMENT_NAME``/``_TRACKING_TOKEN`` (the job is a run of its experiment
-on the fake's tracking server, :mod:`cloud.azureml_mlflow`), the job's ``environmentVariables``
-and, per process, ``RANK``/``LOCAL_RANK``/``NODE_RANK``/``WORLD_SIZE``/``MASTER_ADDR``/
-``MASTER_PORT`` (``resources.instanceCount`` x ``distribution.processCountPerInstance``
-processes). Inputs are downloaded from Azurite before the start and outputs uploaded after
-the exit (a ``ReadWriteMount`` output first shows what its path already holds, as a mount would; see
-:mod:`cloud.azureml_storage`); an output without a path goes to ``azureml://datastores/
-workspaceblobstore/paths/azureml/{job}/{output}/`` as Azure ML does. In process mode
-``python`` in the command is this virtualenv's interpreter.
+on the fake's tracking server, :mod:`cloud.azureml.mlflow_tracking`), the job's
+``environmentVariables`` and, per process, ``RANK``/``LOCAL_RANK``/``NODE_RANK``/
+``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (``resources.instanceCount`` x
+``distribution.processCountPerInstance`` processes). Inputs are downloaded from Azurite before the
+start and outputs uploaded after the exit (a ``ReadWriteMount`` output first shows what its path
+already holds, as a mount would; see :mod:`cloud.azureml.storage`); an output without a path goes
+to ``azureml://datastores/workspaceblobstore/paths/azureml/{job}/{output}/`` as Azure ML does. In
+process mode ``python`` in the command is this virtualenv's interpreter.
 
 Logs: ``user_logs/std_log.txt`` (``std_log_process_<rank>.txt`` when several processes), served
 live by the fake (run details ``logFiles``) and uploaded at the end to the artifact store
@@ -115,12 +115,12 @@ import tempfile
 from typing import Any
 
 from cloud import runner as runner_mod
-from cloud.azureml_arm import WS, ArmError, arm_error
-from cloud.azureml_history import RunHistoryRoutes
-from cloud.azureml_jobs import JobRoutes
-from cloud.azureml_state import DATASTORES
-from cloud.azureml_storage import blob_service, ensure_container
-from cloud.azureml_workspace import WorkspaceRoutes
+from cloud.azureml.arm import WS, ArmError, arm_error
+from cloud.azureml.history import RunHistoryRoutes
+from cloud.azureml.jobs import JobRoutes
+from cloud.azureml.state import DATASTORES
+from cloud.azureml.storage import blob_service, ensure_container
+from cloud.azureml.workspace import WorkspaceRoutes
 from cloud.fake_http import FakeServer, Request, Response
 
 
@@ -140,17 +140,17 @@ def cloud_metadata(url: str) -> dict[str, str]:
 class AzureMLService(WorkspaceRoutes, JobRoutes, RunHistoryRoutes):
     """The fake: its parts' routes on one router, ARM's error shapes, reset and shutdown.
 
-    The parts, each in its module: :class:`~cloud.azureml_workspace.WorkspaceRoutes` (workspace,
-    discovery, datastores, computes), :class:`~cloud.azureml_jobs.JobRoutes` (jobs, built on
-    :class:`~cloud.azureml_lifecycle.JobLifecycle` and
-    :class:`~cloud.azureml_environments.EnvironmentRoutes`),
-    :class:`~cloud.azureml_history.RunHistoryRoutes` (run details, log files) and the MLflow
-    tracking server (:mod:`cloud.azureml_mlflow`). They share
-    :class:`~cloud.azureml_state.AzureMLState`, whose settings this takes.
+    The parts, each in its module: :class:`~cloud.azureml.workspace.WorkspaceRoutes` (workspace,
+    discovery, datastores, computes), :class:`~cloud.azureml.jobs.JobRoutes` (jobs, built on
+    :class:`~cloud.azureml.lifecycle.JobLifecycle` and
+    :class:`~cloud.azureml.environments.EnvironmentRoutes`),
+    :class:`~cloud.azureml.history.RunHistoryRoutes` (run details, log files) and the MLflow
+    tracking server (:mod:`cloud.azureml.mlflow_tracking`). They share
+    :class:`~cloud.azureml.state.AzureMLState`, whose settings this takes.
     """
 
     def __init__(self, **settings: Any) -> None:
-        """The settings of :class:`~cloud.azureml_state.AzureMLState` (module docstring)."""
+        """The settings of :class:`~cloud.azureml.state.AzureMLState` (module docstring)."""
         super().__init__(**settings)
         self._add_workspace_routes()
         self._add_environment_routes()
@@ -308,7 +308,3 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"azureml fake listening on {server.url}", flush=True)
     server.serve_until_interrupted()
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,8 @@
 """The Azure ML fake's job routes: create, read, list, cancel (a long-running operation), delete.
 
-A PUT of a new name validates the body (:mod:`cloud.azureml_validation`), fills in what the
+A PUT of a new name validates the body (:mod:`cloud.azureml.validation`), fills in what the
 service fills in (output URIs, modes, ``services``), makes the job an MLflow run and starts its
-life in a thread (:mod:`cloud.azureml_lifecycle`). A PUT of an existing name may only change
+life in a thread (:mod:`cloud.azureml.lifecycle`). A PUT of an existing name may only change
 its tags, display name, description and archive flag, as on the service.
 """
 
@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Any
 
-from cloud.azureml_arm import (
+from cloud.azureml.arm import (
     PROVIDER,
     SEG,
     WS,
@@ -25,9 +25,9 @@ from cloud.azureml_arm import (
     system_data,
     ws_id,
 )
-from cloud.azureml_lifecycle import JobLifecycle
-from cloud.azureml_state import DATASTORES, DEFAULT_DATASTORE, TERMINAL, AmlJob
-from cloud.azureml_validation import check_job_name, same_output_defaults, validate_job
+from cloud.azureml.lifecycle import JobLifecycle
+from cloud.azureml.state import DATASTORES, DEFAULT_DATASTORE, TERMINAL, AmlJob
+from cloud.azureml.validation import check_job_name, same_output_defaults, validate_job
 from cloud.fake_http import Request, Response, rfc3339
 
 

@@ -1,7 +1,7 @@
 """What the Azure ML fake refuses in a job or environment body, in MFE's words.
 
 The checks run before anything is stored, so a refused PUT leaves no trace, as on the service.
-They raise :class:`cloud.azureml_arm.ArmError` (400 ``UserError`` or ``ValidationError``).
+They raise :class:`cloud.azureml.arm.ArmError` (400 ``UserError`` or ``ValidationError``).
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from cloud.azureml_arm import ArmError, bad, invalid
-from cloud.azureml_catalog import canonical_instance_type
-from cloud.azureml_storage import parse_uri
+from cloud.azureml.arm import ArmError, bad, invalid
+from cloud.azureml.catalog import canonical_instance_type
+from cloud.azureml.storage import parse_uri
 
 JOB_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,254}$")
 ASSET_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,254}$")

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from cloud.fake_http import Request, Response, rfc3339
-from cloud.vertex_api import ApiError, decode_token, encode_token
-from cloud.vertex_filters import log_matches, parse_filter
-from cloud.vertex_state import Job, LogEntry, VertexState
+from cloud.vertex.api import ApiError, decode_token, encode_token
+from cloud.vertex.filters import log_matches, parse_filter
+from cloud.vertex.state import Job, LogEntry, VertexState
 
 
 class LogRoutes(VertexState):

@@ -2,7 +2,7 @@
 
 :meth:`JobLifecycle._lifecycle` runs in the job's own thread: QUEUED -> PENDING (faults may
 delay or fail it there) -> RUNNING -> an end. Buckets the job spec names are copied down to a
-``/gcs`` directory before the start and changes copied back after (:mod:`cloud.vertex_gcs`);
+``/gcs`` directory before the start and changes copied back after (:mod:`cloud.vertex.gcs`);
 each worker pool starts one node per replica with Vertex's cluster environment; a Spot job
 preempted is restarted unless retries are disabled.
 """
@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from cloud import runner as runner_mod
-from cloud.vertex_api import (
+from cloud.vertex.api import (
     CODE_CANCELLED,
     CODE_DEADLINE_EXCEEDED,
     CODE_INTERNAL,
@@ -27,8 +27,8 @@ from cloud.vertex_api import (
     get_field,
     render,
 )
-from cloud.vertex_gcs import referenced_buckets, storage_client, sync_down, sync_up
-from cloud.vertex_state import Job, VertexState
+from cloud.vertex.gcs import referenced_buckets, storage_client, sync_down, sync_up
+from cloud.vertex.state import Job, VertexState
 
 
 class JobLifecycle(VertexState):
