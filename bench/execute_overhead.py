@@ -9,19 +9,22 @@ config, take the input's digest (every artifact read is verified against it), ke
 the job (a retry re-attaches to it) and write the task-log line. The target is read against the
 floor; the contract floor shows how much of the rest is our own code.
 
-Every side runs in forked children of one parent that holds what an Airflow task process holds
-when the Task Runner calls execute(): the Task Runner's own imports
-(``airflow.sdk.execution_time.task_runner``), the DAG file's parse (our operator module, the
-user's module, numpy, the operator object), bytecode caches for every module (as an installed
-Airflow and provider have), and the garbage the parse left collected. What a child spends on
-our side is therefore what execute() adds to a real task: importing our worker-side modules,
-finding the code bundle, staging the inputs and the spec, submitting the job (a supervisor
-process), its task-log line and the deferral. "Warm caches": an earlier task (the warm-up
-sample, in its own child) has uploaded the bundle and left the on-disk bundle cache; nothing an
-earlier sample computed in memory survives, as in Airflow, where each task is a new process.
-The sides alternate, sample after sample (the machine may be shared), and a child leaves only
-when its job (or the floor's process) has ended, so no sample pays for what an earlier one
-started.
+Every side runs in a child forked from one parent, as Airflow's supervisor forks each task
+process. The parent holds what the Task Runner has imported before it parses the DAG file
+(``airflow.sdk.execution_time.task_runner``). Each child then parses, untimed, as the Task
+Runner does after the fork: our operator module, the user's module, numpy, the operator object,
+and the garbage that left collected. (Until 2026-11-23 the parent parsed before forking, so
+every object of the parse a child touched cost it a copied page, which a real task process,
+having built those objects itself, never pays; that charged our side, which touches the most,
+about 5-10 ms more than the floor.) Bytecode caches exist for every module, as an installed
+Airflow and provider have. What a child spends on our side is therefore what execute() adds to
+a real task: importing our worker-side modules, finding the code bundle, staging the inputs and
+the spec, submitting the job (a supervisor process), its task-log line and the deferral. "Warm
+caches": an earlier task (the warm-up sample, in its own child) has uploaded the bundle and
+left the on-disk bundle cache; nothing an earlier sample computed in memory survives, as in
+Airflow, where each task is a new process. The sides alternate, sample after sample (the
+machine may be shared), and a child leaves only when its job (or the floor's process) has
+ended, so no sample pays for what an earlier one started.
 
 By default the step is a module function the job imports by name; ``--by-value`` steps a
 function defined in the DAG, as ``@task.local_step`` functions usually are, which travels
@@ -76,24 +79,36 @@ def main() -> None:
     os.environ["AIRFLOW__STEPOP__ARTIFACT_ROOT"] = f"file://{work}/artifacts"
     os.environ["AIRFLOW__STEPOP__LOCAL_JOBS_DIR"] = str(work / "jobs")
 
-    # What every task process has imported before the Task Runner calls execute(): the Task
-    # Runner's imports, and what the DAG file's parse imports (and builds, below).
+    # What the Task Runner has imported before it parses the DAG file (Airflow's supervisor has
+    # imported some of it before it forks the task process): held by the parent, shared.
     import airflow.sdk.execution_time.task_runner  # noqa: F401
-    import numpy as np
+    from airflow.sdk import conf
     from airflow.sdk.bases.operator import ExecutorSafeguard
     from airflow.sdk.exceptions import TaskDeferred
-    from stepop_example import model
 
-    from airflow_stepop import LocalStepOperator
+    parsed: dict[str, Any] = {}  # what the DAG file's parse built, in this process
 
-    def train(data: Any) -> Any:  # defined in the DAG: it travels pickled by value
-        return model.train(data, epochs=1)
+    def parse() -> Any:
+        """The DAG file's parse, which the Task Runner does in the task process after the fork:
+        our operator module, the user's module, numpy, the operator object. Every side's child
+        does it before its timed part (so all sides start from the same state), and collects
+        the garbage it left (a cost of the parse, whichever side would trip it)."""
+        if not parsed:
+            import numpy as np
+            from stepop_example import model
 
-    operator = LocalStepOperator(
-        task_id="train",
-        python_callable=train if options.by_value else model.train,
-        op_args=[np.zeros((1000, 33), "float32")],
-    )
+            from airflow_stepop import LocalStepOperator
+
+            def train(data: Any) -> Any:  # defined in the DAG: it travels pickled by value
+                return model.train(data, epochs=1)
+
+            parsed["operator"] = LocalStepOperator(
+                task_id="train",
+                python_callable=train if options.by_value else model.train,
+                op_args=[np.zeros((1000, 33), "float32")],
+            )
+            gc.collect()
+        return parsed["operator"]
 
     def context(i: int) -> dict:
         ti = SimpleNamespace(
@@ -108,11 +123,11 @@ def main() -> None:
         return {"ti": ti}
 
     # what the Task Runner passes: execute() is not being called from outside a task
-    runner = {f"{type(operator).__name__}__sentinel": ExecutorSafeguard.sentinel_value}
+    runner = {"LocalStepOperator__sentinel": ExecutorSafeguard.sentinel_value}
 
     def execute(i: int) -> dict:
         try:
-            operator.execute(context(i), **runner)
+            parsed["operator"].execute(context(i), **runner)
         except TaskDeferred as deferred:
             return deferred.trigger.serialize()[1]["handle"]
         raise RuntimeError("execute() returned instead of deferring")
@@ -123,13 +138,14 @@ def main() -> None:
         if isinstance(handle, subprocess.Popen):
             handle.wait()
         elif handle:
-            backend = operator.make_backend()
+            backend = parsed["operator"].make_backend()
             while not backend.status(handle).terminal:
                 time.sleep(0.05)
 
     def in_task_process(run: Callable[[int], Any], i: int) -> tuple[float, float]:
         """One sample's wall and CPU time, by default in a forked child (a task process)."""
         if options.same_process:
+            parse()
             start, cpu = time.perf_counter(), time.process_time()
             handle = run(i)
             elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
@@ -140,6 +156,7 @@ def main() -> None:
         if pid == 0:  # the child: time one call, report it, wait for its job, leave
             os.close(reader)
             try:
+                parse()  # untimed: the task process parses the DAG file before execute()
                 start, cpu = time.perf_counter(), time.process_time()
                 handle = run(i)
                 elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
@@ -160,7 +177,7 @@ def main() -> None:
 
     # The imports above leave a full garbage collection due, which a child's first allocations
     # would run (over every object the parent made, copying its pages after the fork): a cost
-    # of the imports and the parse, paid here, whichever side would trip it.
+    # of the imports, paid here, whichever side would trip it.
     gc.collect()
     in_task_process(execute, -1)  # an earlier task: uploads the bundle, fills the disk cache
     if options.same_process:
@@ -178,8 +195,6 @@ def main() -> None:
         (target / "spec.json").write_bytes(spec)
         return subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
 
-    from airflow.sdk import conf
-
     def contract_floor(i: int) -> subprocess.Popen:
         """The floor plus what any step operator with our guarantees does: read its four
         settings (Airflow's config), take the input's digest (every artifact read is
@@ -195,7 +210,7 @@ def main() -> None:
         record.mkdir(parents=True)
         process = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
         (record / "job.json").write_text(json.dumps({"pid": process.pid}))
-        operator.log.info("Submitted job %s", record.name)
+        parsed["operator"].log.info("Submitted job %s", record.name)
         conf.get("stepop", "poll_interval", fallback="")
         return process
 
