@@ -1,0 +1,103 @@
+"""Start and stop the emulated clouds: ``python -m cloud.stack up|down|env|status|serve``.
+
+``up`` starts every piece on a free loopback port (or fixed ports and another address: see
+:data:`BIND`, :data:`HOST`, :data:`PORT_BASE`), waits until each answers, and writes the
+endpoints to ``.cloud/env`` (KEY=VALUE lines). A stack whose ``.cloud/env`` still answers is
+reused. ``down`` stops every process ``up`` started, by the PIDs kept under ``.cloud/pids``
+(each piece runs in its own session, so its whole process group goes), every job process a fake
+left (``.cloud/jobs/**/*.pid``) and every container labelled ``stepop.fake``. ``serve`` is
+``up``, then waiting for SIGTERM, then ``down``: the command of a container.
+
+Pieces:
+
+* moto server: S3, ECR API, STS, IAM, CloudWatch Logs (``AWS_ENDPOINT_URL``);
+* gcp-storage-emulator, in memory (``STORAGE_EMULATOR_HOST``);
+* Azurite's blob service from npm, in memory (``AZURE_STORAGE_CONNECTION_STRING``);
+* the job-service fakes of :data:`FAKES`.
+
+Once every piece answers, ``up`` creates the bucket :data:`DEMO_BUCKET` in S3, in GCS and as an
+Azure Blob container (``STEPOP_DEMO_BUCKET``), so the docs' "try it" blocks need no set-up of
+their own. The base image the docs name is pushed to the registry by ``scripts/engine.sh up``
+(which ``make cloud-up`` runs first).
+
+Adding a fake is one :class:`Fake` entry. Its module provides::
+
+    def serve(host: str, port: int, env: dict[str, str]) -> None:
+        '''Serve until SIGTERM/SIGINT, then stop every job it runs.'''
+
+and optionally::
+
+    def stack_env(url: str, env: dict[str, str]) -> dict[str, str]:
+        '''Extra .cloud/env lines (e.g. an AIRFLOW_CONN_* value) given the fake's URL.'''
+
+``env`` is what the stack wrote so far (storage endpoints, registry, ``STEPOP_CLOUD_DIR``).
+A fake whose module does not exist yet, or has no ``serve``, is skipped.
+
+Where each part lives: :mod:`~cloud.stack.commands` (``up``, ``down``, ``status``, ``serve``,
+the command line), :mod:`~cloud.stack.settings` (paths, addresses, ports, :data:`FAKES`),
+:mod:`~cloud.stack.envfile` (``.cloud/env`` and the connections derived from it),
+:mod:`~cloud.stack.processes` (starting, waiting for and stopping the pieces) and
+:mod:`~cloud.stack.buckets` (the demo bucket). Every name is importable from ``cloud.stack``.
+"""
+
+from cloud.stack.buckets import create_buckets
+from cloud.stack.commands import down, health_urls, main, running, serve, status, up
+from cloud.stack.envfile import aws_connection, derived, google_connection, read_env, write_env
+from cloud.stack.processes import answers, azurite_bin, free_port
+from cloud.stack.settings import (
+    AZURITE_ACCOUNT,
+    AZURITE_KEY,
+    AZURITE_VERSION,
+    BASE_IMAGE,
+    BIND,
+    CACHE,
+    DEMO_BUCKET,
+    ENV_FILE,
+    FAKES,
+    HOST,
+    PORT_BASE,
+    REGION,
+    REGISTRY,
+    ROOT,
+    START_TIMEOUT,
+    STATE,
+    Fake,
+    log,
+)
+
+__all__ = [
+    "AZURITE_ACCOUNT",
+    "AZURITE_KEY",
+    "AZURITE_VERSION",
+    "BASE_IMAGE",
+    "BIND",
+    "CACHE",
+    "DEMO_BUCKET",
+    "ENV_FILE",
+    "FAKES",
+    "HOST",
+    "PORT_BASE",
+    "REGION",
+    "REGISTRY",
+    "ROOT",
+    "START_TIMEOUT",
+    "STATE",
+    "Fake",
+    "answers",
+    "aws_connection",
+    "azurite_bin",
+    "create_buckets",
+    "derived",
+    "down",
+    "free_port",
+    "google_connection",
+    "health_urls",
+    "log",
+    "main",
+    "read_env",
+    "running",
+    "serve",
+    "status",
+    "up",
+    "write_env",
+]
