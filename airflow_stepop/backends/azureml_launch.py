@@ -203,9 +203,17 @@ def job_body(
     return {"properties": props}
 
 
+# A user error quotes the end of the job's log after this ("... Please check log file
+# 'user_logs/std_log.txt' for error details. Error: <the last lines>"). The step's failure
+# message shows the remote exception and the log's tail itself: the quote would repeat them.
+LOG_QUOTE = "for error details. Error:"
+
+
 def map_status(status: str, error: dict[str, Any] | None = None) -> JobStatus:
     """An Azure ML job status as a step state; Paused and NotResponding are failures."""
     message = (error or {}).get("message")
+    if message and LOG_QUOTE in message:
+        message = message.split(LOG_QUOTE, 1)[0] + "for error details."
     if status == "Completed":
         return JobStatus("succeeded")
     if status == "Failed":

@@ -33,7 +33,10 @@ def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
         parts.append("Remote traceback:\n" + error["traceback"].rstrip())
     tail = event.get("log_tail") or []
     if error is not None:  # the traceback is above already: keep only what else the job said
-        tail = _without_traceback(tail, error["traceback"])
+        # (an entry script may also print the exception's summary line last, for a service
+        # that quotes the end of the log in its own error, as Azure ML does)
+        summary = f"{error['type']}: {error['message']}"
+        tail = _without_traceback(tail, f"{error['traceback'].rstrip()}\n{summary}")
     if tail:
         parts.append("Last lines of the job's log:\n" + "\n".join(tail))
     message = "\n\n".join(parts)

@@ -158,6 +158,19 @@ def test_a_failure_carries_the_services_code_and_message():
     assert "NotResponding" in map_status("NotResponding").reason
 
 
+def test_a_user_errors_quote_of_the_log_is_left_to_the_failure_messages_log_tail():
+    message = (
+        "Execution failed. User process '/bin/bash' exited with status code 1. Please check "
+        "log file 'user_logs/std_log.txt' for error details. Error:   File \"x.py\", line 3\n"
+        "ValueError: bad value 42\nValueError: bad value 42"
+    )
+    status = map_status("Failed", {"code": "UserError", "message": message})
+    assert status.reason == (
+        "UserError: Execution failed. User process '/bin/bash' exited with status code 1. "
+        "Please check log file 'user_logs/std_log.txt' for error details."
+    )
+
+
 def test_only_jobs_the_service_still_holds_are_cancelled_when_they_fail():
     assert map_status("NotResponding").held and map_status("Paused").held
     assert not map_status("Failed").held

@@ -60,3 +60,19 @@ def test_a_line_printed_before_the_exception_but_logged_after_it_stays(tmp_path)
 
     tail_shown = message.split("Last lines of the job's log:\n", 1)[1]
     assert tail_shown == "[stepop] step d.t map_index=-1\nabout to fail"
+
+
+def test_an_entry_scripts_summary_line_after_the_traceback_is_not_shown_again(tmp_path):
+    """Azure ML's entry script prints the exception's summary last, for the service's error."""
+    printed = _chained_traceback()
+    (tmp_path / "error.json").write_text(
+        json.dumps({"type": "ValueError", "message": "no merchant column", "traceback": printed})
+    )
+    tail = ["loading features", *printed.rstrip().splitlines(), "ValueError: no merchant column"]
+    event = {"status": "failed", "handle": {"job_id": "j1", "run_uri": f"file://{tmp_path}"},
+             "log_tail": tail}  # fmt: skip
+
+    message = str(step_failure(event, Storage()))
+
+    assert message.endswith("Last lines of the job's log:\nloading features")
+    assert message.count("ValueError: no merchant column") == 2  # "raised" and the traceback
