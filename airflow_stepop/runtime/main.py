@@ -89,6 +89,16 @@ class _StopSignal:
         self.armed = False
 
 
+def step_traceback(exc: BaseException) -> str:
+    """The exception's traceback from the step's first frame: the runtime's own frames above
+    it (``main``, ``run``) say nothing to the step's author. An error of the runtime itself
+    (a bundle that does not match, say) keeps all its frames."""
+    first = exc.__traceback__
+    while first is not None and first.tb_frame.f_code.co_filename == __file__:
+        first = first.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, first or exc.__traceback__))
+
+
 def _max_runtime() -> int | None:
     """The job's own runtime limit from ``STEPOP_MAX_RUNTIME_S``, if its backend set one."""
     value = os.environ.get(MAX_RUNTIME_ENV, "")
@@ -145,7 +155,7 @@ class StepRun:
             "type": type(exc).__name__,
             "module": type(exc).__module__,
             "message": str(exc),
-            "traceback": "".join(traceback.format_exception(exc)),
+            "traceback": step_traceback(exc),
         }
         self.storage.write_json(join(self.output_uri, specs.ERROR_NAME), document)
 
@@ -247,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         manifest = run.run()
     except BaseException as exc:  # the error document is the step's failure report
         stop.disarm()  # a SIGTERM from now on must not cut the report short
-        traceback.print_exc()
+        print(step_traceback(exc), end="", file=sys.stderr, flush=True)  # as error.json has it
         try:
             run.write_error(exc)
         except Exception:

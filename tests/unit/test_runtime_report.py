@@ -1,5 +1,6 @@
-"""A stopped step (SIGTERM) still leaves its failure report, however many SIGTERMs come; a step
-past its own max_runtime (``STEPOP_MAX_RUNTIME_S``) ends itself, even one that ignores it."""
+"""The runtime's failure report: it starts at the step's own frames; a stopped step (SIGTERM)
+still leaves it, however many SIGTERMs come; a step past its own max_runtime
+(``STEPOP_MAX_RUNTIME_S``) ends itself with one, and is ended even if it ignores that."""
 
 from __future__ import annotations
 
@@ -51,6 +52,12 @@ def stop_steps(tmp_path, monkeypatch):
                 sys.stderr = _SecondStop(sys.stderr)
                 raise ValueError("the step's own failure")
 
+            def parse_rows(text):
+                return [int(row) for row in text.split(",")]
+
+            def raises():
+                return parse_rows("1,2,x")
+
             def never_ends():
                 threading.Event().wait()
 
@@ -90,6 +97,18 @@ def _run_step(tmp_path, function, env=None):
     error_uri = staged.run_uri + "/error.json"
     error = storage.read_json(error_uri) if storage.exists(error_uri) else None
     return process, error
+
+
+def test_the_report_and_the_log_show_the_traceback_from_the_steps_own_frames(tmp_path, stop_steps):
+    process, error = _run_step(tmp_path, stop_steps.raises)
+
+    assert process.returncode == 1
+    frames = error["traceback"].splitlines()
+    assert frames[0] == "Traceback (most recent call last):"
+    assert frames[1].endswith(", in raises"), error["traceback"]  # no runtime frame above it
+    assert frames[-1] == "ValueError: invalid literal for int() with base 10: 'x'"
+    assert "parse_rows" in error["traceback"]
+    assert error["traceback"] in process.stderr  # the log shows the same lines
 
 
 def test_a_second_sigterm_during_the_report_leaves_the_report_whole(tmp_path, stop_steps):
