@@ -12,13 +12,18 @@ $(UV):
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check uv
 
+# Installs compile bytecode, as pip does: where Python may not write it (a read-only
+# site-packages, PYTHONDONTWRITEBYTECODE), every process would otherwise compile what it imports
+# from source (Airflow and a cloud SDK: 3-4x slower imports, seconds per task process).
+UV_INSTALL := $(UV) pip install -q --compile-bytecode --python $(PY)
+
 # The provider with the local backend, numpy for the example DAG: what `make demo` needs.
 install-core: $(UV)
-	$(UV) pip install -q --python $(PY) -e '.[docker,examples]'
+	$(UV_INSTALL) -e '.[docker,examples]'
 
 # Everything the test suite uses: all cloud extras, test tools and the emulated clouds.
 install: $(UV)
-	$(UV) pip install -q --python $(PY) -e '.[all,examples,test,cloud]'
+	$(UV_INSTALL) -e '.[all,examples,test,cloud]'
 
 demo: install-core
 	scripts/demo.sh
