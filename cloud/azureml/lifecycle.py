@@ -290,8 +290,10 @@ class JobLifecycle(EnvironmentRoutes):
         self._set_status(job, "Running")
         started = time.monotonic()
         timeout = iso_seconds((props.get("limits") or {}).get("timeout"))
-        preempt = self.faults.take_job_fault("preempt", job.name)
-        preempt_at = started + float(preempt.get("after_seconds", 0.5)) if preempt else None
+        # preempt rules are checked all along the attempt: one added while it runs is taken at
+        # the next poll, and preempts ``after_seconds`` after that
+        preempt_seen: set[int] = set()
+        preempt_at: float | None = None
         while True:
             code = run.result()
             if code is not None:
@@ -314,6 +316,10 @@ class JobLifecycle(EnvironmentRoutes):
                 job.final = ("Canceled", None)
                 return "cancelled"
             now = time.monotonic()
+            if preempt_at is None:
+                preempt = self.faults.take_job_fault("preempt", job.name, preempt_seen)
+                if preempt is not None:
+                    preempt_at = now + float(preempt.get("after_seconds", 0.5))
             if preempt_at is not None and now >= preempt_at:
                 run.stop(grace=2)
                 return "preempted"

@@ -31,8 +31,11 @@ Fault rules (``kind`` picks the behaviour; unknown kinds are refused with 400):
 ``{"kind": "job_failure", "reason": "...", "code": ..., "match": null, "count": 1}``
     the next matching job (name or display name contains ``match``) fails with that reason
     instead of running.
-``{"kind": "preempt", "after_seconds": 1.0, "match": null, "count": 1}``
+``{"kind": "preempt", "after_seconds": 0.5, "match": null, "count": 1}``
     spot preemption of a running job (what happens next is the service's rule; see the fake).
+    Each fake checks these rules all along a running attempt, so one added while the job runs
+    preempts it; ``after_seconds`` delays it (Vertex, Azure ML: after the attempt took the rule,
+    default 0.5; SageMaker: once the job has that many billable seconds, default 0).
 ``{"kind": "log_delay", "seconds": 2}``
     log lines become readable only that long after they were written.
 

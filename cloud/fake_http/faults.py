@@ -6,6 +6,7 @@ exactly every second call.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import Any
 
@@ -18,6 +19,7 @@ class FaultBook:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._serials = itertools.count(1)
         self.rules: list[dict[str, Any]] = []
 
     @staticmethod
@@ -45,6 +47,8 @@ class FaultBook:
         with self._lock:
             if replace:
                 self.rules = []
+            for rule in clean:
+                rule["_serial"] = next(self._serials)
             self.rules.extend(clean)
 
     def clear(self) -> None:
@@ -79,8 +83,16 @@ class FaultBook:
                     return dict(rule)
         return None
 
-    def take_job_fault(self, kind: str, name: str) -> dict[str, Any] | None:
-        """Consume a job-level rule of ``kind`` matching the job ``name`` (by substring)."""
+    def take_job_fault(
+        self, kind: str, name: str, seen: set[int] | None = None
+    ) -> dict[str, Any] | None:
+        """Consume a job-level rule of ``kind`` matching the job ``name`` (by substring).
+
+        With ``seen``, only the rules not in it are considered, and each one considered is added
+        to it: a running attempt polls with one set of its own, so a rule added at any time
+        during the attempt is taken at the next poll, and a rule's ``rate`` is rolled once per
+        attempt, not once per poll.
+        """
         with self._lock:
             for rule in list(self.rules):
                 if rule["kind"] != kind:
@@ -88,6 +100,10 @@ class FaultBook:
                 match = rule.get("match")
                 if match and match not in name:
                     continue
+                if seen is not None:
+                    if rule["_serial"] in seen:
+                        continue
+                    seen.add(rule["_serial"])
                 if self._fire(rule):
                     return dict(rule)
         return None

@@ -247,8 +247,11 @@ class JobLifecycle(VertexState):
         self._set_state(job, "JOB_STATE_RUNNING")
         started = time.monotonic()
         timeout = _seconds(get_field(sched, "timeout"))
-        preempt = self.faults.take_job_fault("preempt", job.resource["displayName"])
-        preempt_at = started + float(preempt.get("after_seconds", 0.5)) if preempt else None
+        # preempt rules are checked all along the attempt: one added while it runs is taken at
+        # the next poll, and preempts ``after_seconds`` after that
+        display_name = job.resource["displayName"]
+        preempt_seen: set[int] = set()
+        preempt_at: float | None = None
         while True:
             codes = [r.result() for r in runs]
             failed = next(
@@ -282,6 +285,10 @@ class JobLifecycle(VertexState):
                 )
                 return "cancelled"
             now = time.monotonic()
+            if preempt_at is None:
+                preempt = self.faults.take_job_fault("preempt", display_name, preempt_seen)
+                if preempt is not None:
+                    preempt_at = now + float(preempt.get("after_seconds", 0.5))
             if preempt_at is not None and now >= preempt_at:
                 for r in runs:
                     r.stop(grace=2)

@@ -477,24 +477,42 @@ def test_slow_provisioning(ml: MLClient, fake: Any) -> None:
     assert time.monotonic() - start >= 0.9
 
 
+SPOT_CMD = (
+    'python -c "import os, sys, time\n'
+    "p = os.path.join(os.environ['AZUREML_CR_EXECUTION_WORKING_DIR_PATH'], '..', 'attempt')\n"
+    "first = not os.path.exists(p)\n"
+    "open(p, 'a').write('x')\n"
+    "print('first attempt' if first else 'resumed', flush=True)\n"
+    'time.sleep(60 if first else 0)"'
+)
+
+
 def test_spot_preemption_requeues(ml: MLClient, fake: Any, blobs: BlobServiceClient) -> None:
     name = unique("spot")
     set_fault(fake, kind="preempt", match=name, after_seconds=0.5)
-    cmd = (
-        'python -c "import os, sys, time\n'
-        "p = os.path.join(os.environ['AZUREML_CR_EXECUTION_WORKING_DIR_PATH'], '..', 'attempt')\n"
-        "first = not os.path.exists(p)\n"
-        "open(p, 'a').write('x')\n"
-        "print('first attempt' if first else 'resumed', flush=True)\n"
-        'time.sleep(60 if first else 0)"'
-    )
-    job = make_job(cmd, name=name)
+    job = make_job(SPOT_CMD, name=name)
     job.queue_settings = QueueSettings(job_tier="spot")
     ml.jobs.create_or_update(job)
     done = wait_done(ml, name, timeout=60)
     assert done.status == "Completed", run_details(fake, name).get("error")
     text = logs(fake, name)
     assert "first attempt" in text and "preempted" in text and "resumed" in text
+
+
+def test_a_preempt_rule_added_while_an_attempt_runs_preempts_it(ml: MLClient, fake: Any) -> None:
+    # the rule comes only once the first attempt has written its marker: preempt rules are
+    # checked all along a running attempt, not only when it starts
+    name = unique("spot-late-rule")
+    job = make_job(SPOT_CMD, name=name)
+    job.queue_settings = QueueSettings(job_tier="spot")
+    ml.jobs.create_or_update(job)
+    wait_for(lambda: "first attempt" in logs(fake, name), 60, "the first attempt")
+    assert ml.jobs.get(name).status == "Running"
+    set_fault(fake, kind="preempt", match=name, after_seconds=0)
+    done = wait_done(ml, name, timeout=60)
+    assert done.status == "Completed", run_details(fake, name).get("error")
+    text = logs(fake, name)
+    assert "preempted" in text and "resumed" in text
 
 
 def test_preemption_of_dedicated_job_fails(ml: MLClient, fake: Any) -> None:

@@ -498,6 +498,22 @@ def test_spot_preemption_restarts_spot_job(
     assert "first attempt" in logs and "preempted" in logs and "resumed" in logs
 
 
+def test_a_preempt_rule_added_while_an_attempt_runs_preempts_it(
+    client: aiplatform_v1.JobServiceClient, fake: Any
+) -> None:
+    # the rule comes only once the first attempt has written its marker: preempt rules are
+    # checked all along a running attempt, not only when it starts
+    body = python_job(SPOT_CODE, name="spot-late-rule", scheduling={"strategy": "SPOT"})
+    job = client.create_custom_job(parent=PARENT, custom_job=body)
+    wait_for(lambda: "first attempt" in fake_logs(fake, job.name), 60, "the first attempt")
+    assert client.get_custom_job(name=job.name).state == JobState.JOB_STATE_RUNNING
+    set_fault(fake, kind="preempt", after_seconds=0, match="spot-late-rule")
+    done = wait_done(client, job.name, timeout=60)
+    assert done.state == JobState.JOB_STATE_SUCCEEDED, done.error
+    logs = fake_logs(fake, job.name)
+    assert "preempted" in logs and "resumed" in logs
+
+
 def test_preemption_without_retries_fails(
     client: aiplatform_v1.JobServiceClient, fake: Any
 ) -> None:
