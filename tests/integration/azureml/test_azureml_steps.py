@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import uuid
 
 import pytest
+import requests
 
 from airflow_stepop import ArtifactRef
 from tests.integration.azureml.conftest import dags, jobs, run_details, xcoms
-from tests.integration.faults import preempt_once_signalled
 from tests.waiting import wait_for
 
 BASE = "127.0.0.1:5000/stepop-base/python:3.11-bookworm"
@@ -130,14 +131,33 @@ def test_the_execution_timeout_cancels_the_job(azure, ctl):
     assert ctl.counters()["Jobs_Cancel"] == 1
 
 
-def test_a_spot_preemption_resumes_from_the_checkpoint(azure, ctl, monkeypatch):
-    # preempted once its first attempt has checkpointed, not 1.5 s after the start, which a
-    # step slower to start (a loaded CI machine) had not reached
-    preempt_once_signalled(monkeypatch, azure["fake"], azure["results"] / "checkpointed")
-    ctl.add_faults({"kind": "preempt", "match": "resumable", "count": 1})
-    run = dags().aml_spot_resumes().test()
+def test_a_spot_preemption_resumes_from_the_checkpoint(azure, ctl):
+    # The preemption is set once the first attempt has written its checkpoint (the fake checks
+    # preempt rules all along a running attempt): with a fixed delay after the start, a step
+    # slower to start than the delay (a loaded CI machine) was preempted before it had one.
+    checkpointed, ended, failed = azure["results"] / "checkpointed", threading.Event(), []
+
+    def preempt_once_checkpointed() -> None:
+        try:
+            wait_for(lambda: checkpointed.exists() or ended.is_set(), 300, "the checkpoint")
+            if checkpointed.exists():
+                ctl.add_faults({"kind": "preempt", "after_seconds": 0, "match": "resumable"})
+        except BaseException as exc:
+            failed.append(exc)
+
+    preempter = threading.Thread(target=preempt_once_checkpointed, daemon=True)
+    preempter.start()
+    try:
+        run = dags().aml_spot_resumes().test()
+    finally:
+        ended.set()
+        preempter.join(30)
+    assert not failed, failed
     assert run.state == "success"
     assert xcoms(run)[("resumable", "return_value", -1)] == "resumed at epoch 7"
+    name = jobs(azure["fake"], "resumable")[-1]["name"]
+    log = requests.get(f"{azure['fake'].url}/_fake/logs/{name}", timeout=10).text
+    assert log.count("Job preempted (low priority).") == 1
     job = jobs(azure["fake"], "resumable")[-1]["properties"]
     assert job["queueSettings"]["jobTier"] == "Spot"
     assert job["outputs"]["checkpoints"]["mode"] == "ReadWriteMount"
