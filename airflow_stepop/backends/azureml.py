@@ -270,6 +270,11 @@ class AzureMLBackend(StepBackend):
 
     # ---- triggerer side ----------------------------------------------------------------
 
+    def prepare_async(self) -> None:
+        """The workspace (the connection) and the async client with its credential
+        (``azure.identity.aio`` on a first import), made in a thread."""
+        self.aclient  # noqa: B018 - built and kept
+
     @property
     def aclient(self) -> Any:
         if self._async is None:

@@ -107,6 +107,13 @@ class StepBackend(abc.ABC):
             self.serialize(), sort_keys=True, default=str
         )
 
+    def prepare_async(self) -> None:  # noqa: B027 - optional: the local backend needs none
+        """Before the first async call, in a thread: import and read what the async calls need
+        (a cloud SDK's modules, the connection, credentials). A cloud SDK's first import takes
+        seconds; on the triggerer's event loop it would stall every trigger of the process
+        (log relays, deadlines, kills) meanwhile. The async calls must import nothing heavy
+        that this did not."""
+
     @abc.abstractmethod
     def stop(self, handle: dict[str, Any]) -> None:
         """Stop the job (idempotent)."""

@@ -317,6 +317,12 @@ class SageMakerBackend(StepBackend):
 
     # ---- triggerer side ----------------------------------------------------------------
 
+    def prepare_async(self) -> None:
+        """The provider's SageMaker and CloudWatch Logs hooks (boto3 and botocore on a first
+        import), made in a thread; their async clients read the connection in one too."""
+        self._hook("sagemaker")
+        self._hook("logs")
+
     async def _client(self, kind: str) -> Any:
         """One open async client per kind and event loop: making one costs ~0.1 s of CPU, and
         the poll group's triggers share this backend (closed by ``aclose``)."""

@@ -240,6 +240,9 @@ class VertexBackend(StepBackend):
             status = replace(status, details=details)
         return status
 
+    def prepare_async(self) -> None:
+        self.access.prepare_async()
+
     async def _aaccess(self) -> GoogleAccess:
         """The connection is read in a thread: never a blocking lookup on the event loop."""
         access = self.access

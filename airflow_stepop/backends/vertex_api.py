@@ -166,6 +166,18 @@ class GoogleAccess:
             credentials=self.credentials,
         )
 
+    def prepare_async(self) -> None:
+        """Read the connection and import what ``ajobs`` and ``log_entries`` use, in a thread:
+        ``aiplatform_v1`` alone takes 2-6 s to import, which would stall the triggerer's loop."""
+        self.project, self.region, self.credentials  # noqa: B018 - cached reads of the connection
+        import aiohttp  # noqa: F401
+        from google.api_core.client_options import ClientOptions  # noqa: F401
+        from google.auth.aio import credentials  # noqa: F401
+        from google.cloud import aiplatform_v1  # noqa: F401
+        from google.cloud.aiplatform_v1.services.job_service.transports import (  # noqa: F401
+            rest_asyncio,
+        )
+
     @contextlib.asynccontextmanager
     async def ajobs(self) -> AsyncIterator[Any]:
         """An async JobService client for one use (its HTTP session closes after it)."""

@@ -83,12 +83,18 @@ class StepJobTrigger(BaseTrigger):
     def backend(self) -> StepBackend:
         return load_backend(self.backend_path, self.backend_kwargs)
 
-    def _backend_and_group(self) -> tuple[StepBackend, str]:
+    def _prepared_backend(self) -> StepBackend:
+        """The backend, ready for its async calls (call it in a thread: it imports and reads)."""
         backend = self.backend
+        backend.prepare_async()
+        return backend
+
+    def _backend_and_group(self) -> tuple[StepBackend, str]:
+        backend = self._prepared_backend()
         return backend, backend.poll_group()
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        # The backend's first import (a cloud SDK: seconds) and its poll group (it may read a
+        # The backend's first imports (a cloud SDK: seconds) and its poll group (it may read a
         # connection) run in a thread: the triggerer's loop serves the other triggers meanwhile.
         backend, group = await asyncio.to_thread(self._backend_and_group)
         poller = poller_for(self.backend_path, backend, group)
@@ -218,7 +224,7 @@ class StepJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         self.log.info("Task killed by a user: stopping job %s", self.handle["job_id"])
-        backend = self.backend
+        backend = await asyncio.to_thread(self._prepared_backend)
         try:
             await backend.astop(self.handle)
         finally:
