@@ -4,15 +4,24 @@ The tag is a hash of the parent image, requirements, apt packages, environment, 
 Dockerfile bytes, build args and this recipe's version. Code is not in the image (it travels in
 the code bundle), so editing a step never rebuilds. A parent image with nothing added is used
 as it is.
+
+Tasks that start together with the same settings (a mapped step) would all miss the tag and all
+build it: on one host, builds of one tag are serialized by an ``flock`` on a file under
+``$AIRFLOW_HOME/stepop-cache/image-locks``, and a task that waited uses the image the first one
+built. Workers on different hosts may still build the same tag at once (the push is idempotent).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import io
 import logging
+import os
 import sys
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,6 +148,52 @@ def _run_build(client: Any, tag: str, options: BuildOptions, **kwargs: Any) -> N
         log.debug("build %s: %s", tag, line)
 
 
+def lock_dir() -> Path:
+    """``$AIRFLOW_HOME/stepop-cache/image-locks``: beside the bundle cache, on the worker."""
+    from airflow_stepop import config
+
+    return Path(config.airflow_home()) / "stepop-cache" / "image-locks"
+
+
+@contextlib.contextmanager
+def build_lock(reference: str, directory: Path | None = None) -> Iterator[bool]:
+    """Hold this host's lock on building ``reference``; yields whether it had to wait for it.
+
+    An exclusive ``flock`` on ``<directory>/<sha256 of reference>.lock``. The kernel releases it
+    when the file is closed, or when the process ends however it ends, so a killed build never
+    leaves it held. Lock files are never removed (removing one would let two holders lock two
+    different files). A directory that cannot be written only means no lock: the build goes on.
+    """
+    directory = directory or lock_dir()
+    path = directory / (hashlib.sha256(reference.encode()).hexdigest()[:32] + ".lock")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        log.warning("No build lock for %s (%s); building without one", reference, exc)
+        fd = None
+    if fd is None:
+        yield False
+        return
+    try:
+        waited = False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            waited = True
+            log.info(
+                "Waiting for another task on this host that is building environment image %s "
+                "(lock %s)",
+                reference,
+                path,
+            )
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            log.info("Done waiting for the build of %s", reference)
+        yield waited
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def ensure_image(
     settings: DockerSettings,
     client: Any,
@@ -152,23 +207,46 @@ def ensure_image(
 
     With ``push``, the registry decides: a tag already there means no build; a tag built here
     before but not pushed is pushed. ``auth_config`` (docker SDK shape) logs in to the registry.
+    A miss is checked again under this host's lock on the tag (``build_lock``), so of the tasks
+    that miss together, one builds and the others use its image.
     """
     options = options or BuildOptions()
     reference = image_reference(settings, repository)
     if not settings.needs_build:
         return reference, False
+    if _present(client, reference, push, auth_config):
+        return reference, False
+    with build_lock(reference) as waited:
+        if _present(client, reference, push, auth_config):
+            log.info(
+                "Environment image %s was built by another task%s; using it, no build",
+                reference,
+                " while this one waited" if waited else "",
+            )
+            return reference, False
+        _build(settings, client, reference, options)
+        if push:
+            _push(client, reference, auth_config)
+    return reference, True
+
+
+def _present(client: Any, reference: str, push: bool, auth_config: dict[str, str] | None) -> bool:
+    """Whether the image is there already (with ``push``: in the registry, pushed if need be)."""
     if push:  # the registry is the truth: the job's machine pulls from there
         if _in_registry(client, reference, auth_config):
             log.info("Environment image %s is in the registry; no build", reference)
-            return reference, False
+            return True
         if _image_exists(client, reference, registry_lookup=False):
             log.info("Environment image %s was built here before; pushing it", reference)
             _push(client, reference, auth_config)
-            return reference, False
+            return True
     elif _image_exists(client, reference, registry_lookup=False):
         log.info("Environment image %s exists; no build", reference)
-        return reference, False
+        return True
+    return False
 
+
+def _build(settings: DockerSettings, client: Any, reference: str, options: BuildOptions) -> None:
     parent = settings.parent_image or default_parent_image()
     if settings.dockerfile:
         dockerfile = Path(settings.dockerfile)
@@ -199,9 +277,6 @@ def ensure_image(
         custom_context=True,
         buildargs=dict(settings.build_args) or None,
     )
-    if push:
-        _push(client, reference, auth_config)
-    return reference, True
 
 
 def _in_registry(client: Any, reference: str, auth_config: dict[str, str] | None) -> bool:
