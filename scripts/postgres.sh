@@ -20,6 +20,12 @@ case $cmd in
   up)
     port=${3:?usage: $0 up DIR PORT}
     mkdir -p "$dir" && chmod 755 "$dir"
+    if [[ $(id -u) == 0 ]] && ! runuser -u postgres -- test -x "$dir"; then
+      echo "postgres.sh: DIR=$dir: the server runs as the user postgres (PostgreSQL refuses" \
+        "root), which cannot reach it through its parent directories; use a DIR every user" \
+        "can traverse, e.g. under /tmp" >&2
+      exit 1
+    fi
     if [[ ! -s $data/PG_VERSION ]]; then
       mkdir -p "$data"
       [[ $(id -u) == 0 ]] && chown postgres: "$data"
