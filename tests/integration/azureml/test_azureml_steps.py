@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import uuid
 
 import pytest
@@ -12,6 +11,7 @@ import requests
 
 from airflow_stepop import ArtifactRef
 from tests.integration.azureml.conftest import dags, jobs, run_details, xcoms
+from tests.integration.faults import preempted_once_checkpointed
 from tests.waiting import wait_for
 
 BASE = "127.0.0.1:5000/stepop-base/python:3.11-bookworm"
@@ -132,27 +132,10 @@ def test_the_execution_timeout_cancels_the_job(azure, ctl):
 
 
 def test_a_spot_preemption_resumes_from_the_checkpoint(azure, ctl):
-    # The preemption is set once the first attempt has written its checkpoint (the fake checks
-    # preempt rules all along a running attempt): with a fixed delay after the start, a step
-    # slower to start than the delay (a loaded CI machine) was preempted before it had one.
-    checkpointed, ended, failed = azure["results"] / "checkpointed", threading.Event(), []
-
-    def preempt_once_checkpointed() -> None:
-        try:
-            wait_for(lambda: checkpointed.exists() or ended.is_set(), 300, "the checkpoint")
-            if checkpointed.exists():
-                ctl.add_faults({"kind": "preempt", "after_seconds": 0, "match": "resumable"})
-        except BaseException as exc:
-            failed.append(exc)
-
-    preempter = threading.Thread(target=preempt_once_checkpointed, daemon=True)
-    preempter.start()
-    try:
+    # the first attempt is preempted once it has written its checkpoint, never before
+    checkpointed = azure["results"] / "checkpointed"
+    with preempted_once_checkpointed(ctl, checkpointed, match="resumable"):
         run = dags().aml_spot_resumes().test()
-    finally:
-        ended.set()
-        preempter.join(30)
-    assert not failed, failed
     assert run.state == "success"
     assert xcoms(run)[("resumable", "return_value", -1)] == "resumed at epoch 7"
     name = jobs(azure["fake"], "resumable")[-1]["name"]

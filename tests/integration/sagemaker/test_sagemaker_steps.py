@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 import uuid
 
 import pytest
 
 from airflow_stepop import ArtifactRef
+from tests.integration.faults import preempted_once_checkpointed
 from tests.integration.sagemaker.conftest import ROLE, dags, training_jobs, wait_until, xcoms
 
 BASE = "127.0.0.1:5000/stepop-base/python:3.11-bookworm"
@@ -146,27 +146,10 @@ def test_throttling_on_a_fifth_of_the_calls_still_succeeds(aws, ctl):
 
 
 def test_a_spot_interruption_resumes_from_the_checkpoint(aws, ctl):
-    # The interruption is set once the first attempt has written its checkpoint (the fake
-    # checks preempt rules all along a running attempt): with a fixed delay after the start,
-    # a job slower to start than the delay was interrupted before it had a checkpoint.
-    checkpointed, ended, failed = aws["results"] / "checkpointed", threading.Event(), []
-
-    def interrupt_once_checkpointed() -> None:
-        try:
-            wait_until(lambda: checkpointed.exists() or ended.is_set(), 300, 0.05, "checkpoint")
-            if checkpointed.exists():
-                ctl.add_faults({"kind": "preempt", "after_seconds": 0, "match": "resumable"})
-        except BaseException as exc:
-            failed.append(exc)
-
-    interrupter = threading.Thread(target=interrupt_once_checkpointed, daemon=True)
-    interrupter.start()
-    try:
+    # the first attempt is preempted once it has written its checkpoint, never before
+    checkpointed = aws["results"] / "checkpointed"
+    with preempted_once_checkpointed(ctl, checkpointed, match="resumable"):
         run = dags().sm_spot_resumes().test()
-    finally:
-        ended.set()
-        interrupter.join(30)
-    assert not failed, failed
     assert run.state == "success"
     assert xcoms(run)[("resumable", "return_value", -1)] == "resumed at epoch 7"
     job = [j for j in training_jobs("resumable") if j["TrainingJobStatus"] == "Completed"][-1]

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import uuid
 
 import pytest
 import requests
 
 from airflow_stepop import ArtifactRef
+from tests.integration.faults import preempted_once_checkpointed
 from tests.integration.vertex.conftest import custom_jobs, dags, xcoms
-from tests.waiting import wait_for
 
 TOTAL = float(sum(range(100_000)))
 BASE = "127.0.0.1:5000/stepop-base/python:3.11-bookworm"
@@ -110,27 +109,10 @@ def test_a_paused_job_is_never_taken_as_success_and_is_cancelled(gcp, ctl):
 
 
 def test_a_spot_preemption_resumes_from_the_checkpoint(gcp, ctl):
-    # The preemption is set once the first attempt has written its checkpoint (the fake checks
-    # preempt rules all along a running attempt): with a fixed delay after the start, a step
-    # slower to start than the delay (a loaded CI machine) was preempted before it had one.
-    checkpointed, ended, failed = gcp["results"] / "checkpointed", threading.Event(), []
-
-    def preempt_once_checkpointed() -> None:
-        try:
-            wait_for(lambda: checkpointed.exists() or ended.is_set(), 300, "the checkpoint")
-            if checkpointed.exists():
-                ctl.add_faults({"kind": "preempt", "after_seconds": 0, "match": "resumable"})
-        except BaseException as exc:
-            failed.append(exc)
-
-    preempter = threading.Thread(target=preempt_once_checkpointed, daemon=True)
-    preempter.start()
-    try:
+    # the first attempt is preempted once it has written its checkpoint, never before
+    checkpointed = gcp["results"] / "checkpointed"
+    with preempted_once_checkpointed(ctl, checkpointed, match="resumable"):
         run = dags().vx_spot_resumes().test()
-    finally:
-        ended.set()
-        preempter.join(30)
-    assert not failed, failed
     assert run.state == "success"
     assert xcoms(run)[("resumable", "return_value", -1)] == "resumed at epoch 7"
     (job,) = custom_jobs(gcp["fake"], "resumable")
