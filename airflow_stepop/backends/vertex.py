@@ -241,23 +241,18 @@ class VertexBackend(StepBackend):
         return status
 
     def prepare_async(self) -> None:
+        """The connection, read once here in a thread: the async calls use what it cached."""
         self.access.prepare_async()
 
-    async def _aaccess(self) -> GoogleAccess:
-        """The connection is read in a thread: never a blocking lookup on the event loop."""
-        access = self.access
-        await asyncio.to_thread(lambda: (access.project, access.region, access.credentials))
-        return access
-
     async def astatus(self, handle: dict[str, Any]) -> JobStatus:
-        async with (await self._aaccess()).ajobs() as client:
+        async with self.access.ajobs() as client:
             return self._status(await client.get_custom_job(name=handle["name"]))
 
     async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:
         """One ListCustomJobs page (our label, created since the oldest watched job) per poll."""
         if not handles:
             return {}
-        access = await self._aaccess()
+        access = self.access
         wanted = {h["job_id"] for h in handles}
         oldest = min(h.get("create_time") or "1970-01-01T00:00:00Z" for h in handles)
         request = {
@@ -284,7 +279,7 @@ class VertexBackend(StepBackend):
         final = job_id in self._final
         if not final and self._state.get(job_id) in (None, "pending"):
             return [], cursor  # no log call while the machines are being provisioned
-        access = await self._aaccess()
+        access = self.access
         if final:
             await asyncio.sleep(max(0.0, self._final[job_id] + LOG_SETTLE_S - time.time()))
         limiter = log_limiter(self.poll_group())
@@ -327,7 +322,7 @@ class VertexBackend(StepBackend):
     async def astop(self, handle: dict[str, Any]) -> None:
         from google.api_core import exceptions
 
-        async with (await self._aaccess()).ajobs() as client:
+        async with self.access.ajobs() as client:
             with contextlib.suppress(exceptions.FailedPrecondition, exceptions.BadRequest):
                 await client.cancel_custom_job(name=handle["name"])  # refused when already ended
 

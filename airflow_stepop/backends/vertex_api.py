@@ -173,10 +173,7 @@ class GoogleAccess:
         import aiohttp  # noqa: F401
         from google.api_core.client_options import ClientOptions  # noqa: F401
         from google.auth.aio import credentials  # noqa: F401
-        from google.cloud import aiplatform_v1  # noqa: F401
-        from google.cloud.aiplatform_v1.services.job_service.transports import (  # noqa: F401
-            rest_asyncio,
-        )
+        from google.cloud import aiplatform_v1  # noqa: F401 - with its rest_asyncio transport
 
     @contextlib.asynccontextmanager
     async def ajobs(self) -> AsyncIterator[Any]:
