@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 SECTION = "stepop"
@@ -160,6 +161,11 @@ def _number(name: str, kind: type) -> Any:
 
 def airflow_home() -> str:
     return os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
+
+
+def worker_cache_dir() -> Path:
+    """``$AIRFLOW_HOME/stepop-cache``: what a worker keeps between its task processes."""
+    return Path(airflow_home()) / "stepop-cache"
 
 
 def artifact_root(service: str | None = None) -> str:

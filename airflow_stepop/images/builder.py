@@ -152,7 +152,7 @@ def lock_dir() -> Path:
     """``$AIRFLOW_HOME/stepop-cache/image-locks``: beside the bundle cache, on the worker."""
     from airflow_stepop import config
 
-    return Path(config.airflow_home()) / "stepop-cache" / "image-locks"
+    return config.worker_cache_dir() / "image-locks"
 
 
 @contextlib.contextmanager

@@ -68,7 +68,7 @@ class BundleCache:
     @classmethod
     def default(cls) -> BundleCache:
         """``$AIRFLOW_HOME/stepop-cache/bundles``: on the worker, beside its other state."""
-        return cls(Path(config.airflow_home()) / "stepop-cache" / "bundles")
+        return cls(config.worker_cache_dir() / "bundles")
 
     def find(self, function: Callable[..., Any]) -> CodeBundle | None:
         """The callable's bundle if an earlier task built it from sources still unchanged."""
