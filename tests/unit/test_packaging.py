@@ -228,7 +228,9 @@ def test_concurrent_tasks_share_the_cache_without_damage(user_code, tmp_path):
     train = importlib.import_module("train").train
     cache = BundleCache(tmp_path / "cache")
     expected = build_bundle(train).sha256
-    with multiprocessing.get_context("fork").Pool(4) as pool:
+    # spawn, not fork: a fork of this many-threaded test process can leave a worker dead while
+    # it holds the pool's queue lock, and the pool then waits for it forever (seen once in CI)
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
         shas = pool.map(_build_sha, [(train, cache)] * 16)
     assert set(shas) == {expected}
     assert not list(cache.root.glob(".tmp-*"))
