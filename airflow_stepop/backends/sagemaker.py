@@ -32,6 +32,7 @@ from typing import Any
 from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
 from airflow_stepop.backends.naming import key_prefix
 from airflow_stepop.backends.ratelimit import list_limiter
+from airflow_stepop.backends.sagemaker_clients import Clients
 from airflow_stepop.backends.sagemaker_config import CATALOG, SageMakerJobConfig
 from airflow_stepop.backends.sagemaker_job import (
     billing_facts,
@@ -77,34 +78,18 @@ class SageMakerBackend(StepBackend):
         self.aws_conn_id = aws_conn_id
         self.region_name = region_name
         self.job = job
-        self._hooks: dict[str, Any] = {}
+        self._clients = Clients(aws_conn_id, region_name)
         self._phase: dict[str, str] = {}  # job -> last SecondaryStatus seen by astatus
         self._final: set[str] = set()
-        self._aclients: dict[tuple[str, int], Any] = {}  # (kind, loop) -> opening task
 
     def serialize(self) -> dict[str, Any]:
         return {"aws_conn_id": self.aws_conn_id, "region_name": self.region_name}
 
-    # ---- hooks -------------------------------------------------------------------------
-
-    def _hook(self, kind: str) -> Any:
-        if kind not in self._hooks:
-            if kind == "sagemaker":
-                from airflow.providers.amazon.aws.hooks.sagemaker import SageMakerHook as cls
-            elif kind == "logs":
-                from airflow.providers.amazon.aws.hooks.logs import AwsLogsHook as cls
-            else:
-                from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
-
-                def cls(**kw: Any) -> Any:
-                    return AwsBaseHook(client_type=kind, **kw)
-
-            self._hooks[kind] = cls(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
-        return self._hooks[kind]
+    # ---- connection --------------------------------------------------------------------
 
     @property
     def region(self) -> str:
-        return self.region_name or self._hook("sagemaker").conn_region_name or "us-east-1"
+        return self.region_name or self._clients.hook("sagemaker").conn_region_name or "us-east-1"
 
     def _storage(self) -> Any:
         from airflow_stepop.artifacts.storage import worker_storage
@@ -166,7 +151,7 @@ class SageMakerBackend(StepBackend):
                 "S3Uri": checkpoint_uri(request.run_uri) + "/",
                 "LocalPath": CHECKPOINT_LOCAL_PATH,
             }
-        client = self._hook("sagemaker").conn
+        client = self._clients.hook("sagemaker").conn
         try:
             client.create_training_job(**body)
         except Exception as exc:
@@ -219,7 +204,7 @@ class SageMakerBackend(StepBackend):
         )
 
     def _default_repository(self) -> str:
-        account = self._hook("sts").conn.get_caller_identity()["Account"]
+        account = self._clients.hook("sts").conn.get_caller_identity()["Account"]
         from airflow_stepop.images.builder import DEFAULT_REPOSITORY
 
         return f"{account}.dkr.ecr.{self.region}.amazonaws.com/{DEFAULT_REPOSITORY}"
@@ -227,7 +212,7 @@ class SageMakerBackend(StepBackend):
     def _role_arn(self, role: str) -> str:
         if role.startswith("arn:"):
             return role
-        return self._hook("sagemaker").expand_role(role)
+        return self._clients.hook("sagemaker").expand_role(role)
 
     def _tags(self, request: JobRequest) -> list[dict[str, str]]:
         assert self.job is not None
@@ -242,7 +227,7 @@ class SageMakerBackend(StepBackend):
         # The key's hash is in every try's name; the readable slug before it may be cut
         # shorter for long ids and many tries, so match on the hash and the try suffix.
         digest = key_prefix(task_key).rsplit("-", 1)[1]
-        client = self._hook("sagemaker").conn
+        client = self._clients.hook("sagemaker").conn
         list_limiter(self.poll_group()).acquire()
         answer = client.list_training_jobs(
             NameContains=f"-{digest}-t", StatusEquals="InProgress", MaxResults=10
@@ -272,11 +257,13 @@ class SageMakerBackend(StepBackend):
         }
 
     def describe(self, handle: dict[str, Any]) -> dict[str, Any]:
-        return self._hook("sagemaker").conn.describe_training_job(TrainingJobName=handle["job_id"])
+        return self._clients.hook("sagemaker").conn.describe_training_job(
+            TrainingJobName=handle["job_id"]
+        )
 
     def stop(self, handle: dict[str, Any]) -> None:
         try:
-            self._hook("sagemaker").conn.stop_training_job(TrainingJobName=handle["job_id"])
+            self._clients.hook("sagemaker").conn.stop_training_job(TrainingJobName=handle["job_id"])
         except Exception as exc:
             if error_code(exc) != "ValidationException":  # already ended: nothing to stop
                 raise
@@ -318,33 +305,13 @@ class SageMakerBackend(StepBackend):
     # ---- triggerer side ----------------------------------------------------------------
 
     def prepare_async(self) -> None:
-        """The provider's SageMaker and CloudWatch Logs hooks (boto3 and botocore on a first
-        import), made in a thread; their async clients read the connection in one too."""
-        self._hook("sagemaker")
-        self._hook("logs")
-
-    async def _client(self, kind: str) -> Any:
-        """One open async client per kind and event loop: making one costs ~0.1 s of CPU, and
-        the poll group's triggers share this backend (closed by ``aclose``)."""
-        import asyncio
-
-        key = (kind, id(asyncio.get_running_loop()))
-        if key not in self._aclients:  # a task, so that concurrent first calls share one
-            self._aclients[key] = asyncio.ensure_future(self._open_client(kind))
-        return (await self._aclients[key])[1]
-
-    async def _open_client(self, kind: str) -> tuple[Any, Any]:
-        creator = await self._hook(kind).get_async_conn()
-        return creator, await creator.__aenter__()
+        self._clients.prepare()
 
     async def aclose(self) -> None:
-        clients, self._aclients = self._aclients, {}
-        for opening in clients.values():
-            creator, _ = await opening
-            await creator.__aexit__(None, None, None)
+        await self._clients.aclose()
 
     async def adescribe(self, handle: dict[str, Any]) -> dict[str, Any]:
-        client = await self._client("sagemaker")
+        client = await self._clients.get("sagemaker")
         return await client.describe_training_job(TrainingJobName=handle["job_id"])
 
     async def astatus(self, handle: dict[str, Any]) -> JobStatus:
@@ -378,7 +345,7 @@ class SageMakerBackend(StepBackend):
             kwargs["CreationTimeBefore"] = max(stamps) + LIST_WINDOW_SLACK
         out: dict[str, JobStatus] = {}
         limiter = list_limiter(self.poll_group())
-        client = await self._client("sagemaker")
+        client = await self._clients.get("sagemaker")
         for _ in range(LIST_MAX_PAGES):
             await limiter.aacquire()
             answer = await client.list_training_jobs(**kwargs)
@@ -395,7 +362,7 @@ class SageMakerBackend(StepBackend):
     async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
         job = handle["job_id"]
         return await read_new_lines(
-            lambda: self._client("logs"),
+            lambda: self._clients.get("logs"),
             job,
             cursor,
             final=job in self._final,
@@ -410,7 +377,7 @@ class SageMakerBackend(StepBackend):
         return job in self._final or log_limiter(self.poll_group()).try_acquire()
 
     async def astop(self, handle: dict[str, Any]) -> None:
-        client = await self._client("sagemaker")
+        client = await self._clients.get("sagemaker")
         try:
             await client.stop_training_job(TrainingJobName=handle["job_id"])
         except Exception as exc:

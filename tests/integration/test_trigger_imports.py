@@ -1,8 +1,9 @@
-"""A trigger imports no cloud SDK on the triggerer's event loop.
+"""A trigger imports no cloud SDK, and reads none of its data files, on the triggerer's loop.
 
-A cloud SDK's first import takes seconds (``google.cloud.aiplatform_v1``: 2-6 s); on the loop
-it stalls every trigger of the triggerer process meanwhile: log relays, deadlines and kills.
-Each backend imports what its async calls need in ``prepare_async``, in a thread. Each case
+A cloud SDK's first import takes seconds (``google.cloud.aiplatform_v1``: 2-6 s), and reading
+botocore's SageMaker service model a quarter of one; on the loop either stalls every trigger of
+the triggerer process meanwhile: log relays, deadlines and kills. Each backend imports and reads
+what its async calls need in ``prepare_async``, in a thread. Each case
 runs a trigger in a fresh process (where nothing is imported yet) against the emulated cloud,
 for a job the service does not know: the trigger lists, describes and fails on the answer.
 """
@@ -55,7 +56,7 @@ CASES = {
 
 @pytest.mark.usefixtures("cloud_environ")
 @pytest.mark.parametrize("cloud", sorted(CASES))
-def test_a_triggers_calls_import_no_cloud_sdk_on_the_event_loop(cloud, tmp_path):
+def test_a_triggers_calls_import_and_read_no_cloud_sdk_on_the_event_loop(cloud, tmp_path):
     backend_path, kwargs, handle, answer = CASES[cloud]
     run = subprocess.run(
         [sys.executable, "-m", "tests.integration.loop_imports", backend_path,
@@ -76,3 +77,4 @@ def test_a_triggers_calls_import_no_cloud_sdk_on_the_event_loop(cloud, tmp_path)
         if name.split(".")[0] in HEAVY or name.startswith(HEAVY + HEAVY_PACKAGES)
     ]
     assert heavy == [], f"imported on the event loop: {heavy}"
+    assert report["read_on_loop"] == [], "an installed package's data read on the event loop"
