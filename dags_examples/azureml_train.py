@@ -47,7 +47,8 @@ def stepop_azureml_train():
         docker=ENVIRONMENT,
         resources=ResourceSettings(gpu_count=1, memory="16GiB"),
         spot=True,  # job_tier Spot: checkpoints in $STEPOP_CHECKPOINT_DIR survive a preemption
-        execution_timeout=timedelta(hours=2),  # also the job's limits.timeout
+        # the trigger cancels the job at 2 h; its limits.timeout is 2 h 5 min (a backstop)
+        execution_timeout=timedelta(hours=2),
     )
     def train(train_set):
         return model.train(train_set, epochs=50)
