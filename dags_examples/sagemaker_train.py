@@ -46,7 +46,9 @@ def stepop_sagemaker_train():
         docker=ENVIRONMENT,
         resources=ResourceSettings(gpu_count=1, memory="16GiB"),
         spot=True,  # checkpoints in $STEPOP_CHECKPOINT_DIR survive a spot interruption
-        execution_timeout=timedelta(hours=2),  # also the job's MaxRuntimeInSeconds
+        # the trigger stops the job at 2 h; its MaxRuntimeInSeconds is 2 h + 5 min (only ends
+        # a job no triggerer watches), its spot MaxWaitTimeInSeconds twice that
+        execution_timeout=timedelta(hours=2),
     )
     def train(train_set):
         return model.train(train_set, epochs=50)
