@@ -219,7 +219,7 @@ class VertexBackend(StepBackend):
             experiment = handle["experiment"]
             out["experiment"] = (
                 f"{CONSOLE}/vertex-ai/experiments/locations/{location}/experiments/{experiment}/"
-                f"runs/{experiment}-{handle['display_name']}?project={project}"
+                f"runs?project={project}"
             )
         return out
 

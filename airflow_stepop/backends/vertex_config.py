@@ -154,6 +154,13 @@ class VertexJobConfig:
                        "a persistent resource id", "stepop-warm-pool")  # fmt: skip
         check.matching(OWNER, "experiment", experiment, _EXPERIMENT,
                        "a Vertex AI experiment name", "churn-model")  # fmt: skip
+        if experiment is not None and service_account is None:
+            raise SettingsError(
+                f"{OWNER}.experiment={experiment!r} needs service_account=: Vertex AI runs a job "
+                "that logs to an experiment only as a service account of yours. Pass e.g. "
+                "service_account='trainer@my-project.iam.gserviceaccount.com' (it needs "
+                "roles/aiplatform.user), or leave experiment out."
+            )
         check.artifact_root(OWNER, artifact_root, ("gs",), "gs://my-bucket/stepop")
         if environment and len(environment) > ENV_ENTRIES_MAX:
             raise SettingsError(

@@ -126,10 +126,9 @@ def build_job(
     for name in ("service_account", "network", "persistent_resource_id"):
         if getattr(job, name):
             job_spec[name] = getattr(job, name)
-    if job.experiment:
+    if job.experiment:  # an existing Experiment; Vertex creates the job's ExperimentRun itself
         contexts = f"projects/{project}/locations/{location}/metadataStores/default/contexts"
         job_spec["experiment"] = f"{contexts}/{job.experiment}"
-        job_spec["experiment_run"] = f"{contexts}/{job.experiment}-{request.job_name}"
     body: dict[str, Any] = {
         "display_name": request.job_name,
         "labels": job_labels(request, job),

@@ -15,6 +15,7 @@ from cloud.fake_http import Request, Response, rfc3339
 from cloud.vertex.api import PARENT, ApiError, decode_token, encode_token, get_field, render
 from cloud.vertex.filters import matches, parse_filter
 from cloud.vertex.lifecycle import JobLifecycle
+from cloud.vertex.metadata import check_job_contexts
 from cloud.vertex.state import TERMINAL, Job
 from cloud.vertex.validation import validate_custom_job
 
@@ -42,6 +43,9 @@ class JobRoutes(JobLifecycle):
         except ValueError as exc:
             raise ApiError(400, f"Invalid JSON payload received. {exc}") from exc
         body = validate_custom_job(body)
+        with self._lock:
+            check_job_contexts(self.contexts, get_field(body, "jobSpec") or {}, m["project"],
+                               m["location"])  # fmt: skip
         job_id = str(secrets.randbelow(9 * 10**18) + 10**18)
         name = f"projects/{m['project']}/locations/{m['location']}/customJobs/{job_id}"
         now = rfc3339(time.time())

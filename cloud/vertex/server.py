@@ -30,6 +30,9 @@ What it serves (``{p}``/``{l}`` are free-form; the fake keeps jobs per project/l
 ``GET    /v1/projects/{p}/locations/{l}/customJobs/{id}``     GetCustomJob
 ``POST   /v1/projects/{p}/locations/{l}/customJobs/{id}:cancel``  CancelCustomJob
 ``DELETE /v1/projects/{p}/locations/{l}/customJobs/{id}``     DeleteCustomJob (a done LRO)
+``POST|GET /v1/projects/{p}/locations/{l}/metadataStores/{s}/contexts[/{id}]``  CreateContext,
+    GetContext: an Experiment to log to (:mod:`cloud.vertex.metadata`); a job naming an
+    experiment needs ``serviceAccount`` and an existing context, as Vertex does
 ``POST   /v2/entries:list``                                   Cloud Logging ``entries:list``
 ``GET    /_fake/logs/{id}[?task=workerpool0-0]``               the job's log as plain text
 plus the control API of :mod:`cloud.fake_http` (``/_fake/faults``, ``/_fake/counters``...).
@@ -102,13 +105,14 @@ from cloud.fake_http import FakeServer, Request, Response
 from cloud.vertex.api import ApiError, google_error
 from cloud.vertex.jobs import JobRoutes
 from cloud.vertex.logs import LogRoutes
+from cloud.vertex.metadata import MetadataRoutes
 from cloud.vertex.validation import validate_custom_job
 
 __all__ = ["VertexService", "main", "serve", "settings_from_env", "stack_env",
            "validate_custom_job"]  # fmt: skip
 
 
-class VertexService(JobRoutes, LogRoutes):
+class VertexService(JobRoutes, LogRoutes, MetadataRoutes):
     """The fake: its parts' routes on one router, Google's error shapes, reset and shutdown.
 
     The parts, each in its module: :class:`~cloud.vertex.jobs.JobRoutes` (CustomJobs, built on
@@ -122,6 +126,7 @@ class VertexService(JobRoutes, LogRoutes):
         super().__init__(**settings)
         self._add_job_routes()
         self._add_log_routes()
+        self._add_metadata_routes()
 
     # --- errors --------------------------------------------------------------------------
     def error_response(self, status: int, message: str, kind: str) -> Response:
@@ -149,6 +154,7 @@ class VertexService(JobRoutes, LogRoutes):
         self._stop_jobs()
         with self._lock:
             self.jobs.clear()
+            self.contexts.clear()
 
     def shutdown(self) -> None:
         self._stopping.set()

@@ -75,6 +75,7 @@ class VertexState(FakeService):
         self.tmp_base = tmp_base
         self.keep_workdirs = keep_workdirs
         self.jobs: dict[str, Job] = {}  # full resource name -> job
+        self.contexts: dict[str, dict[str, Any]] = {}  # metadata context name -> resource
         self._lock = threading.RLock()
         self._log_seq = 0
         self._stopping = threading.Event()

@@ -19,6 +19,10 @@ REQUIRED = "Required field is not set."
 _DURATION = re.compile(r"^-?\d+(\.\d{1,9})?s$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _BOOT_DISK_TYPES = ("pd-ssd", "pd-standard", "hyperdisk-balanced")
+CONTEXT_NAME = re.compile(
+    r"projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/metadataStores/(?P<store>[^/]+)"
+    r"/contexts/(?P<context>[^/]+)"
+)
 
 
 def _is_label_char(ch: str, first: bool) -> bool:
@@ -126,6 +130,7 @@ def validate_custom_job(job: Any) -> dict[str, Any]:
         problems.append(
             ("custom_job.job_spec.service_account", f"Invalid service account '{account}'.")
         )
+    problems += _experiment_problems(spec, account)
     if problems:
         listed = "".join(
             f"{n}.Field: {f}; Message: {m}\t" for n, (f, m) in enumerate(problems, start=1)
@@ -141,6 +146,31 @@ def validate_custom_job(job: Any) -> dict[str, Any]:
             ],
         )
     return job
+
+
+def _experiment_problems(spec: dict[str, Any], account: Any) -> list[tuple[str, str]]:
+    """Experiment and run: context names; a run needs its experiment; both need a service
+    account (the Vertex SDK: "`service_account` is required with provided `experiment`")."""
+    experiment = get_field(spec, "experiment")
+    run = get_field(spec, "experimentRun")
+    where = "custom_job.job_spec"
+    problems: list[tuple[str, str]] = []
+    for snake, value in (("experiment", experiment), ("experiment_run", run)):
+        if value and not CONTEXT_NAME.fullmatch(value):
+            problems.append(
+                (
+                    f"{where}.{snake}",
+                    f"'{value}' is not a context name: use projects/{{project}}/locations/"
+                    "{location}/metadataStores/{store}/contexts/{context}.",
+                )
+            )
+    if run and not experiment:
+        problems.append((f"{where}.experiment_run", "experiment_run requires experiment."))
+    if experiment and not account:
+        problems.append(
+            (f"{where}.service_account", "A service account is required with an experiment.")
+        )
+    return problems
 
 
 def _pool_problems(i: int, pool: Any) -> list[tuple[str, str]]:

@@ -31,6 +31,8 @@ from tests.waiting import free_port, wait_for
 
 PARENT = "projects/stepop-test/locations/us-central1"
 BUCKET = "vertex-selftest"
+CONTEXTS = f"{PARENT}/metadataStores/default/contexts"
+ACCOUNT = "trainer@stepop-test.iam.gserviceaccount.com"
 TERMINAL = {
     JobState.JOB_STATE_SUCCEEDED,
     JobState.JOB_STATE_FAILED,
@@ -610,6 +612,20 @@ REFUSALS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         lambda b: _pool(b)["container_spec"].update(env=[{"name": "1X", "value": "v"}]),
         "env[0].name",
     ),
+    "experiment without a service account": (
+        lambda b: b["job_spec"].update(experiment=f"{CONTEXTS}/churn"),
+        "service_account; Message: A service account is required with an experiment",
+    ),
+    "experiment run without its experiment": (
+        lambda b: b["job_spec"].update(
+            experiment_run=f"{CONTEXTS}/churn-run-1", service_account=ACCOUNT
+        ),
+        "experiment_run requires experiment",
+    ),
+    "experiment that is no context name": (
+        lambda b: b["job_spec"].update(experiment="churn", service_account=ACCOUNT),
+        "'churn' is not a context name",
+    ),
 }
 
 
@@ -623,6 +639,39 @@ def test_refusals(client: aiplatform_v1.JobServiceClient, case: str) -> None:
     payload = info.value.response.json()["error"]
     assert payload["code"] == 400 and payload["status"] == "INVALID_ARGUMENT"
     assert needle in payload["message"], payload["message"]
+
+
+def test_an_experiment_and_its_run_must_exist(
+    client: aiplatform_v1.JobServiceClient, fake: Any
+) -> None:
+    """Vertex refuses a job naming an Experiment (or ExperimentRun) context nobody created; the
+    experiment made through the official MetadataService client is accepted."""
+    experiment = f"{CONTEXTS}/churn-exists"
+    job = python_job("pass", service_account=ACCOUNT, experiment=experiment)
+    with pytest.raises(exceptions.NotFound, match="experiment .*churn-exists.* is not found"):
+        client.create_custom_job(parent=PARENT, custom_job=job)
+    metadata = aiplatform_v1.MetadataServiceClient(
+        transport="rest",
+        client_options=ClientOptions(api_endpoint=fake.url),
+        credentials=AnonymousCredentials(),
+    )
+    made = metadata.create_context(
+        parent=CONTEXTS.rsplit("/", 1)[0],
+        context_id="churn-exists",
+        context={"display_name": "churn-exists", "schema_title": "system.Experiment"},
+    )
+    assert made.name == experiment and metadata.get_context(name=experiment).name == experiment
+    created = client.create_custom_job(parent=PARENT, custom_job=job)
+    assert created.job_spec.experiment == experiment and not created.job_spec.experiment_run
+    client.cancel_custom_job(name=created.name)
+    run = python_job("pass", service_account=ACCOUNT, experiment=experiment,
+                     experiment_run=f"{experiment}-never-made")  # fmt: skip
+    with pytest.raises(exceptions.NotFound, match="experiment run .*never-made.* is not found"):
+        client.create_custom_job(parent=PARENT, custom_job=run)
+    other_region = experiment.replace("us-central1", "europe-west4")
+    elsewhere = python_job("pass", service_account=ACCOUNT, experiment=other_region)
+    with pytest.raises(exceptions.NotFound):
+        client.create_custom_job(parent=PARENT, custom_job=elsewhere)
 
 
 @pytest.mark.parametrize(

@@ -89,6 +89,10 @@ def _op(**kwargs):
             ["persistent_resource_id='Warm Pool'", "stepop-warm-pool"],
         ),
         ({"experiment": "Churn Model"}, ["experiment='Churn Model'", "churn-model"]),
+        (
+            {"experiment": "churn-model"},
+            ["experiment='churn-model' needs service_account=", "iam.gserviceaccount.com"],
+        ),
         ({"artifact_root": "s3://bucket/x"}, ["artifact_root='s3://bucket/x'", "gs://"]),
         ({"environment": {f"V{i}": "x" for i in range(97)}}, ["environment has 97 entries", "96"]),
     ],
@@ -172,7 +176,7 @@ def test_the_decorator_is_registered_and_builds_the_operator():
     assert isinstance(op, VertexStepOperator) and op.job_config.accelerator_type == "NVIDIA_L4"
 
 
-def test_links_name_the_job_its_logs_and_the_experiment_run():
+def test_links_name_the_job_its_logs_and_the_experiments_runs():
     from airflow_stepop.backends.vertex import VertexBackend
 
     handle = {"project": "p", "location": "europe-west4", "job_id": "123",
@@ -182,7 +186,8 @@ def test_links_name_the_job_its_logs_and_the_experiment_run():
         "https://console.cloud.google.com/vertex-ai/locations/europe-west4/training/123/cpu?project=p"
     )
     assert "resource.labels.job_id%3D%22123%22" in links["logs"]
-    assert links["experiment"].endswith("/experiments/churn/runs/churn-d-t1?project=p")
+    # the runs of the experiment: Vertex names the job's run itself, so no run page is guessed
+    assert links["experiment"].endswith("/locations/europe-west4/experiments/churn/runs?project=p")
     assert "experiment" not in VertexBackend().links({**handle, "experiment": None})
 
 
