@@ -216,12 +216,12 @@ class SageMakerBackend(StepBackend):
 
     def _tags(self, request: JobRequest) -> list[dict[str, str]]:
         assert self.job is not None
-        tags = {f"airflow-{key.replace('_', '-')}": value for key, value in request.labels.items()}
-        tags.update(self.job.tags)
+        tags = dict(self.job.tags)  # checked: no airflow-* key, room left for ours
+        tags.update({f"airflow-{k.replace('_', '-')}": v for k, v in request.labels.items()})
         return [
             {"Key": sanitize_tag(key, 128), "Value": sanitize_tag(str(value))}
             for key, value in sorted(tags.items())
-        ][:50]
+        ]
 
     def find_active(self, task_key: str) -> dict[str, Any] | None:
         # The key's hash is in every try's name; the readable slug before it may be cut

@@ -32,6 +32,11 @@ _TAG_KEY = re.compile(r"(?!aws:)[\w.:/=+\-@ ]{1,128}", re.UNICODE)
 _TAG_VALUE = re.compile(r".{0,256}", re.DOTALL)
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
 IMAGE_EXAMPLE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1.0"
+TAG_LIMIT = 50  # SageMaker's tags per training job
+# The tags every job gets (from the task instance's labels): user tags may not replace them.
+OWN_TAG_PREFIX = "airflow-"
+OWN_TAGS = ("airflow-dag-id", "airflow-task-id", "airflow-run-id", "airflow-map-index")
+USER_TAG_LIMIT = TAG_LIMIT - len(OWN_TAGS)
 
 
 @dataclass(frozen=True)
@@ -162,12 +167,7 @@ class SageMakerArguments:
         for name, key in (("volume_kms_key", volume_kms_key), ("output_kms_key", output_kms_key)):
             if key is not None and (not isinstance(key, str) or not _KMS.fullmatch(key)):
                 raise SettingsError(f"{owner}.{name}={key!r} is not {kms}; use e.g. {kms_example}.")
-        tag_map = check.string_map(
-            owner, "tags", tags, key_pattern=_TAG_KEY,
-            key_rule="keys are 1-128 letters, digits, spaces or _.:/=+-@ and may not start with "
-            "'aws:'.",
-            value_pattern=_TAG_VALUE, value_rule="values are strings of at most 256 chars.",
-        )  # fmt: skip
+        tag_map = _user_tags(owner, tags)
         check.image(owner, image_uri, docker, image_repository, IMAGE_EXAMPLE)
         check.artifact_root(owner, artifact_root, ["s3"], "s3://my-bucket/stepop")
         return cls(
@@ -241,3 +241,27 @@ def _seconds(owner: str, name: str, value: Any, high: int, *, low: int) -> int |
     if value is None:
         return None
     return check.seconds(owner, name, value, low=low, high=high, service=SERVICE)
+
+
+def _user_tags(owner: str, tags: Any) -> dict[str, str]:
+    """The user's tags: the service's rules, none of our keys, and room left for ours."""
+    tag_map = check.string_map(
+        owner, "tags", tags, key_pattern=_TAG_KEY,
+        key_rule="keys are 1-128 letters, digits, spaces or _.:/=+-@ and may not start with "
+        "'aws:'.",
+        value_pattern=_TAG_VALUE, value_rule="values are strings of at most 256 chars.",
+    )  # fmt: skip
+    for key in tag_map:
+        if key.lower().startswith(OWN_TAG_PREFIX):
+            raise SettingsError(
+                f"{owner}.tags has the key {key!r}; keys starting with {OWN_TAG_PREFIX!r} are "
+                f"reserved for the tags every job gets ({', '.join(OWN_TAGS)}). Rename it, "
+                "e.g. without the prefix."
+            )
+    if len(tag_map) > USER_TAG_LIMIT:
+        raise SettingsError(
+            f"{owner}.tags has {len(tag_map)} tags; at most {USER_TAG_LIMIT} fit: SageMaker "
+            f"allows {TAG_LIMIT} per job and {len(OWN_TAGS)} are the {OWN_TAG_PREFIX}* tags "
+            "every job gets. Drop some, or put them in one tag's value."
+        )
+    return tag_map

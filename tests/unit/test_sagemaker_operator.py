@@ -49,6 +49,12 @@ def _op(**kwargs):
         ({"tags": ["a"]}, ["tags=['a']", "dict"]),
         ({"tags": {"aws:x": "1"}}, ["'aws:x'", "may not start with 'aws:'"]),
         ({"tags": {"team": 1}}, ["tags['team']=1", "string"]),
+        ({"tags": {"airflow-dag-id": "mine"}}, ["'airflow-dag-id'", "reserved", "Rename"]),
+        ({"tags": {"Airflow-Team": "x"}}, ["'Airflow-Team'", "reserved"]),
+        (
+            {"tags": {f"t{i}": "v" for i in range(47)}},
+            ["tags has 47 tags", "at most 46", "50 per job", "airflow-*"],
+        ),
         ({"image_uri": "bad image!"}, ["image_uri='bad image!'", "dkr.ecr"]),
         ({"image_uri": None}, ["needs an image", "image_uri=", "docker=DockerSettings"]),
         ({"image_repository": "noslash"}, ["image_repository='noslash'", "dkr.ecr"]),
@@ -123,3 +129,20 @@ def test_the_decorator_is_registered_with_airflow():
     from airflow.sdk import task
 
     assert callable(task.sagemaker_step)
+
+
+def test_the_airflow_tags_are_always_on_the_job_beside_as_many_user_tags_as_fit(monkeypatch):
+    from airflow_stepop.backends.base import JobRequest
+    from airflow_stepop.backends.sagemaker import SageMakerBackend
+
+    monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ROLE", "r")
+    monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", "s3://bucket/stepop")
+    user = {f"team-{i:02d}": "v" for i in range(46)}  # sorted after "airflow-*", the most allowed
+    backend = SageMakerBackend(job=_op(tags=user)._job_config())
+    labels = {"dag_id": "d", "task_id": "t", "run_id": "manual__x", "map_index": "-1"}
+    request = JobRequest("j", "d/r/t/-1", "s3://b/s", "s3://b/r", "s3://b/c", labels=labels)
+    tags = {tag["Key"]: tag["Value"] for tag in backend._tags(request)}
+    assert len(tags) == 50  # SageMaker's limit, none cut
+    assert tags["airflow-dag-id"] == "d" and tags["airflow-map-index"] == "-1"
+    assert tags["airflow-task-id"] == "t" and tags["airflow-run-id"] == "manual__x"
+    assert all(tags[key] == "v" for key in user)
