@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_stepop.backends.base import JobRequest, JobStatus
-from airflow_stepop.backends.local import _engine, _exit_status, _local_bundle
+from airflow_stepop.backends.local import _engine, _exit_status, _local_bundle, behind_bundle
 from airflow_stepop.backends.naming import key_prefix
 from airflow_stepop.runtime.spec import MAX_RUNTIME_ENV
 from airflow_stepop.runtime.storage import Storage
@@ -52,8 +52,16 @@ def submit(
         kwargs["nano_cpus"] = resources.cpu_count * 10**9
     if resources is not None and resources.memory_bytes:
         kwargs["mem_limit"] = resources.memory_bytes
+    image_env = _image_environment(client, image)
     env = dict(request.environment)
-    env.update({"PYTHONPATH": str(bundle), "PYTHONUNBUFFERED": "1", "HOME": "/tmp"})
+    pythonpath = env.get("PYTHONPATH", image_env.get("PYTHONPATH"))
+    env.update(
+        {
+            "PYTHONPATH": behind_bundle(str(bundle), pythonpath),
+            "PYTHONUNBUFFERED": "1",
+            "HOME": "/tmp",
+        }
+    )
     env.pop(MAX_RUNTIME_ENV, None)  # the backend's limit, as in process mode
     if max_runtime_s:
         env[MAX_RUNTIME_ENV] = str(max_runtime_s)
@@ -83,16 +91,25 @@ def submit(
     }
 
 
+def _image_environment(client: Any, image: str) -> dict[str, str]:
+    """The image's own environment (``ENV``), pulling an image the engine lacks (a parent image
+    used as it is), as ``docker run`` would."""
+    import docker.errors
+
+    try:
+        found = client.images.get(image)
+    except docker.errors.ImageNotFound:
+        found = client.images.pull(image)
+    pairs = (entry.partition("=") for entry in found.attrs["Config"].get("Env") or ())
+    return {name: value for name, _, value in pairs}
+
+
 def _start(client: Any, request: JobRequest, image: str, **kwargs: Any) -> Any:
     """Create the step's container and start it; a container that fails to start is removed
     (nobody would come back for it) and the failure says why, in the step's terms."""
     import docker.errors
 
-    try:
-        container = client.containers.create(image, **kwargs)
-    except docker.errors.ImageNotFound:  # a parent image used as it is: pulled, as `docker run`
-        client.images.pull(image)
-        container = client.containers.create(image, **kwargs)
+    container = client.containers.create(image, **kwargs)
     try:
         container.start()
     except BaseException as exc:

@@ -59,7 +59,11 @@ def steps(tmp_path, monkeypatch):
                 return "done"
 
             def where():
-                return {"python": sys.executable, "greeting": os.environ.get("GREETING")}
+                return {
+                    "python": sys.executable,
+                    "greeting": os.environ.get("GREETING"),
+                    "pythonpath": os.environ["PYTHONPATH"].split(os.pathsep),
+                }
             """
         )
     )
@@ -70,7 +74,15 @@ def steps(tmp_path, monkeypatch):
 
 
 def _submit(
-    tmp_path, function, args, *, docker=None, resources=None, try_number=1, max_runtime_s=None
+    tmp_path,
+    function,
+    args,
+    *,
+    docker=None,
+    resources=None,
+    try_number=1,
+    max_runtime_s=None,
+    environment=(("GREETING", "hello"),),
 ):
     storage = Storage()
     identity = StepIdentity("dag", RUN_ID, function.__name__, -1, try_number)
@@ -88,7 +100,7 @@ def _submit(
             code_uri=staged.code_uri,
             docker=docker,
             resources=resources,
-            environment={"GREETING": "hello"},
+            environment=dict(environment),
         )
     )
     trigger = StepJobTrigger(
@@ -202,6 +214,15 @@ def test_a_job_nobody_watches_ends_at_its_max_runtime(tmp_path, steps):
     assert error["type"] == "StepTimedOut"
 
 
+def test_the_code_bundle_goes_in_front_of_the_steps_own_pythonpath(tmp_path, steps):
+    environment = {"GREETING": "hello", "PYTHONPATH": f"/opt/lib{os.pathsep}/opt/more"}
+    _, handle, trigger, storage = _submit(tmp_path, steps.where, [], environment=environment)
+    assert asyncio.run(_first(trigger))["status"] == "succeeded"
+    result = storage.read_json(handle["run_uri"] + "/result.json")["outputs"]["inline"]
+    bundle, *rest = result["pythonpath"]
+    assert bundle.endswith(".zip") and rest == ["/opt/lib", "/opt/more"]
+
+
 def test_find_active_sees_a_running_job_and_not_a_finished_one(tmp_path, steps):
     pid_file, release = tmp_path / "pid", tmp_path / "release"
     backend, handle, trigger, _ = _submit(tmp_path, steps.held, [str(pid_file), str(release)])
@@ -217,7 +238,8 @@ def test_container_mode_builds_once_and_runs_the_step(
 ):
     from tests.integration.conftest import BASE_IMAGE, remove_images
 
-    settings = DockerSettings(parent_image=BASE_IMAGE, environment={"STEP_ENV": str(uuid.uuid4())})
+    image_env = {"STEP_ENV": str(uuid.uuid4()), "PYTHONPATH": "/opt/image-lib"}
+    settings = DockerSettings(parent_image=BASE_IMAGE, environment=image_env)
     backend, handle, trigger, storage = _submit(
         tmp_path, steps.where, [], docker=settings, resources=ResourceSettings(cpu_count=1)
     )
@@ -227,7 +249,9 @@ def test_container_mode_builds_once_and_runs_the_step(
         event = asyncio.run(_first(trigger))
         assert event["status"] == "succeeded", event
         result = storage.read_json(handle["run_uri"] + "/result.json")["outputs"]["inline"]
+        bundle, *rest = result.pop("pythonpath")
         assert result == {"python": "/usr/bin/python3", "greeting": "hello"}  # in the image
+        assert bundle.endswith(".zip") and rest == ["/opt/image-lib"]  # the image's path kept
 
         # an edited step (another function, same environment) reuses the image
         _, again, trigger2, _ = _submit(tmp_path, steps.chatty, [2], docker=settings, try_number=2)
