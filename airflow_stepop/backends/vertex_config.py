@@ -37,6 +37,18 @@ N1_GPU_COUNTS = {
     "NVIDIA_TESLA_T4": (1, 2, 4), "NVIDIA_TESLA_P4": (1, 2, 4), "NVIDIA_TESLA_P100": (1, 2, 4),
     "NVIDIA_TESLA_V100": (1, 2, 4, 8), "NVIDIA_TESLA_K80": (1, 2, 4, 8),
 }  # fmt: skip
+# Accelerator-optimized (GPU- or TPU-bundled) machine families and the accelerators they come
+# with (Vertex AI "Configure compute resources for custom training"); their machine types take
+# no other. A type of these families the catalog lists gets its accelerators filled in; one it
+# does not list must name them. Every other accelerator attaches to n1 types (N1_GPU_COUNTS).
+BUNDLED_FAMILIES = {
+    "a2": ("NVIDIA_TESLA_A100", "NVIDIA_A100_80GB"),
+    "a3": ("NVIDIA_H100_80GB", "NVIDIA_H100_MEGA_80GB", "NVIDIA_H200_141GB"),
+    "a4": ("NVIDIA_B200",), "a4x": ("NVIDIA_GB200",),
+    "g2": ("NVIDIA_L4",), "g4": ("NVIDIA_RTX_PRO_6000",),
+    "cloud-tpu": ("TPU_V2", "TPU_V3"), "ct4p": ("TPU_V4_POD",), "ct5lp": ("TPU_V5_LITEPOD",),
+}  # fmt: skip
+_BUNDLED_COUNT = re.compile(r"-(\d+)[gt]$")  # a3-megagpu-8g: 8 GPUs; ct5lp-hightpu-4t: 4 chips
 _PROJECT = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
 _LOCATION = re.compile(r"[a-z]+(-[a-z]+)+\d+")
 _MACHINE = re.compile(r"[a-z][a-z0-9]*-[a-z0-9]+(-[a-z0-9]+)*")
@@ -248,30 +260,86 @@ def _hardware(
         )
     # Accelerator-optimized types come with their GPUs: the catalog knows which.
     fixed = [m.name for m in catalog.types if m.name.startswith(machine_type + "+")]
-    fixed_kinds = {split_machine(name)[1:] for name in fixed}
-    if machine_type.startswith("n1-") or not fixed:
-        if accelerator_type is not None and not machine_type.startswith("n1-"):
+    if fixed and not machine_type.startswith("n1-"):  # n1 rows: GPUs attached, not bundled
+        (kind, count), *_ = {split_machine(name)[1:] for name in fixed}
+        if (accelerator_type, accelerator_count) not in {(None, None), (kind, None), (kind, count)}:
             raise SettingsError(
-                f"{OWNER}.accelerator_type={accelerator_type!r} cannot be attached to "
-                f"machine_type={machine_type!r}; GPUs attach to n1 types (e.g. 'n1-standard-8') "
-                "or come with a2/a3/g2 types (e.g. 'g2-standard-8')."
+                f"{OWNER}: machine_type={machine_type!r} comes with {count} x {kind}; leave "
+                f"accelerator_type and accelerator_count out or set accelerator_type={kind!r}, "
+                f"accelerator_count={count}."
             )
-        count = (accelerator_count or 1) if accelerator_type else 0
-        allowed = N1_GPU_COUNTS.get(accelerator_type or "", (count,))
-        if count not in allowed:
-            raise SettingsError(
-                f"{OWNER}.accelerator_count={count} is not a count of {accelerator_type} an n1 "
-                f"machine takes: use one of {', '.join(map(str, allowed))}."
-            )
-        return machine_type, accelerator_type, count
-    (kind, count), *_ = fixed_kinds
-    if (accelerator_type, accelerator_count) not in {(None, None), (kind, None), (kind, count)}:
+        return machine_type, kind, count
+    family = bundled_family(machine_type)
+    if family is not None:
+        return _bundled(machine_type, BUNDLED_FAMILIES[family], accelerator_type, accelerator_count)
+    if accelerator_type is None:
+        return machine_type, None, 0  # not in the catalog: accepted as given, without a price
+    if not machine_type.startswith("n1-") or accelerator_type not in N1_GPU_COUNTS:
         raise SettingsError(
-            f"{OWNER}: machine_type={machine_type!r} comes with {count} x {kind}; leave "
-            f"accelerator_type and accelerator_count out or set accelerator_type={kind!r}, "
-            f"accelerator_count={count}."
+            f"{OWNER}.accelerator_type={accelerator_type!r} cannot be attached to "
+            f"machine_type={machine_type!r}. {_where_it_goes(catalog, accelerator_type)}"
         )
-    return machine_type, kind, count
+    count = accelerator_count or 1
+    allowed = N1_GPU_COUNTS[accelerator_type]
+    if count not in allowed:
+        raise SettingsError(
+            f"{OWNER}.accelerator_count={count} is not a count of {accelerator_type} an n1 "
+            f"machine takes: use one of {', '.join(map(str, allowed))}."
+        )
+    return machine_type, accelerator_type, count
 
 
-__all__ = ["ACCELERATORS", "VertexJobConfig", "access_arguments", "machine_name", "split_machine"]
+def bundled_family(machine_type: str) -> str | None:
+    """'a3-megagpu-8g' -> 'a3', 'a4x-highgpu-4g' -> 'a4x', 'cloud-tpu' -> 'cloud-tpu',
+    'n1-standard-8' -> None."""
+    found = [f for f in BUNDLED_FAMILIES if f"{machine_type}-".startswith(f + "-")]
+    return max(found, key=len) if found else None
+
+
+def _bundled(
+    machine_type: str, kinds: tuple[str, ...], accelerator_type: Any, accelerator_count: Any
+) -> tuple[str, str, int]:
+    """A type of an accelerator-optimized family the catalog does not list: as given, but
+    Vertex needs its accelerators named (a machine spec without them is refused)."""
+    suffix = _BUNDLED_COUNT.search(machine_type)
+    count = accelerator_count or (int(suffix.group(1)) if suffix else None)
+    example = (
+        f"accelerator_type= one of {', '.join(repr(k) for k in kinds)} and "
+        f"accelerator_count={count or 'N'} (what the machine type comes with)"
+    )
+    if accelerator_type is None:
+        raise SettingsError(
+            f"{OWNER}.machine_type={machine_type!r} is not in the catalog, so the accelerators "
+            f"it comes with are not known, and Vertex needs them named: give {example}; or ask "
+            "with resources=ResourceSettings(gpu_type=..., gpu_count=...) for a catalog type."
+        )
+    if accelerator_type not in kinds:
+        raise SettingsError(
+            f"{OWNER}.accelerator_type={accelerator_type!r} does not come with "
+            f"machine_type={machine_type!r}: give {example}."
+        )
+    if count is None:
+        raise SettingsError(
+            f"{OWNER}.machine_type={machine_type!r} needs accelerator_count= (how many "
+            f"{accelerator_type} it comes with), e.g. accelerator_count=8."
+        )
+    return machine_type, accelerator_type, count
+
+
+def _where_it_goes(catalog: Any, accelerator: str) -> str:
+    """The fix for an accelerator on a machine type that cannot take it."""
+    if accelerator in N1_GPU_COUNTS:
+        return f"{accelerator} attaches to n1 types, e.g. machine_type='n1-standard-8'."
+    families = [f for f, kinds in BUNDLED_FAMILIES.items() if accelerator in kinds]
+    listed = [m.name.partition("+")[0] for m in catalog.types if f"+{accelerator}x" in m.name]
+    example = f", e.g. machine_type={listed[0]!r}" if listed else ""
+    return (
+        f"{accelerator} comes only with {'/'.join(families)} machine types{example}: name one "
+        "(its accelerators are filled in when the catalog lists it)."
+    )
+
+
+__all__ = [
+    "ACCELERATORS", "BUNDLED_FAMILIES", "VertexJobConfig", "access_arguments", "bundled_family",
+    "machine_name", "split_machine",
+]  # fmt: skip

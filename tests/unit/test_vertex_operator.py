@@ -48,6 +48,34 @@ def _op(**kwargs):
             {"machine_type": "a2-highgpu-1g", "accelerator_type": "NVIDIA_TESLA_T4"},
             ["1 x NVIDIA_TESLA_A100"],
         ),
+        (  # a GPU machine type the catalog lacks: Vertex needs its accelerators named
+            {"machine_type": "a3-megagpu-8g"},
+            [
+                "machine_type='a3-megagpu-8g' is not in the catalog",
+                "'NVIDIA_H100_MEGA_80GB'",
+                "accelerator_count=8",
+            ],
+        ),  # fmt: skip
+        (
+            {"machine_type": "a3-ultragpu-8g", "accelerator_type": "NVIDIA_L4"},
+            ["'NVIDIA_L4' does not come with machine_type='a3-ultragpu-8g'", "'NVIDIA_H200_141GB'"],
+        ),
+        (
+            {"machine_type": "g4-standard-48", "accelerator_type": "NVIDIA_RTX_PRO_6000"},
+            ["machine_type='g4-standard-48' needs accelerator_count="],
+        ),
+        (  # L4 and H100 come only with their machine types, never on n1
+            {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_L4"},
+            [
+                "'NVIDIA_L4' cannot be attached to machine_type='n1-standard-8'",
+                "g2",
+                "machine_type='g2-standard-4'",
+            ],
+        ),  # fmt: skip
+        (
+            {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_H100_80GB"},
+            ["cannot be attached", "machine_type='a3-highgpu-1g'"],
+        ),
         (
             {
                 "machine_type": "n1-standard-8",
@@ -102,6 +130,49 @@ def test_a_wrong_argument_is_refused_by_name(kwargs, words):
         _op(**kwargs)
     for word in words:
         assert word in str(err.value), (word, str(err.value))
+
+
+@pytest.mark.parametrize(
+    ("machine", "accelerator", "count", "expect"),
+    [
+        ("a3-megagpu-8g", "NVIDIA_H100_MEGA_80GB", 8, 8),
+        ("a3-ultragpu-8g", "NVIDIA_H200_141GB", None, 8),  # the count from the name
+        ("a4-highgpu-8g", "NVIDIA_B200", None, 8),
+        ("a4x-highgpu-4g", "NVIDIA_GB200", 4, 4),
+        ("g4-standard-48", "NVIDIA_RTX_PRO_6000", 1, 1),
+        ("cloud-tpu", "TPU_V3", 8, 8),
+        ("ct5lp-hightpu-4t", "TPU_V5_LITEPOD", None, 4),
+    ],
+)
+def test_a_gpu_machine_type_the_catalog_lacks_is_taken_as_given_with_its_accelerators(
+    machine, accelerator, count, expect
+):
+    job = _op(machine_type=machine, accelerator_type=accelerator, accelerator_count=count)
+    config = job.job_config
+    assert (config.machine_type, config.accelerator_type, config.accelerator_count) == (
+        machine, accelerator, expect,
+    )  # fmt: skip
+    assert config.price_per_hour is None  # not in the catalog: no price, no estimate
+
+
+def test_every_vertex_accelerator_has_a_machine_type_to_go_with():
+    from airflow_stepop.backends.vertex_config import (
+        ACCELERATORS,
+        BUNDLED_FAMILIES,
+        N1_GPU_COUNTS,
+        bundled_family,
+        split_machine,
+    )  # fmt: skip
+    from airflow_stepop.catalog import load
+
+    bundled = {kind for kinds in BUNDLED_FAMILIES.values() for kind in kinds}
+    assert set(ACCELERATORS) == bundled | set(N1_GPU_COUNTS)
+    for row in load("vertex_custom_training").types:  # the catalog obeys the same rules
+        machine, kind, _ = split_machine(row.name)
+        if kind and machine.startswith("n1-"):
+            assert kind in N1_GPU_COUNTS, row.name
+        elif kind:
+            assert kind in BUNDLED_FAMILIES[bundled_family(machine)], row.name
 
 
 def test_resources_resolve_to_the_cheapest_legal_machine_at_parse_time():
