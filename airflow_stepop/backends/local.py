@@ -39,17 +39,18 @@ _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 def _job_environment(
     request: JobRequest, bundle_path: str, max_runtime_s: int | None
 ) -> dict[bytes, bytes]:
-    """The worker's environment minus Airflow's own (connections, secrets), plus the step's;
-    the code bundle goes in front of the PYTHONPATH that leaves (``environment``'s, else the
-    worker's), as on every backend.
+    """The worker's environment minus Airflow's own (connections, secrets), plus the step's.
+
+    ``PYTHONPATH`` is the code bundle, then the one ``environment`` gives, never the worker's:
+    a module the bundle lacks fails here as it would in a cloud job.
 
     As bytes, the form the process is started with: no decoding and encoding of every variable.
     """
     env = {k: v for k, v in os.environb.items() if not k.startswith(b"AIRFLOW")}
     for key, value in request.environment.items():
         env[os.fsencode(key)] = os.fsencode(value)
-    held = env.get(b"PYTHONPATH")
-    env[b"PYTHONPATH"] = os.fsencode(behind_bundle(bundle_path, held and os.fsdecode(held)))
+    pythonpath = request.environment.get("PYTHONPATH")
+    env[b"PYTHONPATH"] = os.fsencode(behind_bundle(bundle_path, pythonpath))
     env[b"PYTHONUNBUFFERED"] = b"1"
     env.pop(MAX_RUNTIME_ENV.encode(), None)  # the backend's limit, never an inherited one
     if max_runtime_s:

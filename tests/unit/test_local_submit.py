@@ -41,6 +41,15 @@ def test_the_job_gets_the_workers_environment_without_airflows_own_plus_the_step
     assert _job_environment(request, "/b.zip", 900)[b"STEPOP_MAX_RUNTIME_S"] == b"900"
 
 
+def test_the_steps_own_pythonpath_comes_after_the_bundle(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/the/workers/path")
+    request = _request(environment={"PYTHONPATH": f"/opt/lib{os.pathsep}/opt/more"})
+    env = _job_environment(request, "/bundles/abc.zip", None)
+    assert env[b"PYTHONPATH"].split(os.pathsep.encode()) == [
+        b"/bundles/abc.zip", b"/opt/lib", b"/opt/more"
+    ]  # fmt: skip
+
+
 def test_the_steps_environment_wins_over_the_workers(monkeypatch):
     monkeypatch.setenv("STEPOP_TEST_MODE", "worker")
     env = _job_environment(_request(environment={"STEPOP_TEST_MODE": "step"}), "/b.zip", None)
