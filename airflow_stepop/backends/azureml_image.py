@@ -147,7 +147,8 @@ def _service_build(
             join(context, "stepop-requirements.txt"),
             ("\n".join(settings.requirements) + "\n").encode(),
         )
-    uri = blob_url(context, _account(storage, context)) + "/"
+    suffix = backend.workspace.cloud.storage_suffix
+    uri = blob_url(context, _account(storage, context), suffix) + "/"
     log.info("Azure ML builds the environment image from %s", context)
     body = {"properties": {"build": {"contextUri": uri, "dockerfilePath": "Dockerfile"},
                            "osType": "Linux"}}  # fmt: skip

@@ -12,8 +12,9 @@ How a step becomes a command job:
   (``azureml_entry.py``).
 
 Artifact URIs are ``abfs[s]://`` or ``az://`` (what the worker writes through fsspec); the job
-sees the same data as ``https://<account>.blob.core.windows.net/<container>/<path>``, a form
-Azure ML takes for job inputs and outputs, or, under a datastore root, as
+sees the same data as ``https://<account>.blob.<suffix>/<container>/<path>`` (the suffix of the
+workspace's cloud, ``core.windows.net`` in public Azure), a form Azure ML takes for job inputs
+and outputs, or, under a datastore root, as
 ``azureml://datastores/<name>/paths/<path>`` (``azureml_roots``).
 """
 
@@ -44,8 +45,9 @@ class AzureMLConfigError(ValueError):
     """A request Azure ML would refuse, caught before any API call."""
 
 
-def blob_url(uri: str, account: str | None) -> str:
-    """``abfs://container[@account...]/path`` -> ``https://<account>.blob.core.windows.net/...``."""
+def blob_url(uri: str, account: str | None, suffix: str = "core.windows.net") -> str:
+    """``abfs://container[@account...]/path`` -> ``https://<account>.blob.<suffix>/...``, where
+    ``suffix`` is the storage suffix of the workspace's cloud."""
     m = _ABFS.match(uri)
     if m is None:
         raise AzureMLConfigError(
@@ -59,17 +61,23 @@ def blob_url(uri: str, account: str | None) -> str:
             f"The storage account of {uri} is unknown: write it as "
             "abfs://<container>@<account>.dfs.core.windows.net/<path>."
         )
-    return f"https://{name}.blob.core.windows.net/{m['container']}/{m['path'] or ''}".rstrip("/")
+    return f"https://{name}.blob.{suffix}/{m['container']}/{m['path'] or ''}".rstrip("/")
 
 
-def job_uri(uri: str, account: str | None, datastore: tuple[str, str] | None = None) -> str:
+def job_uri(
+    uri: str,
+    account: str | None,
+    datastore: tuple[str, str] | None = None,
+    suffix: str = "core.windows.net",
+) -> str:
     """How the job names an artifact URI: a datastore path under ``datastore`` (the blob
-    prefix the worker writes, the datastore's path prefix), else a blob URL."""
+    prefix the worker writes, the datastore's path prefix), else a blob URL (``suffix``: the
+    cloud's storage suffix)."""
     if datastore is not None:
         blob, paths = datastore
         if uri == blob or uri.startswith(blob.rstrip("/") + "/"):
             return paths.rstrip("/") + "/" + uri[len(blob) :].strip("/")
-    return blob_url(uri, account)
+    return blob_url(uri, account, suffix)
 
 
 def refs(node: Any) -> list[str]:
@@ -108,12 +116,13 @@ def build_launch(
     job: AzureMLJobConfig,
     account: str | None,
     datastore: tuple[str, str] | None = None,
+    suffix: str = "core.windows.net",
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], str, str]:
-    """(inputs, outputs, launch document, command, output_uri) of one job; ``datastore`` as in
-    ``job_uri``."""
+    """(inputs, outputs, launch document, command, output_uri) of one job; ``datastore`` and
+    ``suffix`` as in ``job_uri``."""
 
     def locate(uri: str) -> str:
-        return job_uri(uri, account, datastore)
+        return job_uri(uri, account, datastore, suffix)
 
     run_uri = request.run_uri.rstrip("/")
     output_uri = f"{run_uri}/{request.job_name}/result"
@@ -256,11 +265,12 @@ def _time(value: str | None) -> float | None:
 
 
 def studio_links(workspace: Any, job_name: str, experiment: str | None) -> dict[str, str]:
-    """The job and its experiment in Azure ML Studio."""
+    """The job and its experiment in the Azure ML studio of the workspace's cloud."""
+    studio = workspace.cloud.studio
     suffix = f"?wsid={workspace.path}" + (
         f"&tid={workspace.tenant_id}" if workspace.tenant_id else ""
     )
-    links = {"job": f"https://ml.azure.com/runs/{job_name}{suffix}"}
+    links = {"job": f"{studio}/runs/{job_name}{suffix}"}
     if experiment:
-        links["experiment"] = f"https://ml.azure.com/experiments/{experiment}{suffix}"
+        links["experiment"] = f"{studio}/experiments/{experiment}{suffix}"
     return links

@@ -2,13 +2,15 @@
 
 Fields (extras unless said otherwise): ``subscription_id``, ``resource_group``,
 ``workspace_name``, ``tenant_id``; the client id and secret of a service principal in the
-Login and Password fields; without a secret, ``DefaultAzureCredential`` (managed identity,
-workload identity, environment, Azure CLI) through the Azure provider's helpers, scoped by
-``managed_identity_client_id`` / ``workload_identity_tenant_id``. ``endpoint`` overrides the
-Azure Resource Manager URL (sovereign clouds, the emulated cloud), ``ca_bundle`` the CA
-certificates that endpoint is checked against. ``emulator_token`` (true) sends a fixed
-placeholder token instead of a credential: accepted only for an endpoint on this machine
-(127.0.0.1 / localhost), where the emulated cloud checks none.
+Login and Password fields; without a secret, azure-identity's ``DefaultAzureCredential``
+(environment, workload identity, managed identity, Azure CLI) with
+``managed_identity_client_id`` (a user-assigned identity; also workload identity's client id)
+and ``workload_identity_tenant_id``. ``endpoint`` is the Azure Resource Manager URL of the
+workspace's cloud: empty (public Azure), Azure Government's or Azure China's (the sign-in
+host, storage suffix and studio then follow that cloud, as in azure-ai-ml), or an emulated
+cloud on this machine; ``authority_host`` overrides the sign-in host. ``ca_bundle`` holds the
+CA certificates the endpoint is checked against. ``emulator_token`` (true) sends a fixed
+placeholder token instead of a credential: accepted only for an emulated cloud's endpoint.
 """
 
 from __future__ import annotations
@@ -26,6 +28,37 @@ ARM = "https://management.azure.com"
 # container (docker compose's `host.docker.internal`, e.g. the `emulated` profile's stack).
 EMULATOR_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "host.docker.internal"})
 _TRUE = ("true", "1", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Cloud:
+    """An Azure cloud Azure ML runs in, as azure-ai-ml knows it (``MLClient(cloud=name)``;
+    ``azure.ai.ml._azure_environments``) with azure-identity's sign-in host
+    (``AzureAuthorityHosts``). A copy, to spare the triggerer azure-ai-ml's import; the unit
+    tests check it against both packages."""
+
+    name: str
+    authority: str  # the Microsoft Entra sign-in host
+    storage_suffix: str  # <account>.blob.<suffix>
+    studio: str  # Azure ML studio
+
+
+# By the host of their Resource Manager endpoint.
+CLOUDS = {
+    "management.azure.com": Cloud(
+        "AzureCloud", "login.microsoftonline.com", "core.windows.net", "https://ml.azure.com"
+    ),
+    "management.usgovcloudapi.net": Cloud(
+        "AzureUSGovernment",
+        "login.microsoftonline.us",
+        "core.usgovcloudapi.net",
+        "https://ml.azure.us",
+    ),
+    "management.chinacloudapi.cn": Cloud(
+        "AzureChinaCloud", "login.chinacloudapi.cn", "core.chinacloudapi.cn", "https://ml.azure.cn"
+    ),
+}
+PUBLIC = CLOUDS["management.azure.com"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +85,13 @@ class Workspace:
 
     @property
     def emulated(self) -> bool:
-        return self.arm_url != ARM
+        """An emulated cloud on this machine or its container host (never a remote host)."""
+        return urlsplit(self.arm_url).hostname in EMULATOR_HOSTS
+
+    @property
+    def cloud(self) -> Cloud:
+        """The endpoint's cloud (an emulated cloud behaves as public Azure)."""
+        return CLOUDS.get(urlsplit(self.arm_url).hostname or "", PUBLIC)
 
 
 class _EmulatorToken:
@@ -124,12 +163,22 @@ class AzureMLHook(BaseHook):
     @cached_property
     def workspace(self) -> Workspace:
         endpoint = self._extra("endpoint")
+        arm_url = str(endpoint).rstrip("/") if endpoint else ARM
+        host = urlsplit(arm_url).hostname
+        if host not in CLOUDS and host not in EMULATOR_HOSTS:
+            known = ", ".join(f"https://{h}" for h in CLOUDS)
+            raise ValueError(
+                f"Connection {self.azureml_conn_id!r} has endpoint={endpoint!r}, which is neither "
+                f"the Resource Manager of a cloud Azure ML runs in ({known}) nor an emulated "
+                "cloud on this machine (127.0.0.1, localhost, host.docker.internal); set one of "
+                "those, or leave endpoint empty for public Azure."
+            )
         verify: str | bool = self._extra("ca_bundle") or True
         return Workspace(
             subscription_id=self._required("subscription_id"),
             resource_group=self._required("resource_group"),
             name=self._required("workspace_name"),
-            arm_url=str(endpoint).rstrip("/") if endpoint else ARM,
+            arm_url=arm_url,
             verify=verify,
             tenant_id=self._extra("tenant_id"),
         )
@@ -156,15 +205,26 @@ class AzureMLHook(BaseHook):
             return "client_secret"
         return "default"
 
-    def _identity_ids(self) -> dict[str, str | None]:
-        return {
-            "managed_identity_client_id": self._extra("managed_identity_client_id"),
-            "workload_identity_tenant_id": self._extra("workload_identity_tenant_id"),
-        }
+    def _default_kwargs(self) -> dict[str, Any]:
+        """``DefaultAzureCredential``'s keywords: the identity ids, the cloud's sign-in host.
+
+        A user-assigned managed identity's client id is used alone as well (the Azure
+        provider's helper drops it without a workload identity tenant id); with a tenant id,
+        as that helper does, workload identity may also sign in to that tenant."""
+        kwargs: dict[str, Any] = self._authority()
+        client_id = self._extra("managed_identity_client_id")
+        tenant_id = self._extra("workload_identity_tenant_id")
+        if client_id:
+            kwargs["managed_identity_client_id"] = str(client_id)
+        if tenant_id:
+            kwargs["workload_identity_tenant_id"] = str(tenant_id)
+            kwargs["additionally_allowed_tenants"] = [str(tenant_id)]
+        return kwargs
 
     def _authority(self) -> dict[str, str]:
-        authority = self._extra("authority_host")
-        return {"authority": str(authority)} if authority else {}
+        """The ``authority_host`` extra, else the endpoint's cloud's sign-in host."""
+        authority = self._extra("authority_host") or self.workspace.cloud.authority
+        return {"authority": str(authority)}
 
     def get_credential(self) -> Any:
         """A synchronous token credential for the worker."""
@@ -178,9 +238,9 @@ class AzureMLHook(BaseHook):
             return ClientSecretCredential(
                 self.workspace.tenant_id, conn.login, conn.password, **self._authority()
             )
-        from airflow.providers.microsoft.azure.utils import get_sync_default_azure_credential
+        from azure.identity import DefaultAzureCredential
 
-        return get_sync_default_azure_credential(**self._identity_ids())
+        return DefaultAzureCredential(**self._default_kwargs())
 
     def get_async_credential(self) -> Any:
         """An ``azure.identity.aio`` credential for the triggerer (close it after use)."""
@@ -194,17 +254,19 @@ class AzureMLHook(BaseHook):
             return ClientSecretCredential(
                 self.workspace.tenant_id, conn.login, conn.password, **self._authority()
             )
-        from airflow.providers.microsoft.azure.utils import get_async_default_azure_credential
+        from azure.identity.aio import DefaultAzureCredential
 
-        return get_async_default_azure_credential(**self._identity_ids())
+        return DefaultAzureCredential(**self._default_kwargs())
 
     def get_conn(self) -> Any:
-        """An ``azure.ai.ml.MLClient`` on the workspace (the endpoint override as cloud)."""
+        """An ``azure.ai.ml.MLClient`` on the workspace, in the endpoint's cloud."""
         from azure.ai.ml import MLClient
 
         ws = self.workspace
         kwargs: dict[str, Any] = {}
-        if ws.emulated:
+        if ws.cloud is not PUBLIC:
+            kwargs["cloud"] = ws.cloud.name
+        elif ws.emulated:
             base = ws.arm_url + "/"
             kwargs["cloud"] = "StepopEndpointOverride"
             kwargs["cloud_metadata"] = {

@@ -94,6 +94,59 @@ def test_without_a_secret_default_azure_credential_with_the_identity_ids(connect
     assert isinstance(hook.get_async_credential(), AsyncDefaultAzureCredential)
 
 
+# azure-identity reads these when it builds a credential; none may leak in from the machine.
+_IDENTITY_ENV = (
+    "AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET", "AZURE_FEDERATED_TOKEN_FILE",
+    "AZURE_AUTHORITY_HOST", "IDENTITY_ENDPOINT", "IDENTITY_HEADER", "MSI_ENDPOINT", "MSI_SECRET",
+    "IDENTITY_SERVER_THUMBPRINT", "IMDS_ENDPOINT", "AZURE_POD_IDENTITY_AUTHORITY_HOST",
+    "AZURE_TOKEN_CREDENTIALS",
+)  # fmt: skip
+
+
+@pytest.fixture
+def clean_identity_env(monkeypatch):
+    for name in _IDENTITY_ENV:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def _managed_identity_client_id(credential):
+    """The client id in the ManagedIdentityCredential azure-identity built inside a
+    DefaultAzureCredential (IMDS, the source on a VM or a compute cluster)."""
+    from azure.identity import ManagedIdentityCredential
+    from azure.identity.aio import ManagedIdentityCredential as AsyncManagedIdentityCredential
+
+    kinds = (ManagedIdentityCredential, AsyncManagedIdentityCredential)
+    (managed,) = [c for c in credential.credentials if isinstance(c, kinds)]
+    imds = managed._credential
+    config = getattr(imds, "_settings", None) or imds._client._identity_config
+    return config.get("client_id")
+
+
+def test_a_user_assigned_identity_client_id_alone_is_used(connection, clean_identity_env):
+    """managed_identity_client_id without workload_identity_tenant_id: the Azure provider's
+    helper returned a plain DefaultAzureCredential, signing in as the system identity."""
+    hook = connection(managed_identity_client_id="mi-client")
+    assert _managed_identity_client_id(hook.get_credential()) == "mi-client"
+    assert _managed_identity_client_id(hook.get_async_credential()) == "mi-client"
+    assert _managed_identity_client_id(connection().get_credential()) is None  # system identity
+
+
+def test_workload_identity_takes_the_client_and_tenant_ids(
+    connection, clean_identity_env, tmp_path
+):
+    from azure.identity import WorkloadIdentityCredential
+
+    token_file = tmp_path / "token"
+    token_file.write_text("federated")
+    clean_identity_env.setenv("AZURE_FEDERATED_TOKEN_FILE", str(token_file))
+    hook = connection(managed_identity_client_id="mi-client", workload_identity_tenant_id="wt")
+    credential = hook.get_credential()
+    (workload,) = [c for c in credential.credentials if isinstance(c, WorkloadIdentityCredential)]
+    assert (workload._client._client_id, workload._client._tenant_id) == ("mi-client", "wt")
+    assert _managed_identity_client_id(credential) == "mi-client"
+
+
 def test_the_emulator_token_is_only_for_an_endpoint_on_this_machine(connection):
     hook = connection(endpoint="https://127.0.0.1:8443", emulator_token=True)
     assert hook.credential_kind == "emulator"
@@ -125,3 +178,66 @@ def test_azure_request_headers_stay_out_of_a_steps_task_log(user_level, expected
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == expected
+
+
+def test_each_cloud_is_the_one_azure_ai_ml_and_azure_identity_know():
+    from azure.ai.ml._azure_environments import _get_cloud_details
+    from azure.identity import AzureAuthorityHosts
+
+    from airflow_stepop.hooks.azureml import CLOUDS
+
+    authorities = {
+        "AzureCloud": AzureAuthorityHosts.AZURE_PUBLIC_CLOUD,
+        "AzureUSGovernment": AzureAuthorityHosts.AZURE_GOVERNMENT,
+        "AzureChinaCloud": AzureAuthorityHosts.AZURE_CHINA,
+    }
+    assert {c.name for c in CLOUDS.values()} == set(authorities)
+    for host, cloud in CLOUDS.items():
+        details = _get_cloud_details(cloud.name)
+        assert details["resource_manager"] == f"https://{host}/"
+        assert details["storage_endpoint"] == cloud.storage_suffix
+        assert details["aml_resource_id"] == cloud.studio + "/"
+        assert details["active_directory"] == f"https://{cloud.authority}/"
+        assert cloud.authority == authorities[cloud.name]
+
+
+def test_a_sovereign_endpoint_signs_in_and_stores_in_its_own_cloud(connection, clean_identity_env):
+    gov = connection(endpoint="https://management.usgovcloudapi.net", tenant_id="t",
+                     login="app", password="s3cret")  # fmt: skip
+    ws = gov.workspace
+    assert not ws.emulated
+    assert ws.cloud.name == "AzureUSGovernment"
+    assert ws.cloud.storage_suffix == "core.usgovcloudapi.net"
+    assert gov.get_credential()._authority == "https://login.microsoftonline.us"
+    assert gov.get_async_credential()._client._authority == "https://login.microsoftonline.us"
+    # without a secret: the environment's service principal signs in there too
+    for name, value in {"AZURE_TENANT_ID": "t", "AZURE_CLIENT_ID": "app",
+                        "AZURE_CLIENT_SECRET": "s3cret"}.items():  # fmt: skip
+        clean_identity_env.setenv(name, value)
+    china = connection(endpoint="https://management.chinacloudapi.cn/")
+    (environment, *_) = china.get_credential().credentials
+    assert environment._credential._authority == "https://login.chinacloudapi.cn"
+    # an authority_host extra still wins
+    own = connection(endpoint="https://management.usgovcloudapi.net", tenant_id="t",
+                     authority_host="login.example", login="app", password="s3cret")  # fmt: skip
+    assert own.get_credential()._authority == "https://login.example"
+
+
+def test_the_ml_client_of_a_sovereign_workspace_is_in_that_cloud(connection):
+    from azure.identity import ClientSecretCredential
+
+    hook = connection(endpoint="https://management.chinacloudapi.cn", tenant_id="t",
+                      login="app", password="s3cret")  # fmt: skip
+    ml = hook.get_conn()
+    assert ml._cloud == "AzureChinaCloud"
+    assert ml._base_url == "https://management.chinacloudapi.cn"
+    assert isinstance(ml._credential, ClientSecretCredential)
+
+
+def test_an_endpoint_of_no_known_cloud_is_refused_not_taken_for_an_emulator(connection):
+    hook = connection(endpoint="https://arm.example.com")
+    with pytest.raises(ValueError, match=r"endpoint='https://arm\.example\.com'.*management\.us"):
+        hook.workspace  # noqa: B018
+    assert connection(endpoint="https://localhost:8443").workspace.emulated
+    assert connection(endpoint="https://host.docker.internal:4571").workspace.emulated
+    assert not connection().workspace.emulated

@@ -210,3 +210,30 @@ def test_throttling_server_errors_and_network_errors_are_transient():
     assert not is_transient_error(HttpResponseError(response=Answer(400)))
     assert is_transient_error(ServiceRequestError("connection reset"))
     assert not is_transient_error(ValueError("x"))
+
+
+@pytest.fixture
+def gov_backend(monkeypatch):
+    import json
+
+    extra = {"subscription_id": "sub-1", "resource_group": "rg", "workspace_name": "ws",
+             "tenant_id": "t", "endpoint": "https://management.usgovcloudapi.net"}  # fmt: skip
+    conn = {"conn_type": "azure_ml", "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_AML_GOV", json.dumps(conn))
+    return AzureMLBackend("aml_gov")
+
+
+def test_a_sovereign_workspaces_jobs_read_its_clouds_blob_storage(gov_backend):
+    suffix = gov_backend.workspace.cloud.storage_suffix
+    inputs, outputs, *_ = build_launch(request(), {}, AzureMLJobConfig(), "acct", None, suffix)
+    urls = [v["uri"] for v in (*inputs.values(), *outputs.values())]
+    gov_blob = "https://acct.blob.core.usgovcloudapi.net/data/"
+    assert urls and all(u.startswith(gov_blob) for u in urls)
+
+
+def test_a_sovereign_workspaces_links_open_its_studio_and_no_emulator_log(gov_backend):
+    handle = {"job_id": "j1", "experiment": "exp", "studio_url": "https://ml.azure.us/runs/j1"}
+    links = gov_backend.links(handle)
+    assert set(links) == {"job", "experiment"}
+    assert links["job"].startswith("https://ml.azure.us/runs/j1?wsid=/subscriptions/sub-1/")
+    assert links["experiment"].startswith("https://ml.azure.us/experiments/exp?")
