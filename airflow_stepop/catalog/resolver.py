@@ -27,7 +27,9 @@ class NoFittingMachineError(SettingsError):
 
 
 def normalize_gpu(name: str) -> str:
-    """'a100', 'NVIDIA_TESLA_A100', 'nvidia-a100' -> 'A100' (how catalogs name GPU models)."""
+    """'a100', 'NVIDIA_TESLA_A100', 'nvidia-a100' -> 'A100' (how catalogs name GPU models);
+    'NVIDIA_H100_80GB' -> 'H10080GB', which :meth:`MachineType.gpu_names` matches to an 80 GiB
+    'H100'."""
     upper = name.upper().replace("-", "_")
     for prefix in ("NVIDIA_", "TESLA_"):
         upper = upper.removeprefix(prefix)
@@ -44,6 +46,14 @@ class MachineType:
     gpu_memory_gib: float
     price_per_hour: float | None
     spot_price_per_hour: float | None = None
+
+    def gpu_names(self) -> frozenset[str]:
+        """The normalized names its GPU answers to: the catalog's model, and that model with its
+        memory (an 80 GiB 'H100' is also 'NVIDIA_H100_80GB', the name Vertex AI gives it)."""
+        if not self.gpu_model:
+            return frozenset()
+        model = normalize_gpu(self.gpu_model)
+        return frozenset({model, f"{model}{self.gpu_memory_gib:g}GB"})
 
     def describe(self) -> str:
         gpus = (
@@ -66,9 +76,7 @@ class MachineType:
             miss += 1.0
         elif gpus and self.gpu_count < gpus:
             miss += (gpus - self.gpu_count) / gpus * 2
-        if want.gpu_type and (
-            not self.gpu_model or normalize_gpu(self.gpu_model) != normalize_gpu(want.gpu_type)
-        ):
+        if want.gpu_type and normalize_gpu(want.gpu_type) not in self.gpu_names():
             miss += 1.0
         return miss
 
@@ -98,7 +106,8 @@ class Catalog:
         if fitting:
             return min(fitting, key=_cost_order)
         models = sorted({m.gpu_model for m in self.types if m.gpu_model})
-        if want.gpu_type and normalize_gpu(want.gpu_type) not in map(normalize_gpu, models):
+        known = frozenset().union(*(m.gpu_names() for m in self.types))
+        if want.gpu_type and normalize_gpu(want.gpu_type) not in known:
             raise NoFittingMachineError(
                 f"{owner}={want.shown()}: no {self.service} machine type in the catalog has a "
                 f"{want.gpu_type!r} GPU (catalog date {self.date}). Its GPU models: "
