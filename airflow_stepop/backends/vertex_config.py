@@ -24,7 +24,13 @@ DEFAULT_RUNTIME_S = 7 * 24 * 3600  # Vertex's own default scheduling.timeout
 MAX_RUNTIME_S = 30 * 24 * 3600
 MAX_REPLICAS = 100
 ENV_ENTRIES_MAX = 96  # a container takes 100; four are ours (see vertex_job.build_job)
-USER_LABELS_MAX = 50  # Vertex takes 64 labels; the rest are ours (see vertex.job_labels)
+MAX_LABELS = 64  # Vertex's limit on a job's labels
+# The labels every job of ours carries (vertex_job.job_labels): the poller's filter, re-attach,
+# the try and the Airflow ids. A user label may not replace one.
+OUR_LABELS = ("stepop", "stepop_task", "stepop_try")
+AIRFLOW_LABEL_PREFIX = "airflow_"  # + dag_id, task_id, run_id, map_index
+AIRFLOW_LABELS = ("dag_id", "task_id", "run_id", "map_index")
+USER_LABELS_MAX = MAX_LABELS - len(OUR_LABELS) - len(AIRFLOW_LABELS)
 ACCELERATORS = (
     "NVIDIA_TESLA_K80", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_V100", "NVIDIA_TESLA_P4",
     "NVIDIA_TESLA_T4", "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB", "NVIDIA_L4", "NVIDIA_H100_80GB",
@@ -160,6 +166,7 @@ class VertexJobConfig:
             value_pattern=_LABEL_VALUE,
             value_rule="values are at most 63 lowercase letters, digits, '_' or '-'.",
         )  # fmt: skip
+        _check_reserved_labels(label_map)
         example = "us-central1-docker.pkg.dev/my-project/train/env:1.0"
         check.image(OWNER, image_uri, docker, image_repository, example)
         check.matching(OWNER, "persistent_resource_id", persistent_resource_id, _RESOURCE_ID,
@@ -192,6 +199,16 @@ class VertexJobConfig:
             image_repository=image_repository, persistent_resource_id=persistent_resource_id,
             experiment=experiment, price_per_hour=price,
         )  # fmt: skip
+
+
+def _check_reserved_labels(labels: Mapping[str, str]) -> None:
+    for key in labels:
+        if key in OUR_LABELS or key.startswith(AIRFLOW_LABEL_PREFIX):
+            raise SettingsError(
+                f"{OWNER}.labels has the key {key!r}, which is ours: every step's job carries "
+                f"{', '.join(OUR_LABELS)} and {AIRFLOW_LABEL_PREFIX}* labels (finding and "
+                f"re-attaching to its jobs depends on them). Rename it, e.g. 'my_{key}'."
+            )
 
 
 def access_arguments(
@@ -340,6 +357,6 @@ def _where_it_goes(catalog: Any, accelerator: str) -> str:
 
 
 __all__ = [
-    "ACCELERATORS", "BUNDLED_FAMILIES", "VertexJobConfig", "access_arguments", "bundled_family",
-    "machine_name", "split_machine",
+    "ACCELERATORS", "BUNDLED_FAMILIES", "MAX_LABELS", "OUR_LABELS", "VertexJobConfig",
+    "access_arguments", "bundled_family", "machine_name", "split_machine",
 ]  # fmt: skip

@@ -12,7 +12,9 @@ How a step becomes a job:
   all tries and survives a spot preemption;
 * the display name is ``naming.job_name`` (one per try); labels ``stepop=step`` (every job of
   ours: the batched poll's filter), ``stepop_task`` (the task instance's hash: re-attach),
-  ``stepop_try`` and the Airflow ids, lowercased; the user's labels last.
+  ``stepop_try`` and the Airflow ids (``airflow_dag_id``, ``airflow_task_id``,
+  ``airflow_run_id``, ``airflow_map_index``), lowercased, after the user's (whose keys may not
+  be ours: refused at parse time).
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ from typing import Any
 
 from airflow_stepop.backends.base import JobRequest
 from airflow_stepop.backends.naming import key_prefix
-from airflow_stepop.backends.vertex_config import CATALOG, VertexJobConfig, machine_name
+from airflow_stepop.backends.vertex_config import (
+    AIRFLOW_LABEL_PREFIX,
+    CATALOG,
+    MAX_LABELS,
+    VertexJobConfig,
+    machine_name,
+)
 from airflow_stepop.runtime.storage import join
 
 ENTRY_FILE = "stepop_vertex_entry.py"
@@ -66,10 +74,20 @@ def _ref_uris(node: Any) -> list[str]:
 
 
 def job_labels(request: JobRequest, job: VertexJobConfig) -> dict[str, str]:
-    ours = {f"airflow_{key}": label_value(value) for key, value in request.labels.items()}
+    """The user's labels, then ours (which the user's may not replace: vertex_config refuses
+    their keys at parse time), at most Vertex's 64 in all."""
+    ours = {
+        f"{AIRFLOW_LABEL_PREFIX}{key}": label_value(value) for key, value in request.labels.items()
+    }
     ours.update(dict([OUR_LABEL]), stepop_task=task_digest(request.task_key))
     ours["stepop_try"] = request.job_name.rsplit("-t", 1)[-1]
-    return {**ours, **job.labels}
+    labels = {**job.labels, **ours}
+    if len(labels) > MAX_LABELS:
+        raise VertexConfigError(
+            f"The job would have {len(labels)} labels, {len(ours)} of them ours; Vertex takes "
+            f"{MAX_LABELS}. Pass at most {MAX_LABELS - len(ours)} in labels=."
+        )
+    return labels
 
 
 def build_job(

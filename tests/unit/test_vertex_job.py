@@ -62,6 +62,29 @@ def test_the_job_reads_every_bucket_through_the_gcs_mount_and_passes_vertex_chec
     )
 
 
+def test_the_users_labels_never_replace_ours_and_all_of_them_fit_vertexs_64():
+    from google.cloud import aiplatform_v1
+
+    from airflow_stepop.backends.vertex_config import USER_LABELS_MAX
+
+    # a config made without the parse-time check still cannot take our keys
+    body = build_job(REQUEST, SPEC, _job(labels={"stepop_task": "x", "airflow_dag_id": "y",
+                                                 "team": "ml"}), "img", "p", "l")  # fmt: skip
+    assert body["labels"]["stepop_task"] != "x" and body["labels"]["airflow_dag_id"] == "my_dag"
+    assert body["labels"]["team"] == "ml"
+    most = {f"k{i}": "v" for i in range(USER_LABELS_MAX)}
+    body = build_job(REQUEST, SPEC, _job(labels=most), "img", "p", "l")
+    assert len(body["labels"]) == 64  # the most Vertex takes, which the fake checks
+    validate_custom_job(
+        json.loads(
+            aiplatform_v1.CustomJob.to_json(aiplatform_v1.CustomJob(body),
+                                            use_integers_for_enums=False)
+        )
+    )  # fmt: skip
+    with pytest.raises(VertexConfigError, match="65 labels, 7 of them ours.*at most 57"):
+        build_job(REQUEST, SPEC, _job(labels={**most, "one_more": "v"}), "img", "p", "l")
+
+
 def test_a_step_input_outside_gcs_is_refused_before_submitting():
     spec = {"args": [{"ref": {"uri": "s3://bucket/x.npy"}}]}
     with pytest.raises(VertexConfigError, match="gs:// artifact_root"):
