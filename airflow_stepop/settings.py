@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -184,6 +185,29 @@ def _string_map(owner: str, name: str, value: Any) -> dict[str, str]:
     return out
 
 
+def _dockerfile(owner: str, value: Any) -> str:
+    """An existing Dockerfile's absolute path. A relative one is refused: DAG files are parsed,
+    and their tasks run, from whatever working directory each Airflow process has."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise SettingsError(
+            f"{owner}.dockerfile={value!r} is not a path; give the path of a Dockerfile, e.g. "
+            'dockerfile=Path(__file__).parent / "Dockerfile".'
+        )
+    path = Path(value)
+    if not path.is_absolute():
+        raise SettingsError(
+            f"{owner}.dockerfile={str(value)!r} is a relative path, which each Airflow process "
+            "would read from its own working directory; give an absolute one, e.g. "
+            'dockerfile=Path(__file__).parent / "Dockerfile" for one next to the DAG file.'
+        )
+    if not path.is_file():
+        raise SettingsError(
+            f"{owner}.dockerfile={str(value)!r} is not an existing file; give the path of a "
+            "Dockerfile (its directory is the build context)."
+        )
+    return str(path)
+
+
 @dataclass(frozen=True)
 class DockerSettings:
     """The step's environment image; its tag is a hash of everything that shapes it.
@@ -196,7 +220,7 @@ class DockerSettings:
     requirements: Sequence[str] = ()
     apt_packages: Sequence[str] = ()
     environment: Mapping[str, str] = field(default_factory=dict)
-    dockerfile: str | None = None
+    dockerfile: str | os.PathLike[str] | None = None  # kept as an absolute path string
     build_args: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -222,12 +246,13 @@ class DockerSettings:
         object.__setattr__(self, "apt_packages", apt)
         object.__setattr__(self, "environment", _string_map(owner, "environment", self.environment))
         object.__setattr__(self, "build_args", _string_map(owner, "build_args", self.build_args))
-        if self.dockerfile is not None and (
-            not isinstance(self.dockerfile, str) or not Path(self.dockerfile).is_file()
-        ):
+        if self.dockerfile is not None:
+            object.__setattr__(self, "dockerfile", _dockerfile(owner, self.dockerfile))
+        elif self.build_args:
             raise SettingsError(
-                f"{owner}.dockerfile={self.dockerfile!r} is not an existing file; give the "
-                "path of a Dockerfile (its directory is the build context)."
+                f"{owner}.build_args={dict(self.build_args)!r} has no Dockerfile to go to: "
+                "build arguments fill the ARGs of your own dockerfile=. Give dockerfile= too, "
+                "or drop build_args."
             )
 
     @property

@@ -287,3 +287,30 @@ def test_container_build_installs_requirements_through_the_build_ca(
         assert ensure_image(settings, docker_client, options=options) == (image, False)
     finally:
         remove_images(docker_client, "airflow-stepop-env")
+
+
+@pytest.mark.container
+def test_a_dockerfile_of_ones_own_builds_with_its_directory_and_build_args(tmp_path, docker_client):
+    from airflow_stepop.images.builder import BuildOptions, ensure_image
+    from tests.integration.conftest import BASE_IMAGE, remove_images
+
+    context = tmp_path / "image"
+    context.mkdir()
+    (context / "extra.txt").write_text("from the build context\n")
+    (context / "Dockerfile").write_text(
+        "ARG PARENT\nFROM ${PARENT}\nARG GREETING\nENV STEP_GREETING=${GREETING}\n"
+        "COPY extra.txt /opt/extra.txt\n"
+    )
+    settings = DockerSettings(
+        dockerfile=context / "Dockerfile",
+        build_args={"PARENT": BASE_IMAGE, "GREETING": "hello"},
+        environment={"STEP_ENV": str(uuid.uuid4())},
+    )
+    try:
+        image, built = ensure_image(settings, docker_client, options=BuildOptions())
+        assert built
+        probe = "import os; print(os.environ['STEP_GREETING'], open('/opt/extra.txt').read())"
+        output = docker_client.containers.run(image, ["python3", "-c", probe], remove=True)
+        assert output.decode().split() == ["hello", "from", "the", "build", "context"]
+    finally:
+        remove_images(docker_client, "airflow-stepop-env")

@@ -82,11 +82,22 @@ def test_resource_settings_keep_valid_values():
         ({"build_args": ["A=1"]}, "build_args"),
         ({"parent_image": "not an image"}, "parent_image"),
         ({"dockerfile": "/nonexistent/Dockerfile"}, "dockerfile"),
+        ({"dockerfile": "Dockerfile"}, "dockerfile"),  # relative: each process's own cwd
+        ({"dockerfile": 3}, "dockerfile"),
+        ({"build_args": {"A": "1"}}, "build_args"),  # no Dockerfile to take them
     ],
 )
 def test_docker_settings_refuse_wrong_values(kwargs, field):
     with pytest.raises(SettingsError, match=f"DockerSettings.{field}"):
         DockerSettings(**kwargs)
+
+
+def test_docker_settings_take_a_dockerfile_as_a_path_and_keep_it_absolute(tmp_path):
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM scratch\n")
+    settings = DockerSettings(dockerfile=dockerfile, build_args={"A": "1"})
+    assert settings.dockerfile == str(dockerfile) and settings.needs_build
+    assert DockerSettings(dockerfile=str(dockerfile)) == DockerSettings(dockerfile=dockerfile)
 
 
 def test_docker_settings_hash_follows_content_not_order_of_env():
