@@ -90,7 +90,8 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "",
         "Where Vertex steps push environment images they build: an Artifact Registry "
         "repository 'LOCATION-docker.pkg.dev/PROJECT/REPOSITORY' or any 'host[:port]/<name>'. "
-        "Empty means <location>-docker.pkg.dev/<project>/airflow-stepop-env.",
+        "Empty means the repository <location>-docker.pkg.dev/<project>/airflow-stepop "
+        "(create it once); images are named airflow-stepop-env in it.",
     ),
     "vertex_default_machine_type": (
         "string",
