@@ -45,7 +45,8 @@ def stepop_vertex_train():
         docker=ENVIRONMENT,
         resources=ResourceSettings(gpu_count=1, memory="16GiB"),
         spot=True,  # checkpoints in $STEPOP_CHECKPOINT_DIR survive a preemption
-        execution_timeout=timedelta(hours=2),  # also the job's scheduling.timeout
+        # the trigger cancels the job at 2 h; its scheduling.timeout is 2 h 5 min (a backstop)
+        execution_timeout=timedelta(hours=2),
     )
     def train(train_set):
         return model.train(train_set, epochs=50)

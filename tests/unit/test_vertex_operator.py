@@ -284,3 +284,21 @@ def test_a_link_the_task_never_stored_is_not_looked_up():
         operator.stored_link_kinds = None  # another process (the UI): ask the store
         with pytest.raises(AssertionError, match="looked up"):
             StepExperimentLink().get_link(operator, ti_key=key)
+
+
+def test_the_examples_training_job_gets_its_deadline_plus_five_minutes(monkeypatch):
+    """dags_examples/vertex_train.py says so of its train step's scheduling.timeout."""
+    import importlib.util
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[2] / "dags_examples"
+    monkeypatch.syspath_prepend(str(examples))
+    spec = importlib.util.spec_from_file_location(
+        "vertex_train_example", examples / "vertex_train.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dag_object = module.stepop_vertex_train()
+    train = dag_object.get_task("train")
+    assert train.execution_timeout == timedelta(hours=2)
+    assert train.job_config.max_runtime_s == 2 * 3600 + 5 * 60
