@@ -3,8 +3,8 @@
 SageMaker's calls live in this module, what its answers mean in ``sagemaker_job.py``, the
 request's shape in ``sagemaker_launch.py``. How a step becomes a job:
 
-* image: ``image_uri`` as given, else the ``DockerSettings`` image (content-hash tag) built and
-  pushed only when the registry lacks the tag (``images.builder`` / ``images.registry``);
+* image (``sagemaker_image.py``): ``image_uri`` as given, else the ``DockerSettings`` image
+  (content-hash tag) built or copied, pushed only when the registry lacks the tag;
 * channels (File mode, S3Prefix): ``code`` = the code bundle object, ``run`` = the attempt's run
   directory (spec, inputs, the entry script and its launch document), ``in1``.. = the prefixes of
   upstream ``ArtifactRef`` inputs (grouped so that at most 20 channels are used);
@@ -34,6 +34,7 @@ from airflow_stepop.backends.naming import key_prefix
 from airflow_stepop.backends.ratelimit import list_limiter
 from airflow_stepop.backends.sagemaker_clients import Clients
 from airflow_stepop.backends.sagemaker_config import CATALOG, SageMakerJobConfig
+from airflow_stepop.backends.sagemaker_image import job_image
 from airflow_stepop.backends.sagemaker_job import (
     billing_facts,
     console_links,
@@ -186,21 +187,10 @@ class SageMakerBackend(StepBackend):
         return None if price is None else price * job.instance_count
 
     def _image(self, request: JobRequest) -> tuple[str, bool]:
-        """The job's image and whether this call built it."""
+        """The job's image and whether this call built it (``sagemaker_image``)."""
         assert self.job is not None
-        if self.job.image_uri:
-            return self.job.image_uri, False
-        if request.docker is None:
-            raise SageMakerConfigError("SageMaker steps need image_uri= or docker=DockerSettings")
-        from airflow_stepop.images import builder, registry
-
-        return builder.service_image(
-            request.docker,
-            lambda: registry.prepare(
-                self.job.image_repository or self._default_repository(),
-                aws_conn_id=self.aws_conn_id,
-                region_name=self.region_name,
-            ),
+        return job_image(
+            self.job, request.docker, self._default_repository, self.aws_conn_id, self.region_name
         )
 
     def _default_repository(self) -> str:

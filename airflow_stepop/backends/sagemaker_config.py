@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_stepop.backends import arguments as check
+from airflow_stepop.backends.sagemaker_image import IMAGE_EXAMPLE, check_image_uri
 from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
 
@@ -31,7 +32,6 @@ _KMS = re.compile(r"[A-Za-z0-9:/_\-]{1,2048}")
 _TAG_KEY = re.compile(r"(?!aws:)[\w.:/=+\-@ ]{1,128}", re.UNICODE)
 _TAG_VALUE = re.compile(r".{0,256}", re.DOTALL)
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
-IMAGE_EXAMPLE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1.0"
 TAG_LIMIT = 50  # SageMaker's tags per training job
 # The tags every job gets (from the task instance's labels): user tags may not replace them.
 OWN_TAG_PREFIX = "airflow-"
@@ -169,6 +169,11 @@ class SageMakerArguments:
                 raise SettingsError(f"{owner}.{name}={key!r} is not {kms}; use e.g. {kms_example}.")
         tag_map = _user_tags(owner, tags)
         check.image(owner, image_uri, docker, image_repository, IMAGE_EXAMPLE)
+        if isinstance(image_uri, str) and not check.is_templated(image_uri):
+            from airflow_stepop import config
+
+            repository = image_repository or config.get("sagemaker_image_repository") or None
+            check_image_uri(owner, image_uri, repository)
         check.artifact_root(owner, artifact_root, ["s3"], "s3://my-bucket/stepop")
         return cls(
             instance_type=instance_type,
@@ -222,6 +227,9 @@ class SageMakerArguments:
                 "needs max_wait >= max_runtime."
             )
         machine = load_catalog(CATALOG).get(instance_type)
+        repository = self.image_repository or config.get("sagemaker_image_repository") or None
+        if image_uri:  # rendered: a template's value is only known now
+            check_image_uri(owner, image_uri, repository)
         fields = asdict(self)
         fields.update(
             role=role,
@@ -229,9 +237,7 @@ class SageMakerArguments:
             max_runtime_s=runtime,
             max_wait_s=wait,
             image_uri=image_uri,
-            image_repository=self.image_repository
-            or config.get("sagemaker_image_repository")
-            or None,
+            image_repository=repository,
             price_per_hour=machine.price_per_hour if machine else None,
         )
         return SageMakerJobConfig(**fields)

@@ -3,7 +3,8 @@
 The tag is a hash of the parent image, requirements, apt packages, environment, the user's
 Dockerfile bytes, build args and this recipe's version. Code is not in the image (it travels in
 the code bundle), so editing a step never rebuilds. A parent image with nothing added is used
-as it is.
+as it is, unless a cloud service cannot pull it (``service_image``): then it is copied to the
+service's repository as an image built from a Dockerfile that is only ``FROM <parent>``.
 
 Tasks that start together with the same settings (a mapped step) would all miss the tag and all
 build it: on one host, builds of one tag are serialized by an ``flock`` on a file under
@@ -64,9 +65,11 @@ class ImageBuildError(RuntimeError):
     """A failed image build; the message carries the tail of the build log."""
 
 
-def image_reference(settings: DockerSettings, repository: str) -> str:
+def image_reference(settings: DockerSettings, repository: str, *, copy: bool = False) -> str:
+    """The image's reference: the parent itself when nothing is added (and no ``copy`` of it is
+    wanted), else ``<repository>:<content hash>``."""
     parent = settings.parent_image or default_parent_image()
-    if not settings.needs_build:
+    if not (settings.needs_build or copy):
         return parent
     return f"{repository}:{settings.content_hash(parent, RECIPE_VERSION)[:24]}"
 
@@ -202,8 +205,13 @@ def ensure_image(
     push: bool = False,
     options: BuildOptions | None = None,
     auth_config: dict[str, str] | None = None,
+    copy: bool = False,
 ) -> tuple[str, bool]:
     """The image for these settings, built (and pushed) only if missing. Returns (ref, built).
+
+    ``copy``: settings that add nothing to the parent still get an image of their own in
+    ``repository`` (a Dockerfile that is only ``FROM <parent>``), for a service that cannot
+    pull the parent from where it is.
 
     With ``push``, the registry decides: a tag already there means no build; a tag built here
     before but not pushed is pushed. ``auth_config`` (docker SDK shape) logs in to the registry.
@@ -211,8 +219,8 @@ def ensure_image(
     that miss together, one builds and the others use its image.
     """
     options = options or BuildOptions()
-    reference = image_reference(settings, repository)
-    if not settings.needs_build:
+    reference = image_reference(settings, repository, copy=copy)
+    if not (settings.needs_build or copy):
         return reference, False
     if _present(client, reference, push, auth_config):
         return reference, False
@@ -323,16 +331,28 @@ def require_engine() -> Any:
 
 
 def service_image(
-    settings: DockerSettings, registry: Callable[[], Registry], client: Any = None
+    settings: DockerSettings,
+    registry: Callable[[], Registry],
+    client: Any = None,
+    *,
+    pullable: Callable[[str], bool] | None = None,
 ) -> tuple[str, bool]:
     """The image a cloud service's job runs for ``settings``, and whether this call built it.
 
-    A parent image alone is used as it is. Otherwise the content-hashed image is built on a
-    miss and pushed to the registry that ``registry()`` makes ready (called only then, so a
-    parent-only step needs no registry login); ``client`` is the engine (found when None).
+    ``pullable(image)`` says whether the service's machines can pull an image (None: any, as
+    Vertex AI and Azure ML pull public images). A parent image alone that the service can pull
+    is used as it is; one it cannot pull is copied (``ensure_image(copy=True)``: ``FROM
+    <parent>``, content-hashed). Otherwise the content-hashed image is built on a miss. Either
+    way it is pushed to the registry that ``registry()`` makes ready (called only then, so a
+    parent-only step the service can pull needs no registry login); ``client`` is the engine
+    (found when None).
     """
-    if not settings.needs_build:
-        return image_reference(settings, DEFAULT_REPOSITORY), False
+    parent = settings.parent_image or default_parent_image()
+    copy = not settings.needs_build and pullable is not None and not pullable(parent)
+    if not (settings.needs_build or copy):
+        return parent, False
+    if copy:
+        log.info("The service cannot pull %s; copying it to the image repository", parent)
     target = registry()
     image, built = ensure_image(
         settings,
@@ -341,6 +361,7 @@ def service_image(
         push=True,
         options=BuildOptions.from_config(),
         auth_config=target.auth_config,
+        copy=copy,
     )
     log.info("Environment image %s (%s)", image, "built and pushed" if built else "no build")
     return image, built

@@ -53,3 +53,29 @@ def test_an_ecr_repository_is_created_on_demand_with_a_token_login(aws, ctl):
     assert target.repository == repository
     assert target.auth_config["username"] == "AWS" and target.auth_config["password"]
     assert prepare(repository, aws_conn_id="aws_default", region_name=None).auth_config
+
+
+@pytest.mark.container
+def test_a_parent_image_sagemaker_cannot_pull_is_copied_to_the_repository_and_runs(
+    aws, ctl, docker_engine, registry_image, monkeypatch
+):
+    import docker.errors
+
+    # The parent is an image of the engine, named without a registry (Docker Hub's namespace):
+    # SageMaker could not pull it as it is.
+    parent = aws["env"].get("STEPOP_TEST_BASE_IMAGE", "stepop-base/python:3.11-bookworm")
+    try:
+        docker_engine.images.get(parent)
+    except docker.errors.ImageNotFound:
+        docker_engine.images.pull(registry_image).tag(parent)
+    repository = f"{aws['registry']}/stepop-it-copy-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("STEPOP_TEST_COPY_REPOSITORY", repository)
+
+    run = dags().sm_parent_elsewhere().test()
+
+    assert run.state == "success"
+    assert json.loads((aws["results"] / "copied.json").read_text()) == "ran"
+    job = [j for j in training_jobs("copied") if j["TrainingJobName"].startswith("sm-parent")]
+    image = job[-1]["AlgorithmSpecification"]["TrainingImage"]
+    assert image.startswith(f"{repository}:")  # a copy in the repository, not the parent
+    assert docker_engine.images.get_registry_data(image).id  # pushed there

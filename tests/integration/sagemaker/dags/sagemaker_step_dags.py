@@ -312,3 +312,27 @@ def sm_not_deferred():
 
 
 sm_not_deferred()
+
+
+# A parent image alone that SageMaker cannot pull (not in ECR, not on the image repository's
+# registry): it is copied to the image repository, a new one per test run so the copy is built.
+ELSEWHERE = os.environ.get("STEPOP_TEST_BASE_IMAGE", "stepop-base/python:3.11-bookworm")
+
+
+@dag(schedule=None)
+def sm_parent_elsewhere():
+    @task.sagemaker_step(
+        docker=DockerSettings(parent_image=ELSEWHERE),
+        image_repository=os.environ.get("STEPOP_TEST_COPY_REPOSITORY", f"{REGISTRY}/stepop-copy"),
+    )
+    def copied():
+        return "ran"
+
+    @task
+    def check(result):
+        _remember("copied", result)
+
+    check(copied())
+
+
+sm_parent_elsewhere()

@@ -1,0 +1,85 @@
+"""Which images SageMaker's training machines can pull, and the image a step's job runs.
+
+SageMaker pulls training images from Amazon ECR; other registries need ``TrainingImageConfig``
+in VPC mode (a registry reachable in the job's VPC), which this provider does not set. So an
+``image_uri`` elsewhere is refused before anything is submitted, and a ``DockerSettings`` with
+only a parent image elsewhere (``python:3.11-slim`` on Docker Hub) is copied to the image
+repository (``builder.service_image`` with ``pullable``). The image repository's own registry
+counts as pullable too: that is where built images go, and how the emulated cloud's registry
+stands in for ECR.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from airflow_stepop.backends.sagemaker_launch import SageMakerConfigError
+from airflow_stepop.settings import SettingsError
+
+IMAGE_EXAMPLE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1.0"
+_ECR_REPOSITORY = re.compile(r"\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/")
+
+
+def _registry_host(image: str) -> str:
+    """The registry host of an image reference, as docker reads it (Docker Hub when none)."""
+    first, slash, _ = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
+def service_can_pull(image: str, repository: str | None) -> bool:
+    """Whether SageMaker's training machines can pull ``image``.
+
+    They pull from Amazon ECR (``<account>.dkr.ecr.<region>.amazonaws.com[.cn]/...``). Other
+    registries need ``TrainingImageConfig`` in VPC mode, which this provider does not set, so
+    only one more host counts: that of the step's image ``repository`` (where built images are
+    pushed: the emulated cloud's registry stands in for ECR this way).
+    """
+    from airflow_stepop.images.registry import ECR_HOST
+
+    host = _registry_host(image)
+    if ECR_HOST.match(host):
+        return True
+    return repository is not None and host == _registry_host(repository)
+
+
+def check_image_uri(owner: str, image_uri: str, repository: str | None) -> None:
+    """Refuse an ``image_uri`` SageMaker cannot pull, before anything is submitted."""
+    if service_can_pull(image_uri, repository):
+        return
+    also = ""
+    if repository is not None and not _ECR_REPOSITORY.match(repository):
+        also = f" or the image repository's registry {_registry_host(repository)!r}"
+    raise SettingsError(
+        f"{owner}.image_uri={image_uri!r} is an image SageMaker cannot pull: training jobs pull "
+        f"from Amazon ECR{also} only. Push it to ECR and give that URI (e.g. {IMAGE_EXAMPLE!r}), "
+        f"or use docker=DockerSettings(parent_image={image_uri!r}) instead of image_uri= to "
+        "have it copied to the image repository before the job starts."
+    )
+
+
+def job_image(
+    job: Any,
+    docker: Any,
+    default_repository: Callable[[], str],
+    aws_conn_id: str | None,
+    region_name: str | None,
+) -> tuple[str, bool]:
+    """The image of ``job`` (a ``SageMakerJobConfig``) and whether this call built it."""
+    if job.image_uri:
+        return job.image_uri, False
+    if docker is None:
+        raise SageMakerConfigError("SageMaker steps need image_uri= or docker=DockerSettings")
+    from airflow_stepop.images import builder, registry
+
+    repository = job.image_repository
+    return builder.service_image(
+        docker,
+        lambda: registry.prepare(
+            repository or default_repository(), aws_conn_id=aws_conn_id, region_name=region_name
+        ),
+        pullable=lambda image: service_can_pull(image, repository),
+    )
