@@ -389,7 +389,8 @@ def _recall(store: Any) -> dict[str, Any] | None:
 
 
 def _remember(store: Any, record: dict[str, Any]) -> None:
-    """Keep the job's handle across tries (the task state store survives retries, not clears)."""
+    """Keep the job's handle across tries: the task state store survives retries and clears
+    (``delivered`` tells a cleared task's record from a lost result's)."""
     if store is not None:
         store.set(STATE_KEY, record)
 
