@@ -167,6 +167,33 @@ def test_a_gpu_request_resolves_to_a_priced_spot_machine(gcp, ctl):
     assert billing["estimated_cost_usd"] > 0
 
 
+def test_an_experiment_must_exist_and_the_job_runs_under_it(gcp, ctl):
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import aiplatform_v1
+
+    run = dags().vx_experiment().test()  # the experiment was never created
+    assert run.state == "failed"
+    failure = _read(gcp["results"], "failure")
+    assert "NotFound" in failure and "contexts/stepop-it-exp" in failure, failure
+    metadata = aiplatform_v1.MetadataServiceClient(
+        transport="rest", client_options=ClientOptions(api_endpoint=gcp["fake"]),
+        credentials=AnonymousCredentials(),
+    )  # fmt: skip
+    parent = "projects/stepop-it/locations/us-central1/metadataStores/default"
+    metadata.create_context(parent=parent, context_id="stepop-it-exp",
+                            context={"schema_title": "system.Experiment"})  # fmt: skip
+    run = dags().vx_experiment().test()
+    assert run.state == "success"
+    jobs = [j for j in custom_jobs(gcp["fake"], "logged") if j["state"] == "JOB_STATE_SUCCEEDED"]
+    spec = jobs[0]["job_spec"]
+    assert spec["experiment"] == f"{parent}/contexts/stepop-it-exp"
+    assert not spec.get("experiment_run")  # Vertex makes and names the job's run itself
+    assert spec["service_account"] == "trainer@stepop-it.iam.gserviceaccount.com"
+    link = xcoms(run)[("logged", "_link_StepExperimentLink", -1)]
+    assert link.endswith("/locations/us-central1/experiments/stepop-it-exp/runs?project=stepop-it")
+
+
 def _hold(release: str) -> str:
     import time
     from pathlib import Path

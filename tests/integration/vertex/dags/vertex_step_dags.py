@@ -197,6 +197,22 @@ vx_gpu()
 
 
 @dag(schedule=None)
+def vx_experiment():
+    @task.vertex_step(
+        docker=PARENT_ONLY, experiment="stepop-it-exp",
+        service_account="trainer@stepop-it.iam.gserviceaccount.com",
+        on_failure_callback=_remember_failure,
+    )  # fmt: skip
+    def logged():
+        return "logged"
+
+    logged()
+
+
+vx_experiment()
+
+
+@dag(schedule=None)
 def vx_in_container():
     @task.vertex_step(image_uri=BASE, labels={"stepop_fake_mode": "container"})
     def contained(x: int):
