@@ -31,8 +31,11 @@ from airflow_stepop.backends.azureml_launch import (
     billing_facts,
     build_launch,
     job_body,
+    low_priority,
     map_status,
+    rank_of,
     studio_links,
+    user_logs,
 )
 from airflow_stepop.backends.azureml_roots import (
     Datastore,
@@ -111,7 +114,7 @@ class AzureMLBackend(StepBackend):
 
         storage = worker_storage(None)
         spec = storage.read_json(request.spec_uri)
-        job, compute_id = self._compute(self.job)
+        job, compute_id, priority = self._compute(self.job)
         datastore = None
         found = parse_datastore(job.artifact_root or "")
         if found is not None:  # the job names the data as datastore paths, as Azure ML does
@@ -131,6 +134,8 @@ class AzureMLBackend(StepBackend):
         properties = {"stepop_run_uri": request.run_uri, "stepop_output_uri": output_uri}
         if job.instance_type:
             properties["stepop_vm_size"] = job.instance_type
+        if priority:  # a named cluster's Dedicated or LowPriority VMs: the price to bill
+            properties["stepop_vm_priority"] = priority
         body = job_body(
             request, job, environment_id=environment_id, compute_id=compute_id, inputs=inputs,
             outputs=outputs, command=command, properties=properties, tags=tags,
@@ -164,7 +169,7 @@ class AzureMLBackend(StepBackend):
         studio = ((props.get("services") or {}).get("Studio") or {}).get("endpoint")
         size = own.get("stepop_vm_size") or (props.get("resources") or {}).get("instanceType")
         count = int((props.get("resources") or {}).get("instanceCount") or 1)
-        spot = (props.get("queueSettings") or {}).get("jobTier") == "Spot"
+        spot = low_priority(props)
         dedicated, low = prices(size) if size else (None, None)
         price = (low if spot and low is not None else dedicated) if size else None
         handle = {
@@ -180,15 +185,22 @@ class AzureMLBackend(StepBackend):
             handle["studio_url"] = studio
         return handle
 
-    def _compute(self, job: AzureMLJobConfig) -> tuple[AzureMLJobConfig, str | None]:
-        """The named cluster's id; its VM size checked against the request before submitting."""
+    def _compute(self, job: AzureMLJobConfig) -> tuple[AzureMLJobConfig, str | None, str | None]:
+        """A named cluster's id and VM priority, checked against the request before submitting."""
         if not job.compute:
-            return job, None
+            return job, None, None
         compute_id = f"{self.workspace.path}/computes/{job.compute}"
-        answer = self.arm.get(compute_id)
-        size = (answer.get("properties", {}).get("properties") or {}).get("vmSize")
+        cluster = self.arm.get(compute_id).get("properties", {}).get("properties") or {}
+        size, priority = cluster.get("vmSize"), cluster.get("vmPriority")
+        if job.spot and priority == "Dedicated":
+            raise AzureMLConfigError(
+                f"spot=True asks for low-priority VMs, but compute={job.compute!r} is a cluster "
+                "of Dedicated VMs (a cluster's VM priority is set when it is created; job tiers "
+                "such as Spot are for serverless jobs); name a cluster created with LowPriority "
+                "VMs, or leave compute unset to run serverless on Spot VMs."
+            )
         if not size:
-            return job, compute_id
+            return job, compute_id, priority
         if job.instance_type and job.instance_type.lower() != size.lower():
             raise AzureMLConfigError(
                 f"compute={job.compute!r} runs {size} VMs, but instance_type="
@@ -204,7 +216,7 @@ class AzureMLBackend(StepBackend):
                 f"resources={job.resources}; pick a larger cluster, or leave compute unset to "
                 "run serverless on the cheapest VM size that fits."
             )
-        return replace(job, instance_type=machine.name if machine else size), compute_id
+        return replace(job, instance_type=machine.name if machine else size), compute_id, priority
 
     def _environment(self, request: JobRequest, storage: Any) -> str:
         """The environment version the job runs in (an image, or a build context)."""
@@ -248,11 +260,12 @@ class AzureMLBackend(StepBackend):
         return is_transient_error(exc)
 
     def billing(self, details: dict[str, Any]) -> dict[str, Any] | None:
-        """Run seconds x instances x the catalog price (the low-priority price for Spot)."""
+        """Run seconds x instances x the catalog price (the low-priority price for Spot jobs and
+        low-priority clusters)."""
         seconds = int(details.get("run_seconds") or 0)
         if not seconds or not details.get("instance_type"):
             return None
-        spot = details.get("job_tier") == "Spot"
+        spot = details.get("low_priority", details.get("job_tier") == "Spot")
         dedicated, low = prices(details["instance_type"])
         price = low if spot and low is not None else dedicated
         count = int(details.get("instance_count") or 1)
@@ -293,7 +306,7 @@ class AzureMLBackend(StepBackend):
         if not status.terminal:
             return status
         details = await self.aclient.run_details(name)
-        self._log_files[name] = (_user_logs(details), time.monotonic())  # the final list
+        self._log_files[name] = (user_logs(details), time.monotonic())  # the final list
         error = (details.get("error") or {}).get("error")
         final = map_status(state, error)
         return replace(final, details=billing_facts(resource, details))
@@ -332,7 +345,7 @@ class AzureMLBackend(StepBackend):
         if not files or now - listed >= LOG_FILES_INTERVAL:  # at the end astatus listed them
             if not token():
                 return [], cursor
-            files = _user_logs(await self.aclient.run_details(name))
+            files = user_logs(await self.aclient.run_details(name))
             self._log_files[name] = (files, now)
         cursor["read"] = now
         offsets = dict(cursor["files"])
@@ -346,7 +359,7 @@ class AzureMLBackend(StepBackend):
             if final:
                 complete = len(data)
             offsets[path] = offset + complete
-            prefix = f"{_rank_of(path)}: " if len(files) > 1 else ""
+            prefix = f"{rank_of(path)}: " if len(files) > 1 else ""
             lines.extend(
                 prefix + line for line in data[:complete].decode(errors="replace").splitlines()
             )
@@ -363,16 +376,6 @@ class AzureMLBackend(StepBackend):
 
         with contextlib.suppress(ResourceNotFoundError):
             await self.aclient.post(f"{self.workspace.path}/jobs/{handle['job_id']}/cancel")
-
-
-def _user_logs(details: dict[str, Any]) -> dict[str, str]:
-    """The job's own output files (``user_logs/``) of run history details: name -> URL."""
-    return {k: v for k, v in (details.get("logFiles") or {}).items() if "user_logs/" in k}
-
-
-def _rank_of(path: str) -> str:
-    stem = path.rsplit("/", 1)[-1].removesuffix(".txt")
-    return "rank " + stem.rsplit("_", 1)[-1] if "process_" in stem else stem
 
 
 def _account(storage: Any, uri: str) -> str | None:

@@ -239,6 +239,25 @@ def map_status(status: str, error: dict[str, Any] | None = None) -> JobStatus:
     return JobStatus("running")  # Running, Finalizing, CancelRequested, anything newer
 
 
+def low_priority(props: dict[str, Any]) -> bool:
+    """Whether a job (its resource's ``properties``) runs on low-priority VMs: the Spot tier of
+    serverless compute, or a cluster created with ``LowPriority`` VMs (``submit`` records its
+    ``vmPriority``; a cluster's priority is fixed when it is created)."""
+    own = props.get("properties") or {}
+    tier = (props.get("queueSettings") or {}).get("jobTier")
+    return tier == "Spot" or own.get("stepop_vm_priority") == "LowPriority"
+
+
+def user_logs(details: dict[str, Any]) -> dict[str, str]:
+    """The job's own output files (``user_logs/``) of run history details: name -> URL."""
+    return {k: v for k, v in (details.get("logFiles") or {}).items() if "user_logs/" in k}
+
+
+def rank_of(path: str) -> str:
+    stem = path.rsplit("/", 1)[-1].removesuffix(".txt")
+    return "rank " + stem.rsplit("_", 1)[-1] if "process_" in stem else stem
+
+
 def billing_facts(resource: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
     """What billing needs from the job resource and its run history details (small, JSON)."""
     props = resource.get("properties", {})
@@ -251,6 +270,7 @@ def billing_facts(resource: dict[str, Any], details: dict[str, Any]) -> dict[str
         or (props.get("resources") or {}).get("instanceType"),
         "instance_count": int((props.get("resources") or {}).get("instanceCount") or 1),
         "job_tier": (props.get("queueSettings") or {}).get("jobTier"),
+        "low_priority": low_priority(props),
         "run_seconds": max(0, seconds),
     }
 

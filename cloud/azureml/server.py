@@ -91,7 +91,8 @@ Settings (``serve(**settings)`` / command line / env):
 ``lro_retry_after``   ``Retry-After`` seconds on 202 answers (1; azure-core reads 0 as "use
                       its own polling_interval", 30 s by default, so keep it >= 1).
 ``computes``          named clusters ``{name: vm size}`` (``cpu-cluster``: Standard_DS3_v2,
-                      ``gpu-cluster``: Standard_NC6s_v3).
+                      ``gpu-cluster`` and ``lowpri-gpu-cluster``: Standard_NC6s_v3); a
+                      ``lowpri-`` cluster has ``vmPriority`` LowPriority, the others Dedicated.
 ``tmp_base``          where per-job directories go.
 
 Integration notes for cloud-up

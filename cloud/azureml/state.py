@@ -25,7 +25,12 @@ from cloud.fake_http import FakeService, rfc3339
 TERMINAL = ("Completed", "Failed", "Canceled")
 # Not ends: a job stays NotResponding or Paused until it is cancelled, as on the service.
 STUCK = ("NotResponding", "Paused")
-DEFAULT_COMPUTES = {"cpu-cluster": "Standard_DS3_v2", "gpu-cluster": "Standard_NC6s_v3"}
+DEFAULT_COMPUTES = {
+    "cpu-cluster": "Standard_DS3_v2",
+    "gpu-cluster": "Standard_NC6s_v3",
+    "lowpri-gpu-cluster": "Standard_NC6s_v3",
+}
+LOW_PRIORITY_PREFIX = "lowpri-"  # a cluster named so has LowPriority VMs, the others Dedicated
 DATASTORES = {"workspaceblobstore": "azureml-blobstore", "workspaceartifactstore": "azureml"}
 DEFAULT_DATASTORE = "workspaceblobstore"
 AZURITE_ACCOUNT = "devstoreaccount1"

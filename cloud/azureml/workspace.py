@@ -12,7 +12,13 @@ import uuid
 from typing import Any
 
 from cloud.azureml.arm import PROVIDER, SEG, WS, ArmError, system_data, ws_id
-from cloud.azureml.state import AZURITE_ACCOUNT, DATASTORES, DEFAULT_DATASTORE, AzureMLState
+from cloud.azureml.state import (
+    AZURITE_ACCOUNT,
+    DATASTORES,
+    DEFAULT_DATASTORE,
+    LOW_PRIORITY_PREFIX,
+    AzureMLState,
+)
 from cloud.fake_http import Request, Response
 
 
@@ -142,7 +148,9 @@ class WorkspaceRoutes(AzureMLState):
                 "provisioningState": "Succeeded",
                 "properties": {
                     "vmSize": self.computes[name],
-                    "vmPriority": "Dedicated",
+                    "vmPriority": "LowPriority"
+                    if name.startswith(LOW_PRIORITY_PREFIX)
+                    else "Dedicated",
                     "scaleSettings": {"minNodeCount": 0, "maxNodeCount": 4},
                 },
             },

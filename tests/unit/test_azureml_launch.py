@@ -195,6 +195,17 @@ def test_billing_counts_run_seconds_instances_and_the_spot_price():
     assert AzureMLBackend().billing({**facts, "run_seconds": 0}) is None
 
 
+def test_a_job_on_a_low_priority_cluster_is_billed_at_the_low_priority_price():
+    props = {"resources": {"instanceType": "Standard_NC6s_v3", "instanceCount": 1},
+             "properties": {"stepop_vm_priority": "LowPriority"}}  # fmt: skip
+    details = {"startTimeUtc": "2026-01-01T00:00:00Z", "endTimeUtc": "2026-01-01T01:00:00Z"}
+    billing = AzureMLBackend().billing(billing_facts({"name": "j", "properties": props}, details))
+    assert billing["spot"] is True and billing["price_per_hour_usd"] == 0.612
+    props["properties"]["stepop_vm_priority"] = "Dedicated"
+    billing = AzureMLBackend().billing(billing_facts({"name": "j", "properties": props}, details))
+    assert billing["spot"] is False and billing["price_per_hour_usd"] > 0.612
+
+
 def test_throttling_server_errors_and_network_errors_are_transient():
     from azure.core.exceptions import HttpResponseError, ServiceRequestError
 

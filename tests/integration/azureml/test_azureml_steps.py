@@ -314,6 +314,19 @@ def test_a_named_cluster_is_checked_against_the_request_before_submitting(azure,
     assert jobs(azure["fake"], "aml-named-clusters-too-small") == []  # refused before any job
 
 
+def test_low_priority_pricing_and_spot_follow_a_named_clusters_vm_priority(azure, ctl):
+    run = dags().aml_spot_clusters().test()
+    assert run.state == "failed"  # spot_on_dedicated was refused; on_low_priority ran
+    rows = xcoms(run)
+    assert rows[("on_low_priority", "return_value", -1)] == "ran on low-priority VMs"
+    billing = rows[("on_low_priority", "azureml_billing", -1)]
+    assert billing["spot"] is True and billing["price_per_hour_usd"] == 0.612  # low priority
+    failure = _read(azure["results"], "failure")
+    assert "spot=True asks for low-priority VMs, but compute='gpu-cluster' is a cluster" in failure
+    assert "Dedicated VMs" in failure and "leave compute unset" in failure
+    assert jobs(azure["fake"], "aml-spot-clusters-spot-on-dedicated") == []  # refused first
+
+
 @pytest.mark.container
 def test_without_an_engine_azure_ml_builds_the_image_from_the_same_dockerfile(
     azure, ctl, docker_engine, registry_image, monkeypatch

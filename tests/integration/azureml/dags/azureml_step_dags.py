@@ -246,6 +246,25 @@ aml_named_clusters()
 
 
 @dag(schedule=None)
+def aml_spot_clusters():
+    @task.azureml_step(
+        docker=PARENT_ONLY, compute="gpu-cluster", spot=True, on_failure_callback=_remember_failure
+    )
+    def spot_on_dedicated():
+        return "never runs"
+
+    @task.azureml_step(docker=PARENT_ONLY, compute="lowpri-gpu-cluster")
+    def on_low_priority():
+        return "ran on low-priority VMs"
+
+    spot_on_dedicated()
+    on_low_priority()
+
+
+aml_spot_clusters()
+
+
+@dag(schedule=None)
 def aml_service_build():
     built_by_service = DockerSettings(parent_image=BASE, environment={"STEPOP_BUILT_BY": "azureml"})
 
