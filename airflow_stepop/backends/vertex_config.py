@@ -44,9 +44,10 @@ N1_GPU_COUNTS = {
     "NVIDIA_TESLA_V100": (1, 2, 4, 8), "NVIDIA_TESLA_K80": (1, 2, 4, 8),
 }  # fmt: skip
 # Accelerator-optimized (GPU- or TPU-bundled) machine families and the accelerators they come
-# with (Vertex AI "Configure compute resources for custom training"); their machine types take
-# no other. A type of these families the catalog lists gets its accelerators filled in; one it
-# does not list must name them. Every other accelerator attaches to n1 types (N1_GPU_COUNTS).
+# with (Vertex AI "Configure compute resources for custom training"; the a4x, g4 and ct4p entries
+# were not checked against a live project); their machine types take no other. A type of these
+# families the catalog lists gets its accelerators filled in; one it does not list must name
+# them. Every other accelerator attaches to n1 types (N1_GPU_COUNTS).
 BUNDLED_FAMILIES = {
     "a2": ("NVIDIA_TESLA_A100", "NVIDIA_A100_80GB"),
     "a3": ("NVIDIA_H100_80GB", "NVIDIA_H100_MEGA_80GB", "NVIDIA_H200_141GB"),

@@ -61,7 +61,7 @@ FIXED_GPU: dict[str, tuple[str, int]] = {
     "g2-standard-48": ("NVIDIA_L4", 4),
     "g2-standard-96": ("NVIDIA_L4", 8),
 }
-# TPU machine types: (accelerator, count).
+# TPU machine types: (accelerator, count); cloud-tpu takes either TPU_V2 or TPU_V3 (8 cores).
 FIXED_TPU: dict[str, tuple[str, int]] = {
     "cloud-tpu": ("TPU_V2", 8),
     "ct5lp-hightpu-1t": ("TPU_V5_LITEPOD", 1),
@@ -107,6 +107,8 @@ def check_machine(machine_type: str, accelerator: str, count: int) -> str | None
     fixed = FIXED_GPU.get(machine_type) or FIXED_TPU.get(machine_type)
     if fixed is not None:
         want_acc, want_n = fixed
+        if (machine_type, accelerator) == ("cloud-tpu", "TPU_V3"):
+            want_acc = accelerator
         if not accelerator:
             # Vertex requires the pairing to be spelled out for GPU machine types.
             return (

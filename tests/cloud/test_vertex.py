@@ -686,6 +686,8 @@ def test_an_experiment_and_its_run_must_exist(
         ("n1-highmem-8", "NVIDIA_TESLA_V100", 1),
         ("n1-standard-16", "NVIDIA_TESLA_P100", 2),
         ("e2-standard-4", None, 0),
+        ("cloud-tpu", "TPU_V2", 8),
+        ("cloud-tpu", "TPU_V3", 8),
     ],
 )
 def test_real_pairings_are_accepted(
