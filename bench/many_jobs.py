@@ -171,7 +171,8 @@ def sagemaker_service(work: Path, env: dict[str, str]) -> Service:
     env["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(connection)
     env["AWS_ENDPOINT_URL_SAGEMAKER"] = url
     control = FakeControl(url)
-    image = f"{shared.get('STEPOP_REGISTRY', '127.0.0.1:5000')}/stepop-base/python:3.11-bookworm"
+    registry = shared.get("STEPOP_REGISTRY", "127.0.0.1:5000")
+    image = f"{registry}/stepop-base/python:3.11-bookworm"
 
     def counts() -> dict[str, int]:
         return {**control.counters(), **collections.Counter(op for _, op in logs.calls)}
@@ -195,7 +196,9 @@ def sagemaker_service(work: Path, env: dict[str, str]) -> Service:
     return Service(
         kind="sagemaker",
         operator_kwargs={"role": ROLE, "image_uri": image, "instance_type": "ml.m5.large",
-                         "artifact_root": f"s3://{BUCKET}/many-jobs/{work.name}"},  # fmt: skip
+                         "artifact_root": f"s3://{BUCKET}/many-jobs/{work.name}",
+                         # its registry stands in for ECR, the only place SageMaker pulls from
+                         "image_repository": f"{registry}/stepop-bench-env"},  # fmt: skip
         make_submitter=submitter,
         release=lambda end: end_file.write_text(repr(end)),
         counts=counts,

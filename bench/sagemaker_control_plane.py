@@ -188,6 +188,9 @@ def main() -> None:
     os.environ["AWS_ENDPOINT_URL_SAGEMAKER"] = fake_url
     bucket = "stepop-bench"
     os.environ["AIRFLOW__STEPOP__ARTIFACT_ROOT"] = f"s3://{bucket}/stepop"
+    # the registry stands in for ECR, the only place SageMaker pulls images from
+    registry = env.get("STEPOP_REGISTRY", "127.0.0.1:5000")
+    os.environ["AIRFLOW__STEPOP__SAGEMAKER_IMAGE_REPOSITORY"] = f"{registry}/stepop-bench-env"
     import boto3
 
     s3 = boto3.client("s3")

@@ -36,8 +36,10 @@ class SageMakerStepOperator(BaseStepOperator):
     :param subnets: VPC subnet ids; ``security_group_ids`` must come with them.
     :param volume_kms_key: KMS key of the machines' volumes.
     :param output_kms_key: KMS key of the uploaded outputs.
-    :param tags: extra job tags (the dag, task and run ids are added).
-    :param image_uri: a prebuilt image with python3; no build.
+    :param tags: extra job tags, at most 46; keys starting with ``airflow-`` are reserved (the
+        dag, task and run ids and the map index are added).
+    :param image_uri: a prebuilt image with python3 in ECR (or on the image repository's
+        registry); no build.
     :param image_repository: where built images are pushed (default
         ``[stepop] sagemaker_image_repository``, else ECR of the connection's account).
     """
