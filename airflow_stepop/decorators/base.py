@@ -9,7 +9,18 @@ from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_d
 
 
 class StepDecoratedOperator(DecoratedOperator):
-    """Put before a step operator class: the decorated function becomes its python_callable."""
+    """Put before a step operator class: the decorated function becomes its python_callable.
+
+    Its template fields are the step operator's (``image_uri``, ``environment``, ...) as well
+    as ``op_args`` and ``op_kwargs``: ``DecoratedOperator``, first in the class's bases, would
+    otherwise hide the step operator's, and ``@task.<service>_step(image_uri="{{ ... }}")``
+    would go out unrendered.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fields = (field for base in cls.__bases__ for field in base.template_fields)
+        cls.template_fields = tuple(dict.fromkeys(fields))
 
     def __init__(self, *, python_callable, op_args=None, op_kwargs=None, **kwargs) -> None:
         super().__init__(
