@@ -129,15 +129,17 @@ def string_map(
     value_pattern: re.Pattern[str] | None = None,
     value_rule: str = "",
     limit: int | None = None,
+    limit_why: str = "",
 ) -> dict[str, str]:
-    """A dict of str -> str (tags, labels) whose keys and values follow the service's rules."""
+    """A dict of str -> str (tags, labels) whose keys and values follow the service's rules;
+    ``limit_why`` says where a ``limit`` comes from."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
         raise SettingsError(f"{owner}.{name}={value!r} must be a dict of str -> str.")
     if limit is not None and len(value) > limit:
         raise SettingsError(
-            f"{owner}.{name} has {len(value)} entries; at most {limit} are allowed."
+            f"{owner}.{name} has {len(value)} entries; at most {limit} are allowed{limit_why}."
         )
     out: dict[str, str] = {}
     for key, item in value.items():

@@ -163,6 +163,8 @@ class VertexJobConfig:
                        kms_example)  # fmt: skip
         label_map = check.string_map(
             OWNER, "labels", labels, key_pattern=_LABEL_KEY, limit=USER_LABELS_MAX,
+            limit_why=f" (Vertex takes {MAX_LABELS} labels per job, and "
+                      f"{MAX_LABELS - USER_LABELS_MAX} are the step's own)",
             key_rule="keys are 1-63 lowercase letters, digits, '_' or '-', starting with a letter.",
             value_pattern=_LABEL_VALUE,
             value_rule="values are at most 63 lowercase letters, digits, '_' or '-'.",

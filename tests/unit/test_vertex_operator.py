@@ -108,7 +108,10 @@ def _op(**kwargs):
         ({"labels": {"stepop_task": "x"}}, ["labels has the key 'stepop_task', which is ours"]),
         ({"labels": {"stepop": "mine"}}, ["key 'stepop', which is ours", "'my_stepop'"]),
         ({"labels": {"airflow_dag_id": "d"}}, ["key 'airflow_dag_id', which is ours"]),
-        ({"labels": {f"k{i}": "v" for i in range(58)}}, ["labels has 58 entries", "at most 57"]),
+        (
+            {"labels": {f"k{i}": "v" for i in range(58)}},
+            ["labels has 58 entries", "at most 57", "64 labels per job"],
+        ),
         ({"image_uri": "not an image!"}, ["image_uri='not an image!'", "docker.pkg.dev"]),
         ({"image_uri": None}, ["needs an image", "DockerSettings"]),
         ({"image_repository": "repo:tag"}, ["image_repository='repo:tag'"]),
