@@ -258,7 +258,8 @@ def _build(settings: DockerSettings, client: Any, reference: str, options: Build
     parent = settings.parent_image or default_parent_image()
     if settings.dockerfile:
         dockerfile = Path(settings.dockerfile)
-        base_tag = f"{reference}-base"
+        on_top = settings.apt_packages or settings.requirements or settings.environment
+        base_tag = f"{reference}-base" if on_top else reference  # nothing on top: it is the image
         log.info("Building %s from %s", base_tag, dockerfile)
         _run_build(
             client,
@@ -268,6 +269,8 @@ def _build(settings: DockerSettings, client: Any, reference: str, options: Build
             dockerfile=dockerfile.name,
             buildargs=dict(settings.build_args) or None,
         )
+        if not on_top:
+            return
         parent = base_tag
 
     with_ca = bool(options.ca_bundle and settings.requirements)

@@ -301,16 +301,17 @@ def test_a_dockerfile_of_ones_own_builds_with_its_directory_and_build_args(tmp_p
         "ARG PARENT\nFROM ${PARENT}\nARG GREETING\nENV STEP_GREETING=${GREETING}\n"
         "COPY extra.txt /opt/extra.txt\n"
     )
+    greeting = f"hello-{uuid.uuid4().hex[:8]}"  # a new hash: a build each run
     settings = DockerSettings(
-        dockerfile=context / "Dockerfile",
-        build_args={"PARENT": BASE_IMAGE, "GREETING": "hello"},
-        environment={"STEP_ENV": str(uuid.uuid4())},
+        dockerfile=context / "Dockerfile", build_args={"PARENT": BASE_IMAGE, "GREETING": greeting}
     )
     try:
         image, built = ensure_image(settings, docker_client, options=BuildOptions())
         assert built
         probe = "import os; print(os.environ['STEP_GREETING'], open('/opt/extra.txt').read())"
         output = docker_client.containers.run(image, ["python3", "-c", probe], remove=True)
-        assert output.decode().split() == ["hello", "from", "the", "build", "context"]
+        assert output.decode().split() == [greeting, "from", "the", "build", "context"]
+        tags = {tag for i in docker_client.images.list(name="airflow-stepop-env") for tag in i.tags}
+        assert f"{image}-base" not in tags  # nothing on top of it: one build, the image itself
     finally:
         remove_images(docker_client, "airflow-stepop-env")
