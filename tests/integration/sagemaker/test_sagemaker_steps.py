@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -199,6 +200,96 @@ def _hold(release: str) -> str:
     while not Path(release).exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     return "released"
+
+
+def _two_phases(release: str) -> str:
+    import time
+    from pathlib import Path
+
+    for i in range(3):
+        print(f"before {i}", flush=True)
+    deadline = time.monotonic() + 300
+    while not Path(release).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for i in range(3):
+        print(f"after {i}", flush=True)
+    return "done"
+
+
+def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_stopped(
+    aws, ctl, capfd
+):
+    import boto3
+
+    from airflow_stepop.artifacts.storage import worker_storage
+    from airflow_stepop.backends.base import JobRequest
+    from airflow_stepop.backends.naming import job_name, task_key
+    from airflow_stepop.backends.sagemaker import SageMakerBackend, SageMakerJobConfig
+    from airflow_stepop.packaging.staging import StepIdentity, stage_step
+    from airflow_stepop.triggers.step_job import StepJobTrigger
+
+    release = aws["results"] / "release"
+    run_id = f"run-{uuid.uuid4().hex[:6]}"
+    key = task_key("sm_relay", run_id, "two_phases", -1)
+    staged = stage_step(
+        _two_phases, [str(release)], {}, root=aws["root"],
+        step=StepIdentity("sm_relay", run_id, "two_phases", -1, 1),
+        storage=worker_storage("aws_default"),
+    )  # fmt: skip
+    backend = SageMakerBackend(
+        job=SageMakerJobConfig(role=ROLE, instance_type="ml.m5.large", image_uri=BASE)
+    )
+    handle = backend.submit(
+        JobRequest(job_name(key, 1), key, staged.spec_uri, staged.run_uri, staged.code_uri)
+    )
+    first = StepJobTrigger(
+        backend_path="airflow_stepop.backends.sagemaker.SageMakerBackend",
+        backend_kwargs=backend.serialize(),
+        handle=handle,
+        poll_interval=0.2,
+        storage_conn_id="aws_default",
+    )
+    bucket, prefix = handle["run_uri"].removeprefix("s3://").split("/", 1)
+    saved = f"{prefix.rstrip('/')}/relay-{handle['job_id']}.json"
+    logs = boto3.client("logs", endpoint_url=aws["env"]["AWS_ENDPOINT_URL"])
+
+    def messages(stream: str, token: str | None = None) -> list[str]:
+        kwargs = {"nextToken": token} if token else {}
+        answer = logs.get_log_events(
+            logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=stream,
+            startFromHead=True, **kwargs,
+        )  # fmt: skip
+        return [event["message"] for event in answer["events"]]
+
+    def all_before_lines_saved() -> bool:  # the saved cursor is past "before 2"
+        try:
+            body = aws["s3"].get_object(Bucket=bucket, Key=saved)["Body"].read()
+        except aws["s3"].exceptions.NoSuchKey:
+            return False
+        streams = json.loads(body)["cursor"]["streams"]
+        return any(
+            token and "before 2" in messages(stream) and not messages(stream, token)
+            for stream, token in streams.items()
+        )
+
+    async def relay_until_saved() -> None:
+        task = asyncio.ensure_future(anext(aiter(first.run())))
+        await asyncio.to_thread(wait_until, all_before_lines_saved, 90, 0.2, "a saved cursor")
+        assert not task.done()  # the job is still waiting for its release
+        task.cancel()  # the triggerer dies
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(relay_until_saved())
+    assert "before 2" in capfd.readouterr().out  # the first triggerer relayed them
+    release.touch()
+    resumed = StepJobTrigger(**first.serialize()[1])  # what another triggerer rebuilds
+    event = asyncio.run(anext(aiter(resumed.run())))
+    assert event.payload["status"] == "succeeded"
+    logged = capfd.readouterr().out
+    assert all(f"after {i}" in logged for i in range(3))
+    assert "before" not in logged  # not relayed twice
+    assert ctl.counters()["CreateTrainingJob"] == 1  # resuming never submits
 
 
 def test_a_user_kill_stops_the_training_job(aws, ctl):
