@@ -5,8 +5,8 @@ clouds' fault rules, or a trigger run twice) and asserts the row's claims: how m
 created, that no artifact was lost, and that the job was stopped when the task was. This
 script runs those tests (``pytest``) and prints the table with each row's outcome.
 
-    make cloud-up            # the SageMaker rows need the engine's registry and moto
-    .venv/bin/python bench/fault_matrix.py [--backend local|sagemaker]
+    make cloud-up            # the cloud rows need the engine's registry and the emulators
+    .venv/bin/python bench/fault_matrix.py [--backend local|sagemaker|vertex|azureml]
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ LOCAL = "tests/e2e/test_local_steps.py"
 FAULTS = "tests/e2e/test_faults.py"
 LOCAL_BACKEND = "tests/integration/test_local_backend.py"
 SAGEMAKER = "tests/integration/sagemaker/test_sagemaker_steps.py"
+VERTEX = "tests/integration/vertex/test_vertex_steps.py"
+AZUREML = "tests/integration/azureml/test_azureml_steps.py"
+RESUMED = "test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_stopped"
+BACKENDS = ("local", "sagemaker", "vertex", "azureml")
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,12 @@ ROWS = [
     Row("worker killed between submit and defer", "sagemaker",
         f"{SAGEMAKER}::test_a_retry_reattaches_to_the_running_job_with_one_create",
         "1 (re-attached)", "n/a"),
+    Row("worker killed between submit and defer", "vertex",
+        f"{VERTEX}::test_a_retry_reattaches_to_the_running_job_with_one_create",
+        "1 (re-attached)", "n/a"),
+    Row("worker killed between submit and defer", "azureml",
+        f"{AZUREML}::test_a_retry_reattaches_to_the_running_job_with_one_job",
+        "1 (re-attached)", "n/a"),
     Row("failure in execute() after submit, no retry left", "local",
         f"{FAULTS}::test_a_failure_after_submit_with_no_retry_left_stops_the_job", "1", "yes"),
     Row("failure in execute() after submit, no retry left", "sagemaker",
@@ -52,10 +62,16 @@ ROWS = [
         f"{SAGEMAKER}::test_a_retry_after_the_job_succeeded_returns_its_result_with_one_create",
         "1 (result reused)", "n/a"),
     Row("triggerer killed and restarted mid-job", "local",
-        f"{LOCAL_BACKEND}::test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_"
-        "it_stopped", "1 (no line relayed twice)", "n/a"),
+        f"{LOCAL_BACKEND}::{RESUMED}", "1 (no line relayed twice)", "n/a"),
+    Row("triggerer killed and restarted mid-job", "sagemaker",
+        f"{SAGEMAKER}::{RESUMED}", "1 (no line relayed twice)", "n/a"),
     Row("20% API throttling", "sagemaker",
         f"{SAGEMAKER}::test_throttling_on_a_fifth_of_the_calls_still_succeeds", "1 per step",
+        "n/a"),
+    Row("20% API throttling", "vertex",
+        f"{VERTEX}::test_throttling_on_a_fifth_of_the_calls_still_succeeds", "1 per step", "n/a"),
+    Row("20% API throttling", "azureml",
+        f"{AZUREML}::test_throttling_on_a_fifth_of_the_calls_still_succeeds", "1 per step",
         "n/a"),
     Row("API 5xx beyond the client's retries", "sagemaker",
         f"{SAGEMAKER}::test_a_run_of_5xx_answers_longer_than_the_client_retries_is_waited_out",
@@ -68,14 +84,34 @@ ROWS = [
     Row("job failure (the step raises)", "sagemaker",
         f"{SAGEMAKER}::test_a_raising_step_fails_with_the_remote_exception_and_the_failure_reason",
         "1", "n/a"),
+    Row("job failure (the step raises)", "vertex",
+        f"{VERTEX}::test_a_raising_step_fails_with_the_remote_exception_and_the_job_error",
+        "1", "n/a"),
+    Row("job failure (the step raises)", "azureml",
+        f"{AZUREML}::test_a_raising_step_fails_with_the_remote_exception", "1", "n/a"),
     Row("spot interruption", "sagemaker",
         f"{SAGEMAKER}::test_a_spot_interruption_resumes_from_the_checkpoint",
+        "1 (resumed from its checkpoint)", "n/a"),
+    Row("spot interruption", "vertex",
+        f"{VERTEX}::test_a_spot_preemption_resumes_from_the_checkpoint",
+        "1 (resumed from its checkpoint)", "n/a"),
+    Row("spot interruption", "azureml",
+        f"{AZUREML}::test_a_spot_preemption_resumes_from_the_checkpoint",
         "1 (resumed from its checkpoint)", "n/a"),
     Row("user kill", "local", f"{LOCAL_BACKEND}::test_user_kill_stops_the_job", "1", "yes"),
     Row("user kill", "sagemaker", f"{SAGEMAKER}::test_a_user_kill_stops_the_training_job", "1",
         "yes"),
+    Row("user kill", "vertex", f"{VERTEX}::test_a_user_kill_cancels_the_custom_job", "1", "yes"),
+    Row("user kill", "azureml", f"{AZUREML}::test_a_user_kill_cancels_the_job", "1", "yes"),
     Row("execution_timeout", "local", f"{LOCAL}::test_execution_timeout_stops_the_job", "1",
         "yes"),
+    Row("execution_timeout", "sagemaker",
+        f"{SAGEMAKER}::test_the_execution_timeout_stops_the_job_before_its_max_runtime", "1",
+        "yes"),
+    Row("execution_timeout", "vertex", f"{VERTEX}::test_execution_timeout_cancels_the_custom_job",
+        "1", "yes"),
+    Row("execution_timeout", "azureml", f"{AZUREML}::test_the_execution_timeout_cancels_the_job",
+        "1", "yes"),
 ]  # fmt: skip
 
 
@@ -98,7 +134,7 @@ def run(rows: list[Row]) -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=("local", "sagemaker"), default=None)
+    parser.add_argument("--backend", choices=BACKENDS, default=None)
     args = parser.parse_args()
     rows = [r for r in ROWS if args.backend in (None, r.backend) or r.backend == "any"]
     outcomes = run(rows)
