@@ -120,8 +120,9 @@ class JobLifecycle(VertexState):
 
     def _gcs_down(self, job: Job, gcs_dir: str) -> tuple[Any, dict[str, Any]]:
         os.makedirs(gcs_dir, exist_ok=True)
-        if not self.gcs_emulator_host:
-            return None, {}
+        mode = (job.resource.get("labels") or {}).get("stepop_fake_mode") or self.runner.mode
+        if not self.gcs_emulator_host or mode == runner_mod.MODE_TIMER:
+            return None, {}  # a timer job runs no code: no copy of its buckets (a whole bucket)
         texts = [json.dumps(job.resource["jobSpec"])]
         client = storage_client(self.gcs_emulator_host)
         snapshots: dict[str, Any] = {}

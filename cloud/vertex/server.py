@@ -72,11 +72,14 @@ Settings (``serve(**settings)`` / command line / env):
 
 ``gcs_emulator_host``  ``host:port`` of gcp-storage-emulator (env ``STORAGE_EMULATOR_HOST``);
                        without it /gcs is an empty scratch directory and nothing is synced.
-``mode``               ``process`` (default) or ``container`` (env ``STEPOP_FAKE_MODE``); a job
-                       labelled ``stepop_fake_mode: container|process`` overrides it.
+``mode``               ``process`` (default), ``container`` or ``timer`` (env
+                       ``STEPOP_FAKE_MODE``; timer: see :mod:`cloud.runner`, and no /gcs copy);
+                       a job labelled ``stepop_fake_mode: container|process`` overrides it.
 ``queue_seconds``, ``provision_seconds``  time spent QUEUED and PENDING (0.05 s each).
 ``tmp_base``           where per-job directories go (default: the system temp dir).
 ``keep_workdirs``      keep per-job directories after the end (debugging).
+``max_page_size``      the most jobs one ListCustomJobs page holds, whatever ``pageSize`` asks
+                       (1000); ``POST /_fake/page_size {"size": n}`` lowers it until a reset.
 
 Integration notes for cloud-up
 ------------------------------
@@ -148,7 +151,13 @@ class VertexService(JobRoutes, LogRoutes, MetadataRoutes):
         except ApiError as exc:
             return google_error(exc.status, exc.message, exc.details)
 
+    def control(self, req: Request) -> Response | None:
+        if req.path == "/_fake/page_size":
+            return self.page_size_control(req)
+        return super().control(req)
+
     def reset(self, jobs: bool) -> None:
+        self.page_size_cap = self.max_page_size
         if not jobs:
             return
         self._stop_jobs()
@@ -213,6 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queue-seconds", type=float, default=0.05)
     parser.add_argument("--provision-seconds", type=float, default=0.05)
     parser.add_argument("--tmp-base", default=None)
+    parser.add_argument("--max-page-size", type=int, default=1000)
     args = parser.parse_args(argv)
     server = serve(
         args.host,
@@ -222,6 +232,7 @@ def main(argv: list[str] | None = None) -> None:
         queue_seconds=args.queue_seconds,
         provision_seconds=args.provision_seconds,
         tmp_base=args.tmp_base,
+        max_page_size=args.max_page_size,
     )
     print(f"vertex fake listening on {server.url}", flush=True)
     server.serve_until_interrupted()
