@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from typing import Any
+from urllib.parse import urlencode
 
 from cloud.azureml.arm import (
     PROVIDER,
@@ -140,7 +141,7 @@ class JobRoutes(JobLifecycle):
         return Response(200, self._render(self._find_job(m)))
 
     def list_jobs(self, req: Request) -> Response:
-        """Newest first, 100 a page (``nextLink`` with ``$skipToken``), by view and tag."""
+        """Newest first, 100 a page (``nextLink``: the query plus ``$skipToken``), by view, tag."""
         m = req.match
         assert m is not None
         prefix = f"{ws_id(m)}/jobs/".lower()
@@ -156,14 +157,13 @@ class JobRoutes(JobLifecycle):
             jobs = [j for j in jobs if tag in (j.props.get("tags") or {})]
         jobs.sort(key=lambda j: j.created, reverse=True)
         start = int(req.arg("$skipToken") or 0)
-        size = 100
+        size = self.page_size_cap
         page = jobs[start : start + size]
         body: dict[str, Any] = {"value": [self._render(j) for j in page]}
-        if start + size < len(jobs):
-            body["nextLink"] = (
-                f"{req.base_url}{req.path}?api-version={req.arg('api-version')}"
-                f"&$skipToken={start + size}"
-            )
+        if start + size < len(jobs):  # the same query (view, tag...), the next page
+            query = {k: v for k, v in req.query.items() if k != "$skipToken"}
+            query["$skipToken"] = [str(start + size)]
+            body["nextLink"] = f"{req.base_url}{req.path}?{urlencode(query, doseq=True)}"
         return Response(200, body)
 
     def delete_job(self, req: Request) -> Response:

@@ -84,8 +84,9 @@ Settings (``serve(**settings)`` / command line / env):
 
 ``storage_connection_string``  Azurite (env ``AZURE_STORAGE_CONNECTION_STRING``); without it
                       inputs cannot be resolved and outputs are dropped.
-``mode``              ``process`` (default) or ``container`` (env ``STEPOP_FAKE_MODE``); a job
-                      tagged ``stepop_fake_mode: container|process`` overrides it.
+``mode``              ``process`` (default), ``container`` or ``timer`` (env
+                      ``STEPOP_FAKE_MODE``; timer: see :mod:`cloud.runner`); a job tagged
+                      ``stepop_fake_mode: container|process`` overrides it.
 ``region``            the workspace location (``eastus``).
 ``phase_seconds``     time spent in each of Starting/Preparing/Queued (0.05 s).
 ``lro_retry_after``   ``Retry-After`` seconds on 202 answers (1; azure-core reads 0 as "use
@@ -94,6 +95,9 @@ Settings (``serve(**settings)`` / command line / env):
                       ``gpu-cluster`` and ``lowpri-gpu-cluster``: Standard_NC6s_v3); a
                       ``lowpri-`` cluster has ``vmPriority`` LowPriority, the others Dedicated.
 ``tmp_base``          where per-job directories go.
+``tls_dir``           where the self-signed certificate goes (``cert.pem`` is the CA bundle).
+``max_page_size``     the most jobs one Jobs_List page holds (100, as the service);
+                      ``POST /_fake/page_size {"size": n}`` lowers it until a reset.
 
 Integration notes for cloud-up
 ------------------------------
@@ -184,7 +188,13 @@ class AzureMLService(WorkspaceRoutes, JobRoutes, RunHistoryRoutes):
         except ArmError as exc:
             return arm_error(exc.status, exc.code, exc.message, exc.inner)
 
+    def control(self, req: Request) -> Response | None:
+        if req.path == "/_fake/page_size":
+            return self.page_size_control(req)
+        return super().control(req)
+
     def reset(self, jobs: bool) -> None:
+        self.page_size_cap = self.max_page_size
         if jobs:
             self._stop_jobs()
             with self._lock:
@@ -297,6 +307,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--phase-seconds", type=float, default=0.05)
     parser.add_argument("--lro-retry-after", type=int, default=1)
     parser.add_argument("--tmp-base", default=None)
+    parser.add_argument("--tls-dir", default=None, help="its cert.pem is the CA bundle")
+    parser.add_argument("--max-page-size", type=int, default=100)
     args = parser.parse_args(argv)
     server = serve(
         args.host,
@@ -306,6 +318,8 @@ def main(argv: list[str] | None = None) -> None:
         phase_seconds=args.phase_seconds,
         lro_retry_after=args.lro_retry_after,
         tmp_base=args.tmp_base,
+        tls_dir=args.tls_dir,
+        max_page_size=args.max_page_size,
     )
     print(f"azureml fake listening on {server.url}", flush=True)
     server.serve_until_interrupted()
