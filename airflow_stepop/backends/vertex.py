@@ -249,28 +249,43 @@ class VertexBackend(StepBackend):
             return self._status(await client.get_custom_job(name=handle["name"]))
 
     async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:
-        """One ListCustomJobs page (our label, created since the oldest watched job) per poll."""
+        """ListCustomJobs pages (our label, created since the oldest watched job, newest first)
+        while watched jobs are missing from them: N jobs cost about ceil(N / 100) calls a poll.
+
+        A page is read only while it can still spare describes: never more pages than watched
+        jobs, nor more pages in a row that answer none of them than jobs still missing (a job
+        behind many others' pages is described by the poller instead). Ended jobs stay listed:
+        their final state and facts come from the page, with no describe.
+        """
         if not handles:
             return {}
-        access = self.access
         wanted = {h["job_id"] for h in handles}
         oldest = min(h.get("create_time") or "1970-01-01T00:00:00Z" for h in handles)
         request = {
-            "parent": access.parent,
+            "parent": self.access.parent,
             "filter": f'labels.{OUR_LABEL[0]}="{OUR_LABEL[1]}" AND create_time>="{oldest}"',
             "page_size": 100,
         }
         out: dict[str, JobStatus] = {}
-        async with access.ajobs() as client:
-            for _ in range(5):  # jobs beyond five pages are described one by one by the poller
-                await list_limiter(self.poll_group()).aacquire()
-                page = await client.list_custom_jobs(request=request)
-                for job in page.custom_jobs:
-                    if job.name.rsplit("/", 1)[1] in wanted:
-                        out[job.name.rsplit("/", 1)[1]] = self._status(job)
-                if wanted <= set(out) or not page.next_page_token:
-                    break
-                request["page_token"] = page.next_page_token
+        limiter = list_limiter(self.poll_group())
+        read = idle = 0
+        async with self.access.ajobs() as client:
+            await limiter.aacquire()
+            pager = await client.list_custom_jobs(request=request)
+            async with contextlib.aclosing(pager.pages) as pages:  # the client's own paging
+                async for page in pages:
+                    read, hits = read + 1, 0
+                    for job in page.custom_jobs:
+                        job_id = job.name.rsplit("/", 1)[1]
+                        if job_id in wanted and job_id not in out:
+                            out[job_id], hits = self._status(job), hits + 1
+                    idle = 0 if hits else idle + 1
+                    missing = len(wanted) - len(out)
+                    if not missing or idle >= missing or read >= len(wanted):
+                        break
+                    if not page.next_page_token:
+                        break
+                    await limiter.aacquire()  # for the pager's next call
         return out
 
     async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
