@@ -18,6 +18,7 @@ import contextlib
 import logging
 import time
 from dataclasses import replace
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,9 @@ class AzureMLBackend(StepBackend):
             "machine": job.machine() if job else f"{count} x {size}",
             "price_per_hour": None if price is None else round(price * count, 6),
         }
+        created = (resource.get("systemData") or {}).get("createdAt")
+        if created:  # where the poller's newest-first list pages stop
+            handle["create_time"] = created
         if studio:
             handle["studio_url"] = studio
         return handle
@@ -312,16 +316,38 @@ class AzureMLBackend(StepBackend):
         return replace(final, details=billing_facts(resource, details))
 
     async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:
-        """One List call (our tag, newest first) answers for every watched job it holds."""
-        await list_limiter(self.poll_group()).aacquire()
-        answer = await self.aclient.get(f"{self.workspace.path}/jobs", tag=TASK_TAG)
+        """Jobs_List pages (our tag, newest first) while watched jobs are missing from them: N
+        jobs cost about ceil(N / 100) calls a poll. No page past one older than the oldest
+        watched job, nor more pages than watched jobs, nor more pages in a row that answer none
+        of them than jobs still missing (those the poller describes instead)."""
+        if not handles:
+            return {}
         wanted = {h["job_id"] for h in handles}
+        stamps = [_epoch(h.get("create_time")) for h in handles]
+        oldest = None if None in stamps else min(stamps, default=None)
         out: dict[str, JobStatus] = {}
-        for resource in answer.get("value", []):
-            if resource.get("name") in wanted:
-                state = resource["properties"]["status"]
-                self._states[resource["name"]] = state
-                out[resource["name"]] = map_status(state)
+        read = idle = 0
+        limiter = list_limiter(self.poll_group())
+        path = f"{self.workspace.path}/jobs"
+        async with contextlib.aclosing(
+            self.aclient.pages(path, before=limiter.aacquire, tag=TASK_TAG)
+        ) as pages:
+            async for page in pages:
+                read, hits = read + 1, 0
+                created: list[float | None] = []
+                for resource in page.get("value", []):
+                    created.append(_epoch((resource.get("systemData") or {}).get("createdAt")))
+                    name = resource.get("name")
+                    if name in wanted and name not in out:
+                        state = resource["properties"]["status"]
+                        self._states[name] = state
+                        out[name], hits = map_status(state), hits + 1
+                idle = 0 if hits else idle + 1
+                missing = len(wanted) - len(out)
+                if not missing or idle >= missing or read >= len(wanted):
+                    break
+                if _all_older(created, oldest):
+                    break
         return out
 
     async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
@@ -385,6 +411,22 @@ def _account(storage: Any, uri: str) -> str | None:
         return getattr(fs, "account_name", None) or fs.service_client.account_name
     except Exception:
         return None
+
+
+def _epoch(stamp: str | None) -> float | None:
+    """An RFC 3339 time (``systemData.createdAt``) in epoch seconds; None when unreadable."""
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _all_older(created: list[float | None], oldest: float | None) -> bool:
+    """A newest-first page (as it reads) whose jobs are all older than ``oldest``."""
+    stamps = [stamp for stamp in created if stamp is not None]
+    if oldest is None or not stamps or len(stamps) < len(created):
+        return False
+    return stamps[0] >= stamps[-1] and stamps[0] < oldest
 
 
 def is_transient_error(exc: BaseException) -> bool:

@@ -11,7 +11,9 @@ URLs on Azure) without the bearer token: the token is for the management endpoin
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 API_VERSION = "2024-04-01"
 HISTORY_API = "/history/v1.0"
@@ -35,6 +37,12 @@ def _policies(credential: Any, scope: str | None, *, asynchronous: bool) -> list
 def _url(path: str, params: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
     query = {"api-version": API_VERSION, **(params or {})}
     return path, query
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    default = {"https": 443, "http": 80}.get(parts.scheme.lower())
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port or default
 
 
 def _raise_for(response: Any) -> None:
@@ -131,6 +139,23 @@ class AsyncArmClient:
         url, query = _url(path, params)
         response = await self._send("GET", self.workspace.arm_url + url, query)
         return response.json()
+
+    async def pages(
+        self, path: str, before: Callable[[], Awaitable[Any]] | None = None, **params: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        """A list's pages, following each page's ``nextLink`` as the service gives it (on the
+        management endpoint only: the bearer token goes nowhere else); ``before`` is awaited
+        before each call (the poll group's list limiter)."""
+        url, query = _url(path, params)
+        link: str | None = self.workspace.arm_url + url
+        while link:
+            if before is not None:
+                await before()
+            page = (await self._send("GET", link, query)).json()
+            yield page
+            link, query = page.get("nextLink"), None
+            if link and _origin(link) != _origin(self.workspace.arm_url):
+                return
 
     async def post(self, path: str) -> None:
         url, query = _url(path, None)

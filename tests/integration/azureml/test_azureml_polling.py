@@ -1,0 +1,117 @@
+"""The Azure ML poller's status calls for many watched jobs: Jobs_List pages, not describes.
+
+The fake is told to hold two jobs (or one) a page, as the service caps its pages at 100 and
+links the next with ``nextLink``, so that a handful of jobs spans several pages. Jobs run in
+the fake's timer mode (no process; tag ``stepop_fake_mode``) and one round of the real poller
+(``JobPoller``) answers every watched job. The workspace is the session's: older jobs of other
+tests come after these in the list (newest first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+import requests
+
+from airflow_stepop.backends.base import JobStatus
+
+BASE = "127.0.0.1:5000/stepop-base/python:3.11-bookworm"
+
+
+def _step(i: int) -> int:
+    return i
+
+
+@pytest.fixture
+def timer_jobs(monkeypatch) -> None:
+    monkeypatch.setenv("STEPOP_FAKE_TIMER_SECONDS", "600")  # running all along the test
+
+
+def _submit(azure: dict[str, Any], count: int) -> tuple[Any, list[dict[str, Any]]]:
+    """``count`` steps staged and submitted through the backend, in order: (backend, handles)."""
+    from airflow_stepop.artifacts.storage import worker_storage
+    from airflow_stepop.backends.azureml import AzureMLBackend
+    from airflow_stepop.backends.azureml_config import AzureMLJobConfig
+    from airflow_stepop.backends.base import JobRequest
+    from airflow_stepop.backends.naming import job_name, task_key
+    from airflow_stepop.packaging.staging import StepIdentity, stage_step
+
+    config = AzureMLJobConfig(
+        image_uri=BASE, instance_type="Standard_DS3_v2", experiment_name="aml_poll",
+        max_runtime_s=600,
+        tags={"stepop_fake_mode": "timer"},
+    )  # fmt: skip
+    backend = AzureMLBackend(job=config)
+    storage = worker_storage(None)
+    run_id = f"run-{uuid.uuid4().hex[:6]}"
+    handles = []
+    for i in range(count):
+        key = task_key("aml_poll", run_id, f"s{i}", -1)
+        step = StepIdentity("aml_poll", run_id, f"s{i}", -1, 1)
+        staged = stage_step(_step, [i], {}, root=azure["root"], step=step, storage=storage)
+        uris = (staged.spec_uri, staged.run_uri, staged.code_uri)
+        handles.append(backend.submit(JobRequest(job_name(key, 1), key, *uris)))
+    return backend, handles
+
+
+def _page_size(azure: dict[str, Any], size: int) -> None:
+    url = f"{azure['fake'].url}/_fake/page_size"
+    assert requests.post(url, json={"size": size}, timeout=10).json() == {"size": size}
+
+
+def _one_round(backend: Any, handles: list[dict[str, Any]]) -> list[JobStatus | BaseException]:
+    """Every handle's status from one round of the poller the triggers share."""
+    from airflow_stepop.triggers.poller import JobPoller
+
+    async def poll() -> list[JobStatus | BaseException]:
+        await asyncio.to_thread(backend.prepare_async)
+        poller = JobPoller(backend, ("test", "azureml"))
+        try:
+            answers = await asyncio.gather(
+                *(poller.status(h, 0.0) for h in handles), return_exceptions=True
+            )
+        finally:
+            await backend.aclose()
+        assert poller.rounds == 1
+        return answers
+
+    return asyncio.run(poll())
+
+
+def _cancel(backend: Any, handles: list[dict[str, Any]]) -> None:
+    for handle in handles:
+        backend.stop(handle)
+
+
+def test_many_watched_jobs_cost_one_list_call_a_page_and_no_describe(azure, ctl, timer_jobs):
+    backend, handles = _submit(azure, 7)
+    try:
+        ctl.reset()
+        _page_size(azure, 2)  # 7 jobs: 4 pages, each reached through the last one's nextLink
+        answers = _one_round(backend, handles)
+        assert {a.state for a in answers} <= {"pending", "running"}, answers
+        assert ctl.counters() == {"Jobs_List": 4}  # none after the page with the last job
+    finally:
+        _cancel(backend, handles)
+
+
+def test_the_pages_stop_at_one_older_than_every_watched_job(azure, ctl, timer_jobs):
+    from azure.core.exceptions import ResourceNotFoundError
+
+    backend, handles = _submit(azure, 5)
+    watched = handles[3:]  # the two newest; the three older ones come after them
+    # three watched jobs the list does not hold (deleted or archived), as old as the oldest
+    gone = [{**watched[0], "job_id": f"gone-{i}-{uuid.uuid4().hex[:6]}"} for i in range(3)]
+    try:
+        ctl.reset()
+        _page_size(azure, 1)
+        answers = _one_round(backend, watched + gone)
+        assert {a.state for a in answers[:2]} <= {"pending", "running"}, answers
+        assert all(isinstance(a, ResourceNotFoundError) for a in answers[2:]), answers
+        # the two watched jobs, then one page of an older job: the rest are described
+        assert ctl.counters() == {"Jobs_List": 3, "Jobs_Get": 3}
+    finally:
+        _cancel(backend, handles)
