@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 OPERATORS = {
     "sagemaker": "airflow_stepop.operators.sagemaker.SageMakerStepOperator",
+    "vertex": "airflow_stepop.operators.vertex.VertexStepOperator",
+    "azureml": "airflow_stepop.operators.azureml.AzureMLStepOperator",
     "local": "airflow_stepop.operators.local.LocalStepOperator",
 }
 

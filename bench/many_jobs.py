@@ -10,21 +10,26 @@ the task runner builds (``_defer_task``): the Trigger rows are those a real defe
 one ``airflow triggerer --capacity N`` process runs every trigger until it fires
 (``bench/airflow_rig.py``).
 
-What is simulated: the jobs run no code and end when the bench says (the SageMaker fake's timer
-mode with ``STEPOP_FAKE_TIMER_END_FILE``; for the local backend a stand-in interpreter from
+What is simulated: the jobs run no code and end when the bench says (the SageMaker, Vertex AI
+and Azure ML fakes' timer mode with ``STEPOP_FAKE_TIMER_END_FILE``, each fake the bench's own,
+started with ``python -m cloud.<service>``; for the local backend a stand-in interpreter from
 ``cloud.runner.write_local_timer``: one ``sh`` holding the job's lock and one ``cat`` of a FIFO
 per job), so that a thousand fit on a 2-core machine and deferring them, which takes minutes
 here, does not eat into the measurement; the scheduler only through the rows it would write (the
 dag run, queued task instances); no worker resumes the tasks after their triggers fire.
 
-Measured: SageMaker calls from the fake's counters (sampled each second), CloudWatch Logs calls
-through a counting proxy on the connection's ``logs`` endpoint, and the CPU time of the
-triggerer process and its children (psutil, each second). The steady state starts ``--ramp``
+Measured: service calls from the fakes' counters (sampled each second; for SageMaker the
+CloudWatch Logs calls through a counting proxy on the connection's ``logs`` endpoint): status
+calls (SageMaker ListTrainingJobs/DescribeTrainingJob, Vertex ListCustomJobs/GetCustomJob, Azure
+ML Jobs_List/Jobs_Get: list pages vs describes) and log calls (GetLogEvents...,
+ListLogEntries, Runs_GetDetails and log file reads), and the CPU time of the triggerer process
+and its children (psutil, each second). The steady state starts ``--ramp``
 poll intervals after the triggerer runs every trigger (the first polls come sooner) and lasts
 ``--steady`` seconds; then every job ends, and the bench waits until every trigger fired.
 
-    make cloud-up            # S3 and CloudWatch Logs (moto); the bench starts its own fake
-    .venv/bin/python bench/many_jobs.py [--backend all|sagemaker|local] [--steps 1000]
+    make cloud-up   # S3/CloudWatch Logs (moto), GCS, Azurite; the bench starts its own fakes
+    .venv/bin/python bench/many_jobs.py [--backend all|sagemaker|vertex|azureml|local]
+    .venv/bin/python bench/many_jobs.py --backend vertex --steps 200   # a quicker look
 """
 
 from __future__ import annotations
@@ -138,31 +143,56 @@ class Service:
     notes: list[str] = field(default_factory=list)
 
 
-def sagemaker_service(work: Path, env: dict[str, str]) -> Service:
-    """A private SageMaker fake in timer mode; S3 and CloudWatch Logs of `make cloud-up`."""
+def start_fake(name: str, argv: list[str], env: dict[str, str], work: Path) -> tuple[Any, str]:
+    """``python -m cloud.<name> --port 0 ...`` of the bench's own: (process, its URL)."""
+    log = work / f"fake-{name}.log"
+    with open(log, "w") as out:  # a file, not a pipe: a full pipe would stall the fake
+        fake = subprocess.Popen([sys.executable, "-m", f"cloud.{name}", "--port", "0", *argv],
+                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+
+    def serving() -> str:
+        if fake.poll() is not None:
+            sys.exit(f"the {name} fake did not start: {log.read_text()[-2000:]}")
+        return next((x for x in log.read_text().splitlines() if " on http" in x), "")
+
+    line = wait(f"the {name} fake", serving, timeout=60, every=0.2)
+    return fake, line.split(" on ", 1)[1].split()[0]
+
+
+def stop_fake(fake: Any) -> None:
+    fake.terminate()
+    try:
+        fake.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        fake.kill()
+
+
+def _shared(env: dict[str, str]) -> dict[str, str]:
+    """`make cloud-up`'s environment (storage, logs), less its connections, into ``env``."""
     from cloud import stack
-    from cloud.control import FakeControl
 
     shared = stack.read_env()
     if not shared or not stack.running(shared):
         sys.exit("The emulated cloud is not running: make cloud-up")
     env.update({k: v for k, v in shared.items() if not k.startswith("AIRFLOW_CONN_")})
+    return shared
+
+
+def _timer_env(env: dict[str, str], end_file: Path, **extra: str) -> dict[str, str]:
+    """A fake's environment: its jobs in timer mode, all ending at the time in ``end_file``."""
+    return {**os.environ, **env, "STEPOP_FAKE_MODE": "timer",
+            "STEPOP_FAKE_TIMER_END_FILE": str(end_file), **extra}  # fmt: skip
+
+
+def sagemaker_service(work: Path, env: dict[str, str]) -> Service:
+    """A private SageMaker fake in timer mode; S3 and CloudWatch Logs of `make cloud-up`."""
+    from cloud.control import FakeControl
+
+    shared = _shared(env)
     end_file = work / "jobs-end"
-    fake_env = {**os.environ, **env, "STEPOP_SAGEMAKER_MODE": "timer",
-                "STEPOP_FAKE_TIMER_END_FILE": str(end_file)}  # fmt: skip
-    fake_log = work / "fake-sagemaker.log"
-    with open(fake_log, "w") as out:  # a file, not a pipe: a full pipe would stall the fake
-        fake = subprocess.Popen([sys.executable, "-m", "cloud.sagemaker", "--port", "0"],
-                                cwd=ROOT, env=fake_env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
-
-    def serving() -> str:
-        if fake.poll() is not None:
-            sys.exit(f"the SageMaker fake did not start: {fake_log.read_text()[-2000:]}")
-        return next((x for x in fake_log.read_text().splitlines() if "serving on" in x), "")
-
-    line = wait("the SageMaker fake", serving, timeout=60, every=0.2)
-    url = line.split("serving on ", 1)[1].split()[0]
+    fake_env = _timer_env(env, end_file, STEPOP_SAGEMAKER_MODE="timer")
+    fake, url = start_fake("sagemaker", [], fake_env, work)
     logs = CountingProxy(shared["STEPOP_MOTO_ENDPOINT"])
     connection = json.loads(shared["AIRFLOW_CONN_AWS_DEFAULT"])
     services = connection["extra"].setdefault("service_config", {})
@@ -179,11 +209,7 @@ def sagemaker_service(work: Path, env: dict[str, str]) -> Service:
 
     def close() -> None:
         logs.shutdown()
-        fake.terminate()
-        try:
-            fake.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            fake.kill()
+        stop_fake(fake)
 
     def submitter(operator: Any) -> Any:
         import boto3
@@ -206,6 +232,81 @@ def sagemaker_service(work: Path, env: dict[str, str]) -> Service:
         notes=["SageMaker: a private fake (cloud.sagemaker) in timer mode (no process; every job "
                "ends at the time the bench sets); S3 and CloudWatch Logs: moto of "
                "`make cloud-up`, logs calls counted by a proxy"],
+    )  # fmt: skip
+
+
+def vertex_service(work: Path, env: dict[str, str]) -> Service:
+    """A private Vertex AI fake (CustomJobs and Cloud Logging) in timer mode; GCS of cloud-up."""
+    from cloud.control import FakeControl
+    from cloud.vertex.gcs import storage_client
+
+    shared = _shared(env)
+    end_file = work / "jobs-end-vertex"
+    (work / "vertex-jobs").mkdir()
+    fake, url = start_fake("vertex", ["--mode", "timer", "--tmp-base", str(work / "vertex-jobs")],
+                           _timer_env(env, end_file), work)  # fmt: skip
+    connection = json.loads(shared["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"])
+    connection["extra"].update(vertex_endpoint=url, logging_endpoint=url)
+    env["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = json.dumps(connection)
+    control = FakeControl(url)
+    registry = shared.get("STEPOP_REGISTRY", "127.0.0.1:5000")
+
+    def submitter(operator: Any) -> Any:
+        gcs = storage_client(shared["STORAGE_EMULATOR_HOST"])
+        if gcs.lookup_bucket(BUCKET) is None:
+            gcs.create_bucket(BUCKET)
+        return operator.make_backend()
+
+    return Service(
+        kind="vertex",
+        operator_kwargs={"image_uri": f"{registry}/stepop-base/python:3.11-bookworm",
+                         "machine_type": "n1-standard-4",
+                         "artifact_root": f"gs://{BUCKET}/many-jobs/{work.name}"},  # fmt: skip
+        make_submitter=submitter,
+        release=lambda end: end_file.write_text(repr(end)),
+        counts=control.counters,
+        status_ops=("ListCustomJobs", "GetCustomJob"),
+        log_ops=("ListLogEntries",),
+        final_ops=("GetCustomJob",),
+        close=lambda: stop_fake(fake),
+        notes=["Vertex AI: a private fake (cloud.vertex: CustomJobs and Cloud Logging, its "
+               "counters) in timer mode; GCS: the emulator of `make cloud-up`"],
+    )  # fmt: skip
+
+
+def azureml_service(work: Path, env: dict[str, str]) -> Service:
+    """A private Azure ML fake (ARM jobs, run history, log files) in timer mode; Azurite."""
+    from cloud import azureml
+    from cloud.control import FakeControl
+
+    shared = _shared(env)
+    end_file = work / "jobs-end-azureml"
+    tls = work / "azureml-tls"
+    (work / "azureml-jobs").mkdir()
+    argv = ["--mode", "timer", "--tmp-base", str(work / "azureml-jobs"), "--tls-dir", str(tls),
+            "--storage-connection-string", shared["AZURE_STORAGE_CONNECTION_STRING"]]  # fmt: skip
+    fake, url = start_fake("azureml", argv, _timer_env(env, end_file), work)
+    connection = json.loads(azureml.stack_env(url, {})["AIRFLOW_CONN_AZUREML_DEFAULT"])
+    connection["extra"].update(endpoint=url.replace("http://", "https://", 1),
+                               ca_bundle=str(tls / "cert.pem"))  # fmt: skip
+    env["AIRFLOW_CONN_AZUREML_DEFAULT"] = json.dumps(connection)
+    control = FakeControl(url)
+    registry = shared.get("STEPOP_REGISTRY", "127.0.0.1:5000")
+    root = f"abfs://azureml-blobstore/many-jobs/{work.name}"  # the workspace's default store
+
+    return Service(
+        kind="azureml",
+        operator_kwargs={"image_uri": f"{registry}/stepop-base/python:3.11-bookworm",
+                         "instance_type": "Standard_DS3_v2", "artifact_root": root},  # fmt: skip
+        make_submitter=lambda operator: operator.make_backend(),
+        release=lambda end: end_file.write_text(repr(end)),
+        counts=control.counters,
+        status_ops=("Jobs_List", "Jobs_Get"),
+        log_ops=("Runs_GetDetails", "FakeLogFile"),
+        final_ops=("Jobs_Get",),
+        close=lambda: stop_fake(fake),
+        notes=["Azure ML: a private fake (cloud.azureml: ARM jobs, run history and log files, its "
+               "counters) in timer mode; Blob Storage: Azurite of `make cloud-up`"],
     )  # fmt: skip
 
 
@@ -288,6 +389,14 @@ def local_service(work: Path, env: dict[str, str]) -> Service:
                "at the time the bench sets; the triggers carry the operator's own backend (its "
                "interpreter), as in production"],
     )  # fmt: skip
+
+
+SERVICES: dict[str, Callable[[Path, dict[str, str]], Service]] = {
+    "sagemaker": sagemaker_service,
+    "vertex": vertex_service,
+    "azureml": azureml_service,
+    "local": local_service,
+}
 
 
 # ---- one backend's run: defer N steps, watch the triggerer, report ---------------------------
@@ -392,18 +501,20 @@ def _report(service: Service, args: argparse.Namespace, samples: list[Sample],
     last = _at(samples, fired + 1)
     status = _ops(a, b, service.status_ops) / intervals
     logs = _ops(a, b, service.log_ops) / span
-    if kind == "sagemaker":
+    if kind != "local":
         budget = config.get_float("log_calls_per_second")
+        listed, described = service.status_ops
         print(f"status calls per poll interval: {status:.1f} "
-              f"({_ops(a, b, ('ListTrainingJobs',)) / intervals:.1f} ListTrainingJobs pages, "
-              f"{_ops(a, b, ('DescribeTrainingJob',)) / intervals:.1f} describes) vs {n} for one "
+              f"({_ops(a, b, (listed,)) / intervals:.1f} {listed} pages, "
+              f"{_ops(a, b, (described,)) / intervals:.1f} {described} describes) vs {n} for one "
               f"describe per job per interval (Airflow's operators): {100 * status / n:.2f}% "
               "(target <= 1%)")  # fmt: skip
-        print(f"log calls: {logs:.2f}/s vs the budget of {budget:g}/s "
-              "([stepop] log_calls_per_second)")  # fmt: skip
-        print(f"after the jobs' end: {_ops(b, last, service.final_ops)} describes "
-              f"(a finished job's final facts: one each), {_ops(b, last, service.log_ops)} log "
-              "calls (a finished job's last read, outside the budget)")  # fmt: skip
+        print(f"log calls ({', '.join(service.log_ops)}): {logs:.2f}/s vs the budget of "
+              f"{budget:g}/s ([stepop] log_calls_per_second)")  # fmt: skip
+        print(f"after the jobs' end: {_ops(b, last, service.final_ops)} describes (a finished "
+              f"job's final facts, when its list entry lacks them: one each), "
+              f"{_ops(b, last, service.log_ops)} log calls (a finished job's last read, outside "
+              "the budget)")  # fmt: skip
     else:
         print(f"status calls: none, no service; the poller reads job records (local files): "
               f"{status:.1f} per poll interval for {n} jobs; log reads (output.log): "
@@ -426,7 +537,7 @@ def _report(service: Service, args: argparse.Namespace, samples: list[Sample],
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=("all", "sagemaker", "local"), default="all")
+    parser.add_argument("--backend", choices=("all", *SERVICES), default="all")
     parser.add_argument("--steps", type=int, default=1000, help="concurrent deferred steps")
     parser.add_argument("--steady", type=float, default=180.0,
                         help="seconds of steady state measured; then every job ends")  # fmt: skip
@@ -439,12 +550,12 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # cleanup runs on SIGTERM
     work = Path(tempfile.mkdtemp(prefix="stepop-many-jobs-"))
     work.chmod(0o755)  # the PostgreSQL server (user postgres when run as root) lives inside
-    kinds = ("sagemaker", "local") if args.backend == "all" else (args.backend,)
+    kinds = tuple(SERVICES) if args.backend == "all" else (args.backend,)
     try:
         with postgres(work) as url:
             env = airflow_env(work, url, args.poll)
             for kind in kinds:
-                service = (sagemaker_service if kind == "sagemaker" else local_service)(work, env)
+                service = SERVICES[kind](work, env)
                 # This process is one of the deployment's too, a quiet one.
                 os.environ.update({**env, "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING"})
                 if kind == kinds[0]:
