@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 
@@ -355,3 +356,107 @@ def test_a_worker_lost_before_recording_its_job_is_covered_by_one_list_call(azur
     counters = ctl.counters()
     assert counters["Jobs_CreateOrUpdate"] == 1
     assert len(jobs(azure["fake"], "aml-lost-worker-held")) == 1
+
+
+def test_a_failure_after_submit_with_no_retry_left_stops_the_job(azure, ctl):
+    run = dags().aml_failure_after_submit().test()
+    assert run.state == "failed"
+    assert "simulated: failure after submit" in _read(azure["results"], "failure")
+    [job] = jobs(azure["fake"], "aml-failure-after-submit-orphan")
+    assert ctl.counters().get("Jobs_Cancel") == 1  # not orphaned: nobody would come back for it
+    name = job["name"]
+    wait_for(lambda: run_details(azure["fake"], name)["status"] == "Canceled", 60, "a cancel")
+
+
+def test_a_retry_after_the_job_succeeded_returns_its_result_with_one_job(azure, ctl):
+    run = dags().aml_retry_after_success().test()
+    assert run.state == "success"
+    rows = xcoms(run)
+    assert rows[("paid_once", "return_value", -1)] == "computed once"
+    assert ctl.counters()["Jobs_CreateOrUpdate"] == 1  # try 2 reused try 1's verified result
+    [job] = jobs(azure["fake"], "aml-retry-after-success-paid-once")
+    assert job["properties"]["status"] == "Completed"
+    # the UI links to the job that made the result
+    assert f"/runs/{job['name']}?" in rows[("paid_once", "_link_StepJobLink", -1)]
+
+
+def _two_phases(release: str) -> str:
+    import time
+    from pathlib import Path
+
+    for i in range(3):
+        print(f"before {i}", flush=True)
+    deadline = time.monotonic() + 300
+    while not Path(release).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for i in range(3):
+        print(f"after {i}", flush=True)
+    return "done"
+
+
+def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_stopped(
+    azure, ctl, capfd
+):
+    from azure.core.exceptions import ResourceNotFoundError
+
+    from airflow_stepop.artifacts.storage import worker_storage
+    from airflow_stepop.backends.azureml import AzureMLBackend
+    from airflow_stepop.backends.azureml_config import AzureMLJobConfig
+    from airflow_stepop.backends.base import JobRequest
+    from airflow_stepop.backends.naming import job_name, task_key
+    from airflow_stepop.packaging.staging import StepIdentity, stage_step
+    from airflow_stepop.triggers.step_job import StepJobTrigger
+
+    release = azure["results"] / "release"
+    run_id = f"run-{uuid.uuid4().hex[:6]}"
+    key = task_key("aml_relay", run_id, "two_phases", -1)
+    staged = stage_step(
+        _two_phases, [str(release)], {}, root=azure["root"],
+        step=StepIdentity("aml_relay", run_id, "two_phases", -1, 1),
+        storage=worker_storage(None),
+    )  # fmt: skip
+    config = AzureMLJobConfig(image_uri=BASE, instance_type="Standard_DS3_v2",
+                              max_runtime_s=600, experiment_name="aml_relay")  # fmt: skip
+    backend = AzureMLBackend(job=config)
+    handle = backend.submit(
+        JobRequest(job_name(key, 1), key, staged.spec_uri, staged.run_uri, staged.code_uri)
+    )
+    first = StepJobTrigger(
+        backend_path="airflow_stepop.backends.azureml.AzureMLBackend",
+        backend_kwargs=backend.serialize(),
+        handle=handle,
+        poll_interval=0.2,
+    )
+    name = handle["job_id"]
+    saved = f"{handle['run_uri'].split('/', 3)[3].rstrip('/')}/relay-{name}.json"
+    log_file = "user_logs/std_log.txt"
+    log_url = f"{azure['fake'].url}/_fake/azureml/logs/{name}/{log_file}"
+
+    def all_before_lines_saved() -> bool:  # the saved offset is past "before 2"
+        try:
+            document = json.loads(azure["blobs"].download_blob(saved).readall())
+        except ResourceNotFoundError:
+            return False
+        text = requests.get(log_url, timeout=10).content
+        end = text.find(b"before 2\n")
+        offset = document["cursor"]["files"].get(log_file, 0)
+        return end >= 0 and offset >= end + len(b"before 2\n")
+
+    async def relay_until_saved() -> None:
+        task = asyncio.ensure_future(anext(aiter(first.run())))
+        await asyncio.to_thread(wait_for, all_before_lines_saved, 90, "a saved cursor")
+        assert not task.done()  # the job is still waiting for its release
+        task.cancel()  # the triggerer dies
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(relay_until_saved())
+    assert "before 2" in capfd.readouterr().out  # the first triggerer relayed them
+    release.touch()
+    resumed = StepJobTrigger(**first.serialize()[1])  # what another triggerer rebuilds
+    event = asyncio.run(anext(aiter(resumed.run())))
+    assert event.payload["status"] == "succeeded"
+    logged = capfd.readouterr().out
+    assert all(f"after {i}" in logged for i in range(3))
+    assert "before" not in logged  # not relayed twice
+    assert ctl.counters()["Jobs_CreateOrUpdate"] == 1  # resuming never submits

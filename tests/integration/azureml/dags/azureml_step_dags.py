@@ -332,3 +332,51 @@ def aml_lost_worker():
 
 
 aml_lost_worker()
+
+
+class FailsAfterSubmit(AzureMLStepOperator):
+    """Something fails in execute() after the submit; no retry is left."""
+
+    def defer(self, **kwargs):
+        raise RuntimeError("simulated: failure after submit")
+
+
+@dag(schedule=None)
+def aml_failure_after_submit():
+    FailsAfterSubmit(
+        task_id="orphan",
+        python_callable=wait_for_file,
+        op_args=[f"{RESULTS}/never", 600],  # runs until it is cancelled
+        docker=PARENT_ONLY,
+        on_failure_callback=_remember_failure,
+    )
+
+
+aml_failure_after_submit()
+
+
+class LosesWorkerAfterSuccess(AzureMLStepOperator):
+    """Try 1's worker dies after its job succeeded, before the result reached Airflow."""
+
+    def execute_complete(self, context, event):
+        if context["ti"].try_number == 1:
+            raise RuntimeError("simulated: worker lost before execute_complete")
+        return super().execute_complete(context, event)
+
+
+def answer_once() -> str:
+    return "computed once"
+
+
+@dag(schedule=None)
+def aml_retry_after_success():
+    LosesWorkerAfterSuccess(
+        task_id="paid_once",
+        python_callable=answer_once,
+        docker=PARENT_ONLY,
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+    )
+
+
+aml_retry_after_success()
