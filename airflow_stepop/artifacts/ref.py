@@ -79,9 +79,12 @@ def as_record(value: Any) -> dict[str, Any] | None:
 
 
 def _allow_in_xcom() -> None:
-    """Let Airflow's XCom deserializer rebuild ArtifactRef (its allow list is 'airflow.*')."""
-    from airflow.sdk.serde import allow_class
-
+    """Let Airflow's XCom deserializer rebuild ArtifactRef (its allow list is 'airflow.*').
+    A step's job, which may import this module, may have no Airflow and has no XCom."""
+    try:
+        from airflow.sdk.serde import allow_class
+    except ModuleNotFoundError:
+        return
     allow_class(ArtifactRef)
 
 

@@ -1,6 +1,7 @@
 """Packages a task's callable into a content-addressed code bundle (a zip).
 
-The bundle holds the step runtime (``airflow_stepop/runtime``, standard library only), the
+The bundle holds the step runtime (``airflow_stepop/runtime``, standard library only, with the
+public names a step's modules may import: ``packaging/job_init.py``), the
 callable's module and the local modules it imports (from the DAGs folder or the user's own
 package, never site-packages), and, when the callable cannot be imported by name, the callable
 pickled by value together with the worker's own cloudpickle. Entries are sorted and timestamps
@@ -227,11 +228,8 @@ def _build(
     for name, file in local.items():
         sources[BUNDLE_CODE_DIR + file.relative_to(_import_root(name, file)).as_posix()] = file
 
-    runtime_root = Path(runtime_package.__file__).parent
-    for path in _package_files(runtime_package):
-        sources["airflow_stepop/runtime/" + path.relative_to(runtime_root).as_posix()] = path
+    sources.update(_job_package())
     files.update((name, path.read_bytes()) for name, path in sources.items())
-    files["airflow_stepop/__init__.py"] = b'"""The step runtime package, as shipped to jobs."""\n'
 
     data, sha256 = _zip(tuple(sorted(files.items())))
     if cache is not None:
@@ -244,6 +242,18 @@ def _build(
         dirs = {p.parent for p in watched} | _local_path_dirs()
         cache.store(function, record, watched, dirs, data)
     return CodeBundle(sha256, entry, lambda: data)
+
+
+def _job_package() -> dict[str, Path]:
+    """``airflow_stepop`` as the job gets it: the runtime, the public names a step's modules may
+    import (standard library only) and an ``__init__`` that offers just those."""
+    own = Path(runtime_package.__file__).parent.parent
+    members = {"airflow_stepop/__init__.py": own / "packaging" / "job_init.py"}
+    for path in (*_package_files(runtime_package), own / "settings.py"):
+        members["airflow_stepop/" + path.relative_to(own).as_posix()] = path
+    for name in ("__init__.py", "ref.py"):
+        members[f"airflow_stepop/artifacts/{name}"] = own / "artifacts" / name
+    return members
 
 
 def _zip(files: tuple[tuple[str, bytes], ...]) -> tuple[bytes, str]:

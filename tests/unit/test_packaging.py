@@ -290,3 +290,68 @@ def test_a_module_that_appears_where_an_import_looks_is_shipped(user_code, tmp_p
     (plugins / "plugin_helper.py").write_text("Y = 2\n")
     assert "code/plugin_helper.py" in _names(build_bundle(step, cache))
     sys.modules.pop("lazy", None)
+
+
+def test_a_steps_module_may_import_settings_and_refs_in_a_job_without_airflow(tmp_path):
+    """The job's ``airflow_stepop`` is the bundle's: it offers the settings and ArtifactRef a
+    step's modules may share with the DAG, and names the fix for an operator import."""
+    import os
+    import subprocess
+
+    from airflow_stepop.packaging.staging import StepIdentity, stage_step
+    from airflow_stepop.runtime.storage import Storage
+
+    code = tmp_path / "dags"
+    code.mkdir()
+    (code / "shared_settings.py").write_text(
+        "from airflow_stepop import ArtifactRef, DockerSettings, ResourceSettings\n"
+        "GPU = ResourceSettings(gpu_count=1, memory='8GiB')\n"
+    )
+    (code / "settings_steps.py").write_text(
+        textwrap.dedent(
+            """
+            from shared_settings import GPU, ArtifactRef
+
+            def gpus(ref: ArtifactRef | None = None):
+                try:
+                    from airflow_stepop import LocalStepOperator  # noqa: F401
+                except ImportError as exc:
+                    return [GPU.gpu_count, str(exc)]
+                return [GPU.gpu_count, "imported"]
+            """
+        )
+    )
+    sys.path.insert(0, str(code))
+    try:
+        function = importlib.import_module("settings_steps").gpus
+        staged = stage_step(
+            function, [], {}, root=f"file://{tmp_path}/root",
+            step=StepIdentity("dag", "run", "gpus", -1, 1), storage=Storage(),
+        )  # fmt: skip
+    finally:
+        sys.path.remove(str(code))
+        for name in ("settings_steps", "shared_settings"):
+            sys.modules.pop(name, None)
+    bundle = tmp_path / "bundle"
+    zipfile.ZipFile(staged.code_uri.removeprefix("file://")).extractall(bundle)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(bundle), "HOME": str(tmp_path)}
+    # -S: no site-packages, as in an image with a bare Python (no Airflow, no airflow-stepop);
+    # run elsewhere than the repository, whose airflow_stepop `-m` would find first
+    run = [sys.executable, "-S", "-m", "airflow_stepop.runtime", staged.spec_uri]
+    process = subprocess.run(
+        run, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert process.returncode == 0, process.stderr
+    gpus, message = Storage().read_json(staged.run_uri + "/result.json")["outputs"]["inline"]
+    assert gpus == 1
+    assert "airflow_stepop.LocalStepOperator is not available inside a step's job" in message
+    assert "Import it in the DAG file instead" in message
+
+
+def test_every_public_name_is_either_shipped_to_jobs_or_named_as_airflow_side():
+    import airflow_stepop
+    from airflow_stepop.packaging import job_init
+
+    assert sorted([*job_init.SHIPPED, *job_init.AIRFLOW_SIDE]) == sorted(airflow_stepop.__all__)
+    for name, module in job_init.SHIPPED.items():  # the real package's own source of the name
+        assert airflow_stepop._EXPORTS[name] == module
