@@ -76,6 +76,33 @@ def test_a_retry_reattaches_to_the_running_job_with_one_create(gcp, ctl):
     assert ctl.counters()["CreateCustomJob"] == 1  # try 2 re-attached instead of submitting
 
 
+def test_a_retry_after_the_job_succeeded_returns_its_result_with_one_create(gcp, ctl):
+    run = dags().vx_retry_after_success().test()
+    assert run.state == "success"
+    assert xcoms(run)[("paid_once", "return_value", -1)] == "computed once"
+    assert ctl.counters()["CreateCustomJob"] == 1  # try 2 reused try 1's verified result
+    (job,) = custom_jobs(gcp["fake"], "paid-once")  # and the UI links to the job that made it
+    assert job["state"] == "JOB_STATE_SUCCEEDED"
+    job_id = job["name"].rsplit("/", 1)[-1]
+    assert f"/training/{job_id}/cpu?" in xcoms(run)[("paid_once", "_link_StepJobLink", -1)]
+
+
+def test_a_failure_after_submit_with_no_retry_left_cancels_the_custom_job(gcp, ctl):
+    from tests.waiting import wait_for
+
+    run = dags().vx_failure_after_submit().test()
+    assert run.state == "failed"
+    assert _read(gcp["results"], "failure") == "RuntimeError: simulated: failure after submit"
+    (job,) = custom_jobs(gcp["fake"], "orphan")
+    counters = ctl.counters()
+    assert counters["CreateCustomJob"] == 1
+    assert counters.get("CancelCustomJob") == 1  # the worker cancelled it: no retry would come
+    wait_for(
+        lambda: custom_jobs(gcp["fake"], "orphan")[0]["state"] == "JOB_STATE_CANCELLED",
+        60, "the orphaned job to be cancelled",
+    )  # fmt: skip
+
+
 def test_throttling_on_a_fifth_of_the_calls_still_succeeds(gcp, ctl):
     ctl.add_faults({"kind": "throttle", "operation": "*", "rate": 0.2})
     run = dags().vx_chain().test()
@@ -332,3 +359,80 @@ def test_without_deferral_the_worker_waits_and_gets_the_same_result(gcp, ctl):
     assert run.state == "success"
     assert xcoms(run)[("blocking", "return_value", -1)] == 144
     assert ctl.counters()["CreateCustomJob"] == 1
+
+
+def _two_phases(release: str) -> str:
+    import time
+    from pathlib import Path
+
+    for i in range(3):
+        print(f"before {i}", flush=True)
+    deadline = time.monotonic() + 300
+    while not Path(release).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for i in range(3):
+        print(f"after {i}", flush=True)
+    return "done"
+
+
+def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_stopped(
+    gcp, ctl, capfd
+):
+    import contextlib
+
+    from airflow_stepop.backends.vertex import LOG_LOOKBACK_S
+    from airflow_stepop.backends.vertex_job import epoch
+    from airflow_stepop.triggers.step_job import StepJobTrigger
+    from tests.waiting import wait_for
+
+    release = gcp["results"] / "release"
+    backend, handle = _submit(gcp, _two_phases, [str(release)], task_id="two_phases")
+    job_id = handle["job_id"]
+    first = StepJobTrigger(
+        backend_path="airflow_stepop.backends.vertex.VertexBackend",
+        backend_kwargs=backend.serialize(),
+        handle=handle,
+        poll_interval=0.2,
+        storage_conn_id="google_cloud_default",
+    )
+    bucket, prefix = handle["run_uri"].removeprefix("gs://").split("/", 1)
+    saved = gcp["gcs"].bucket(bucket).blob(f"{prefix.rstrip('/')}/relay-{job_id}.json")
+
+    def before_entries() -> list[dict]:  # the job's "before" lines in the fake's Cloud Logging
+        answer = requests.post(
+            f"{gcp['fake']}/v2/entries:list", timeout=10,
+            json={"filter": f'resource.type="ml_job" AND resource.labels.job_id="{job_id}"'},
+        ).json()  # fmt: skip
+        return [e for e in answer.get("entries", []) if e["textPayload"].startswith("before")]
+
+    def saved_cursor() -> dict | None:  # once it has seen all three "before" lines
+        if not saved.exists():
+            return None
+        cursor = json.loads(saved.download_as_bytes())["cursor"]
+        before = before_entries()
+        covered = len(before) == 3 and all(e["insertId"] in cursor["seen"] for e in before)
+        return cursor if covered else None
+
+    async def relay_until_saved() -> dict:
+        task = asyncio.ensure_future(anext(aiter(first.run())))
+        cursor = await asyncio.to_thread(wait_for, saved_cursor, 90, "a saved cursor", interval=0.2)
+        assert not task.done()  # the job is still waiting for its release
+        task.cancel()  # the triggerer dies
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return cursor
+
+    cursor = asyncio.run(relay_until_saved())
+    assert f"[{job_id}] before 2" in capfd.readouterr().out  # the first triggerer relayed them
+    # The resumed trigger's first read looks back LOG_LOOKBACK_S from the saved timestamp, so
+    # the service answers with the "before" lines again: only the saved ids keep them out.
+    since = epoch(cursor["ts"]) - LOG_LOOKBACK_S
+    assert all(epoch(e["timestamp"]) >= since for e in before_entries())
+    release.touch()
+    resumed = StepJobTrigger(**first.serialize()[1])  # what another triggerer rebuilds
+    event = asyncio.run(anext(aiter(resumed.run())))
+    assert event.payload["status"] == "succeeded"
+    logged = capfd.readouterr().out
+    assert all(logged.count(f"[{job_id}] after {i}") == 1 for i in range(3))
+    assert f"[{job_id}] before" not in logged  # not relayed twice
+    assert ctl.counters()["CreateCustomJob"] == 1  # resuming never submits

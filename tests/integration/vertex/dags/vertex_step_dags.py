@@ -129,6 +129,48 @@ def vx_retry_reattaches():
 vx_retry_reattaches()
 
 
+class LosesWorkerAfterSuccess(VertexStepOperator):
+    """Try 1's worker dies after its job succeeded, before the result reached Airflow."""
+
+    def execute_complete(self, context, event):
+        if context["ti"].try_number == 1:
+            raise RuntimeError("simulated: worker lost before execute_complete")
+        return super().execute_complete(context, event)
+
+
+def answer_once() -> str:
+    return "computed once"
+
+
+@dag(schedule=None)
+def vx_retry_after_success():
+    LosesWorkerAfterSuccess(
+        task_id="paid_once", python_callable=answer_once, docker=PARENT_ONLY,
+        retries=1, retry_delay=timedelta(seconds=0),
+    )  # fmt: skip
+
+
+vx_retry_after_success()
+
+
+class FailsAfterSubmit(VertexStepOperator):
+    """Something fails in execute() after the submit; no retry is left."""
+
+    def defer(self, **kwargs):
+        raise RuntimeError("simulated: failure after submit")
+
+
+@dag(schedule=None)
+def vx_failure_after_submit():
+    FailsAfterSubmit(
+        task_id="orphan", python_callable=wait_for_file, op_args=["/nonexistent/never", 600],
+        docker=PARENT_ONLY, on_failure_callback=_remember_failure,
+    )  # fmt: skip
+
+
+vx_failure_after_submit()
+
+
 @dag(schedule=None)
 def vx_spot_resumes():
     @task.vertex_step(docker=PARENT_ONLY, spot=True, max_runtime=600)
