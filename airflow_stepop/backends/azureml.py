@@ -80,6 +80,7 @@ class AzureMLBackend(StepBackend):
         self.job = job
         self._states: dict[str, str] = {}  # job -> last status seen by astatus
         self._log_files: dict[str, tuple[dict[str, str], float]] = {}  # job -> (URLs, when)
+        self._log_read: dict[str, float] = {}  # job -> last log read, on this process's clock
         self._async: Any = None
 
     def serialize(self) -> dict[str, Any]:
@@ -352,13 +353,16 @@ class AzureMLBackend(StepBackend):
 
     async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
         name = handle["job_id"]
-        cursor = dict(cursor or {"files": {}, "read": 0.0})
+        # The stored cursor holds offsets only: a clock reading means nothing to the triggerer
+        # on another host that resumes it.
+        cursor = {"files": dict((cursor or {}).get("files") or {})}
         state = self._states.get(name)
         final = state is not None and map_status(state).terminal
         now = time.monotonic()
         if state is None or (not final and map_status(state).state == "pending"):
             return [], cursor
-        if not final and now - cursor["read"] < LOG_DETAILS_INTERVAL:
+        last = self._log_read.get(name)
+        if not final and last is not None and now - last < LOG_DETAILS_INTERVAL:
             return [], cursor
         limiter = log_limiter(self.poll_group())
 
@@ -373,7 +377,7 @@ class AzureMLBackend(StepBackend):
                 return [], cursor
             files = user_logs(await self.aclient.run_details(name))
             self._log_files[name] = (files, now)
-        cursor["read"] = now
+        self._log_read[name] = now
         offsets = dict(cursor["files"])
         lines: list[str] = []
         for path in sorted(files):

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import uuid
+from typing import Any
 
 import pytest
 import requests
@@ -380,17 +381,21 @@ def test_a_retry_after_the_job_succeeded_returns_its_result_with_one_job(azure, 
     assert f"/runs/{job['name']}?" in rows[("paid_once", "_link_StepJobLink", -1)]
 
 
-def _two_phases(release: str) -> str:
+def _two_phases(release: str, finish: str) -> str:
     import time
     from pathlib import Path
 
+    def wait(path: str) -> None:
+        deadline = time.monotonic() + 300
+        while not Path(path).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     for i in range(3):
         print(f"before {i}", flush=True)
-    deadline = time.monotonic() + 300
-    while not Path(release).exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait(release)
     for i in range(3):
         print(f"after {i}", flush=True)
+    wait(finish)
     return "done"
 
 
@@ -407,11 +412,11 @@ def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_sto
     from airflow_stepop.packaging.staging import StepIdentity, stage_step
     from airflow_stepop.triggers.step_job import StepJobTrigger
 
-    release = azure["results"] / "release"
+    release, finish = azure["results"] / "release", azure["results"] / "finish"
     run_id = f"run-{uuid.uuid4().hex[:6]}"
     key = task_key("aml_relay", run_id, "two_phases", -1)
     staged = stage_step(
-        _two_phases, [str(release)], {}, root=azure["root"],
+        _two_phases, [str(release), str(finish)], {}, root=azure["root"],
         step=StepIdentity("aml_relay", run_id, "two_phases", -1, 1),
         storage=worker_storage(None),
     )  # fmt: skip
@@ -432,19 +437,19 @@ def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_sto
     log_file = "user_logs/std_log.txt"
     log_url = f"{azure['fake'].url}/_fake/azureml/logs/{name}/{log_file}"
 
-    def all_before_lines_saved() -> bool:  # the saved offset is past "before 2"
+    def saved_past(line: bytes) -> bool:  # the saved offset is past that line
         try:
             document = json.loads(azure["blobs"].download_blob(saved).readall())
         except ResourceNotFoundError:
             return False
         text = requests.get(log_url, timeout=10).content
-        end = text.find(b"before 2\n")
+        end = text.find(line + b"\n")
         offset = document["cursor"]["files"].get(log_file, 0)
-        return end >= 0 and offset >= end + len(b"before 2\n")
+        return end >= 0 and offset >= end + len(line) + 1
 
     async def relay_until_saved() -> None:
         task = asyncio.ensure_future(anext(aiter(first.run())))
-        await asyncio.to_thread(wait_for, all_before_lines_saved, 90, "a saved cursor")
+        await asyncio.to_thread(wait_for, lambda: saved_past(b"before 2"), 90, "a saved cursor")
         assert not task.done()  # the job is still waiting for its release
         task.cancel()  # the triggerer dies
         with contextlib.suppress(asyncio.CancelledError):
@@ -452,9 +457,22 @@ def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_sto
 
     asyncio.run(relay_until_saved())
     assert "before 2" in capfd.readouterr().out  # the first triggerer relayed them
+    # A cursor as an earlier release saved it, with a reading of its host's monotonic clock:
+    # another host's clock (up longer) must not hold back the resumed relay until the job ends.
+    document = json.loads(azure["blobs"].download_blob(saved).readall())
+    document["cursor"]["read"] = 1e9
+    azure["blobs"].upload_blob(saved, json.dumps(document), overwrite=True)
     release.touch()
     resumed = StepJobTrigger(**first.serialize()[1])  # what another triggerer rebuilds
-    event = asyncio.run(anext(aiter(resumed.run())))
+
+    async def relay_while_running() -> Any:
+        task = asyncio.ensure_future(anext(aiter(resumed.run())))
+        await asyncio.to_thread(wait_for, lambda: saved_past(b"after 2"), 90, "the after lines")
+        assert not task.done()  # relayed while the job runs, not only at its end
+        finish.touch()
+        return await task
+
+    event = asyncio.run(relay_while_running())
     assert event.payload["status"] == "succeeded"
     logged = capfd.readouterr().out
     assert all(f"after {i}" in logged for i in range(3))
