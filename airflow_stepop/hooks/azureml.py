@@ -144,8 +144,14 @@ class AzureMLHook(BaseHook):
     def _connection(self) -> Any:
         return self.get_connection(self.azureml_conn_id)
 
+    @cached_property
+    def _extras(self) -> dict[str, Any]:
+        # Parsed once: each ``extra_dejson`` sends the supervisor a MaskSecret message, which
+        # in a triggerer wakes its main loop (about ten a trigger before this cache).
+        return self._connection.extra_dejson
+
     def _extra(self, name: str) -> Any:
-        extras = self._connection.extra_dejson
+        extras = self._extras
         value = extras.get(name)
         if value in (None, ""):
             value = extras.get(f"extra__azure_ml__{name}")  # older form-saved connections

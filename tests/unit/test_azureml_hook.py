@@ -241,3 +241,34 @@ def test_an_endpoint_of_no_known_cloud_is_refused_not_taken_for_an_emulator(conn
     assert connection(endpoint="https://localhost:8443").workspace.emulated
     assert connection(endpoint="https://host.docker.internal:4571").workspace.emulated
     assert not connection().workspace.emulated
+
+
+def test_a_hook_reads_its_connection_once_and_tells_the_supervisor_few_secrets(
+    connection, monkeypatch
+):
+    """Each secret mask reaches the supervisor as a message; a triggerer's supervisor wakes for
+    each. A hook makes one connection read (its extra masked) and parses the extra once."""
+    from airflow.sdk.bases.hook import BaseHook
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.execution_time.comms import MaskSecret
+
+    class Supervisor:
+        def __init__(self) -> None:
+            self.sent: list[object] = []
+
+        def send(self, msg: object) -> None:
+            self.sent.append(msg)
+
+    supervisor = Supervisor()
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", supervisor, raising=False)
+    hook = connection(endpoint="http://127.0.0.1:9", emulator_token="true")
+
+    def masks() -> int:
+        return sum(isinstance(m, MaskSecret) for m in supervisor.sent)
+
+    BaseHook.get_connection("aml_test").extra_dejson  # noqa: B018 - one read, one parse
+    one_read = masks()
+    hook.workspace, hook.credential_kind, hook.get_async_credential(), hook.get_credential()
+
+    assert one_read > 0
+    assert masks() - one_read == one_read
