@@ -18,7 +18,6 @@ import contextlib
 import logging
 import time
 from dataclasses import replace
-from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from airflow_stepop.backends.azureml_launch import (
     studio_links,
     user_logs,
 )
+from airflow_stepop.backends.azureml_rest import epoch
 from airflow_stepop.backends.azureml_roots import (
     Datastore,
     DatastorePath,
@@ -51,6 +51,7 @@ from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
 from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.hooks.azureml_fs import quiet_request_logs
 from airflow_stepop.runtime.storage import join
+from airflow_stepop.triggers.list_pages import WatchedPages
 
 log = logging.getLogger(__name__)
 quiet_request_logs()  # the step's artifacts travel through Azure Blob (abfs://, az://)
@@ -318,36 +319,30 @@ class AzureMLBackend(StepBackend):
 
     async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:
         """Jobs_List pages (our tag, newest first) while watched jobs are missing from them: N
-        jobs cost about ceil(N / 100) calls a poll. No page past one older than the oldest
-        watched job, nor more pages than watched jobs, nor more pages in a row that answer none
-        of them than jobs still missing (those the poller describes instead)."""
+        jobs cost about ceil(N / 100) calls a poll. Read while they can still spare describes
+        (``WatchedPages``; the poller describes the jobs they leave out), up to one page older
+        than the oldest watched job."""
         if not handles:
             return {}
-        wanted = {h["job_id"] for h in handles}
-        stamps = [_epoch(h.get("create_time")) for h in handles]
+        stamps = [epoch(h.get("create_time")) for h in handles]
         oldest = None if None in stamps else min(stamps, default=None)
+        watched = WatchedPages((h["job_id"] for h in handles), oldest)
         out: dict[str, JobStatus] = {}
-        read = idle = 0
         limiter = list_limiter(self.poll_group())
         path = f"{self.workspace.path}/jobs"
         async with contextlib.aclosing(
             self.aclient.pages(path, before=limiter.aacquire, tag=TASK_TAG)
         ) as pages:
             async for page in pages:
-                read, hits = read + 1, 0
                 created: list[float | None] = []
                 for resource in page.get("value", []):
-                    created.append(_epoch((resource.get("systemData") or {}).get("createdAt")))
+                    created.append(epoch((resource.get("systemData") or {}).get("createdAt")))
                     name = resource.get("name")
-                    if name in wanted and name not in out:
+                    if watched.answers(name):
                         state = resource["properties"]["status"]
                         self._states[name] = state
-                        out[name], hits = map_status(state), hits + 1
-                idle = 0 if hits else idle + 1
-                missing = len(wanted) - len(out)
-                if not missing or idle >= missing or read >= len(wanted):
-                    break
-                if _all_older(created, oldest):
+                        out[name] = map_status(state)
+                if watched.last(created):
                     break
         return out
 
@@ -415,22 +410,6 @@ def _account(storage: Any, uri: str) -> str | None:
         return getattr(fs, "account_name", None) or fs.service_client.account_name
     except Exception:
         return None
-
-
-def _epoch(stamp: str | None) -> float | None:
-    """An RFC 3339 time (``systemData.createdAt``) in epoch seconds; None when unreadable."""
-    try:
-        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def _all_older(created: list[float | None], oldest: float | None) -> bool:
-    """A newest-first page (as it reads) whose jobs are all older than ``oldest``."""
-    stamps = [stamp for stamp in created if stamp is not None]
-    if oldest is None or not stamps or len(stamps) < len(created):
-        return False
-    return stamps[0] >= stamps[-1] and stamps[0] < oldest
 
 
 def is_transient_error(exc: BaseException) -> bool:

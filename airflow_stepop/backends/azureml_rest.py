@@ -12,6 +12,7 @@ URLs on Azure) without the bearer token: the token is for the management endpoin
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -64,6 +65,14 @@ def _raise_for(response: Any) -> None:
         response.status_code, HttpResponseError
     )
     raise cls(message=message.strip(), response=response)
+
+
+def epoch(stamp: str | None) -> float | None:
+    """An RFC 3339 time (``systemData.createdAt``) in epoch seconds; None when unreadable."""
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 class ArmClient:

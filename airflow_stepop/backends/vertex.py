@@ -36,6 +36,7 @@ from airflow_stepop.backends.vertex_job import (
     task_digest,
 )
 from airflow_stepop.runtime.storage import join
+from airflow_stepop.triggers.list_pages import WatchedPages
 
 log = logging.getLogger(__name__)
 
@@ -252,14 +253,12 @@ class VertexBackend(StepBackend):
         """ListCustomJobs pages (our label, created since the oldest watched job, newest first)
         while watched jobs are missing from them: N jobs cost about ceil(N / 100) calls a poll.
 
-        A page is read only while it can still spare describes: never more pages than watched
-        jobs, nor more pages in a row that answer none of them than jobs still missing (a job
-        behind many others' pages is described by the poller instead). Ended jobs stay listed:
-        their final state and facts come from the page, with no describe.
+        A page is read only while it can still spare describes (``WatchedPages``: a job behind
+        many others' pages is described by the poller instead). Ended jobs stay listed: their
+        final state and facts come from the page, with no describe.
         """
         if not handles:
             return {}
-        wanted = {h["job_id"] for h in handles}
         oldest = min(h.get("create_time") or "1970-01-01T00:00:00Z" for h in handles)
         request = {
             "parent": self.access.parent,
@@ -268,22 +267,17 @@ class VertexBackend(StepBackend):
         }
         out: dict[str, JobStatus] = {}
         limiter = list_limiter(self.poll_group())
-        read = idle = 0
+        watched = WatchedPages(h["job_id"] for h in handles)  # the filter drops older pages
         async with self.access.ajobs() as client:
             await limiter.aacquire()
             pager = await client.list_custom_jobs(request=request)
             async with contextlib.aclosing(pager.pages) as pages:  # the client's own paging
                 async for page in pages:
-                    read, hits = read + 1, 0
                     for job in page.custom_jobs:
                         job_id = job.name.rsplit("/", 1)[1]
-                        if job_id in wanted and job_id not in out:
-                            out[job_id], hits = self._status(job), hits + 1
-                    idle = 0 if hits else idle + 1
-                    missing = len(wanted) - len(out)
-                    if not missing or idle >= missing or read >= len(wanted):
-                        break
-                    if not page.next_page_token:
+                        if watched.answers(job_id):
+                            out[job_id] = self._status(job)
+                    if watched.last() or not page.next_page_token:
                         break
                     await limiter.aacquire()  # for the pager's next call
         return out
