@@ -37,7 +37,7 @@ from airflow_stepop.backends.azureml_launch import (
     studio_links,
     user_logs,
 )
-from airflow_stepop.backends.azureml_rest import epoch
+from airflow_stepop.backends.azureml_rest import epoch, is_transient_error
 from airflow_stepop.backends.azureml_roots import (
     Datastore,
     DatastorePath,
@@ -410,15 +410,3 @@ def _account(storage: Any, uri: str) -> str | None:
         return getattr(fs, "account_name", None) or fs.service_client.account_name
     except Exception:
         return None
-
-
-def is_transient_error(exc: BaseException) -> bool:
-    """Throttling (429), 5xx and connection problems, from azure-core's sync or async side."""
-    from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
-
-    if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
-        return True
-    if isinstance(exc, HttpResponseError):
-        status = exc.status_code or 0
-        return status == 429 or status >= 500
-    return isinstance(exc, (ConnectionError, TimeoutError))

@@ -75,6 +75,18 @@ def epoch(stamp: str | None) -> float | None:
         return None
 
 
+def is_transient_error(exc: BaseException) -> bool:
+    """Throttling (429), 5xx and connection problems, from azure-core's sync or async side."""
+    from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
+
+    if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
+        return True
+    if isinstance(exc, HttpResponseError):
+        status = exc.status_code or 0
+        return status == 429 or status >= 500
+    return isinstance(exc, (ConnectionError, TimeoutError))
+
+
 class ArmClient:
     """Synchronous calls for the worker (submit, re-attach, cancel)."""
 
