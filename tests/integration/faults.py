@@ -1,10 +1,14 @@
-"""Faults the tests set at a moment the step reaches, not after a delay."""
+"""Faults the tests set, the same on every cloud: at a moment the step reaches (not after a
+delay), in a worker (operator classes that fail where a real worker could), and jobs submitted
+straight through a backend (no DAG) for the tests that drive a trigger themselves."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,3 +42,86 @@ def preempted_once_checkpointed(ctl: Any, checkpointed: Path, match: str) -> Ite
         ended.set()
         preempter.join(30)
     assert not failed, failed
+
+
+# Operator faults: each DAG file mixes these into its cloud's operator,
+# ``class FailsAfterSubmit(faults.FailsAfterSubmit, SageMakerStepOperator)``.
+
+
+def _results() -> str:
+    """Where this test's DAG files write (read when the fault happens: each test has its own)."""
+    return os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
+
+
+class LosesWorkerAfterSubmit:
+    """Simulates a worker that dies after submitting a job and before deferring (try 1)."""
+
+    def execute(self, context):
+        self._try = context["ti"].try_number
+        return super().execute(context)
+
+    def defer(self, **kwargs):
+        if self._try == 1:
+            raise RuntimeError("simulated: worker lost between submit and defer")
+        open(f"{_results()}/release", "w").close()  # only now may the try-1 job finish
+        super().defer(**kwargs)
+
+
+class LosesWorkerAfterSuccess:
+    """Try 1's worker dies after its job succeeded, before the result reached Airflow."""
+
+    def execute_complete(self, context, event):
+        if context["ti"].try_number == 1:
+            raise RuntimeError("simulated: worker lost before execute_complete")
+        return super().execute_complete(context, event)
+
+
+class FailsAfterSubmit:
+    """Something fails in execute() after the submit; no retry is left."""
+
+    def defer(self, **kwargs):
+        raise RuntimeError("simulated: failure after submit")
+
+
+# A job without a DAG, for the tests that run its trigger themselves.
+
+
+def submit_step(
+    backend: Any,
+    function: Callable[..., Any],
+    args: Sequence[Any],
+    *,
+    root: str,
+    conn_id: str | None,
+    dag_id: str,
+    task_id: str,
+) -> dict[str, Any]:
+    """Stage ``function(*args)`` under ``root`` as try 1 of a task in a new run and submit it
+    straight through ``backend`` (no DAG, no operator): the job's handle."""
+    from airflow_stepop.artifacts.storage import worker_storage
+    from airflow_stepop.backends.base import JobRequest
+    from airflow_stepop.backends.naming import job_name, task_key
+    from airflow_stepop.packaging.staging import StepIdentity, stage_step
+
+    run_id = f"run-{uuid.uuid4().hex[:6]}"
+    key = task_key(dag_id, run_id, task_id, -1)
+    step = StepIdentity(dag_id, run_id, task_id, -1, 1)
+    storage = worker_storage(conn_id)
+    staged = stage_step(function, list(args), {}, root=root, step=step, storage=storage)
+    request = JobRequest(job_name(key, 1), key, staged.spec_uri, staged.run_uri, staged.code_uri)
+    return backend.submit(request)
+
+
+def trigger_for(backend: Any, handle: dict[str, Any], **kwargs: Any) -> Any:
+    """The trigger an operator defers to for the job of ``handle`` (with its backend given by
+    path, as the operator gives it), polling every 0.2 s."""
+    from airflow_stepop.triggers.step_job import StepJobTrigger
+
+    kind = type(backend)
+    return StepJobTrigger(
+        backend_path=f"{kind.__module__}.{kind.__qualname__}",
+        backend_kwargs=backend.serialize(),
+        handle=handle,
+        poll_interval=0.2,
+        **kwargs,
+    )

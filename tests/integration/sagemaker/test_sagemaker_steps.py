@@ -11,7 +11,8 @@ import uuid
 import pytest
 
 from airflow_stepop import ArtifactRef
-from tests.integration.faults import preempted_once_checkpointed
+from tests.integration.fault_steps import hold, two_phases
+from tests.integration.faults import preempted_once_checkpointed, submit_step, trigger_for
 from tests.integration.sagemaker.conftest import ROLE, dags, training_jobs, wait_until, xcoms
 
 BASE = "127.0.0.1:5000/stepop-base/python:3.11-bookworm"
@@ -192,28 +193,18 @@ def test_a_request_nothing_fits_is_refused_before_any_api_call(aws, ctl):
     assert ctl.counters() == {}
 
 
-def _hold(release: str) -> str:
-    import time
-    from pathlib import Path
+def _submit(aws, function, args, dag_id, task_id):
+    """Stage and submit one step straight through the backend (no DAG): (backend, handle)."""
+    from airflow_stepop.backends.sagemaker import SageMakerBackend, SageMakerJobConfig
 
-    deadline = time.monotonic() + 300
-    while not Path(release).exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return "released"
-
-
-def _two_phases(release: str) -> str:
-    import time
-    from pathlib import Path
-
-    for i in range(3):
-        print(f"before {i}", flush=True)
-    deadline = time.monotonic() + 300
-    while not Path(release).exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    for i in range(3):
-        print(f"after {i}", flush=True)
-    return "done"
+    backend = SageMakerBackend(
+        job=SageMakerJobConfig(role=ROLE, instance_type="ml.m5.large", image_uri=BASE)
+    )
+    handle = submit_step(
+        backend, function, args, root=aws["root"], conn_id="aws_default",
+        dag_id=dag_id, task_id=task_id,
+    )  # fmt: skip
+    return backend, handle
 
 
 def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_stopped(
@@ -221,34 +212,11 @@ def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_sto
 ):
     import boto3
 
-    from airflow_stepop.artifacts.storage import worker_storage
-    from airflow_stepop.backends.base import JobRequest
-    from airflow_stepop.backends.naming import job_name, task_key
-    from airflow_stepop.backends.sagemaker import SageMakerBackend, SageMakerJobConfig
-    from airflow_stepop.packaging.staging import StepIdentity, stage_step
     from airflow_stepop.triggers.step_job import StepJobTrigger
 
     release = aws["results"] / "release"
-    run_id = f"run-{uuid.uuid4().hex[:6]}"
-    key = task_key("sm_relay", run_id, "two_phases", -1)
-    staged = stage_step(
-        _two_phases, [str(release)], {}, root=aws["root"],
-        step=StepIdentity("sm_relay", run_id, "two_phases", -1, 1),
-        storage=worker_storage("aws_default"),
-    )  # fmt: skip
-    backend = SageMakerBackend(
-        job=SageMakerJobConfig(role=ROLE, instance_type="ml.m5.large", image_uri=BASE)
-    )
-    handle = backend.submit(
-        JobRequest(job_name(key, 1), key, staged.spec_uri, staged.run_uri, staged.code_uri)
-    )
-    first = StepJobTrigger(
-        backend_path="airflow_stepop.backends.sagemaker.SageMakerBackend",
-        backend_kwargs=backend.serialize(),
-        handle=handle,
-        poll_interval=0.2,
-        storage_conn_id="aws_default",
-    )
+    backend, handle = _submit(aws, two_phases, [str(release)], "sm_relay", "two_phases")
+    first = trigger_for(backend, handle, storage_conn_id="aws_default")
     bucket, prefix = handle["run_uri"].removeprefix("s3://").split("/", 1)
     saved = f"{prefix.rstrip('/')}/relay-{handle['job_id']}.json"
     logs = boto3.client("logs", endpoint_url=aws["env"]["AWS_ENDPOINT_URL"])
@@ -293,31 +261,8 @@ def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_sto
 
 
 def test_a_user_kill_stops_the_training_job(aws, ctl):
-    from airflow_stepop.artifacts.storage import worker_storage
-    from airflow_stepop.backends.base import JobRequest
-    from airflow_stepop.backends.naming import job_name, task_key
-    from airflow_stepop.backends.sagemaker import SageMakerBackend, SageMakerJobConfig
-    from airflow_stepop.packaging.staging import StepIdentity, stage_step
-    from airflow_stepop.triggers.step_job import StepJobTrigger
-
-    key = task_key("sm_kill", f"run-{uuid.uuid4().hex[:6]}", "held", -1)
-    staged = stage_step(
-        _hold, [str(aws["results"] / "never")], {}, root=aws["root"],
-        step=StepIdentity("sm_kill", key.split("/")[1], "held", -1, 1),
-        storage=worker_storage("aws_default"),
-    )  # fmt: skip
-    backend = SageMakerBackend(
-        job=SageMakerJobConfig(role=ROLE, instance_type="ml.m5.large", image_uri=BASE)
-    )
-    handle = backend.submit(
-        JobRequest(job_name(key, 1), key, staged.spec_uri, staged.run_uri, staged.code_uri)
-    )
-    trigger = StepJobTrigger(
-        backend_path="airflow_stepop.backends.sagemaker.SageMakerBackend",
-        backend_kwargs=backend.serialize(),
-        handle=handle,
-        poll_interval=0.2,
-    )
+    backend, handle = _submit(aws, hold, [str(aws["results"] / "never")], "sm_kill", "held")
+    trigger = trigger_for(backend, handle)
 
     async def user_kills_the_task() -> None:
         waiting = asyncio.ensure_future(anext(aiter(trigger.run())))
