@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 
 import pytest
 import requests
 
 from airflow_stepop import ArtifactRef
-from tests.integration.faults import preempted_once_checkpointed
+from tests.integration.fault_steps import hold, two_phases
+from tests.integration.faults import preempted_once_checkpointed, submit_step, trigger_for
 from tests.integration.vertex.conftest import custom_jobs, dags, xcoms
 
 TOTAL = float(sum(range(100_000)))
@@ -221,46 +221,24 @@ def test_an_experiment_must_exist_and_the_job_runs_under_it(gcp, ctl):
     assert link.endswith("/locations/us-central1/experiments/stepop-it-exp/runs?project=stepop-it")
 
 
-def _hold(release: str) -> str:
-    import time
-    from pathlib import Path
-
-    deadline = time.monotonic() + 300
-    while not Path(release).exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return "released"
-
-
 def _submit(gcp, function, args, task_id="held"):
     """Stage and submit one step straight through the backend (no DAG): (backend, handle)."""
-    from airflow_stepop.artifacts.storage import worker_storage
-    from airflow_stepop.backends.base import JobRequest
-    from airflow_stepop.backends.naming import job_name, task_key
     from airflow_stepop.backends.vertex import VertexBackend
     from airflow_stepop.backends.vertex_config import VertexJobConfig
-    from airflow_stepop.packaging.staging import StepIdentity, stage_step
 
-    run_id = f"run-{uuid.uuid4().hex[:6]}"
-    key = task_key("vx_direct", run_id, task_id, -1)
-    step = StepIdentity("vx_direct", run_id, task_id, -1, 1)
-    storage = worker_storage("google_cloud_default")
-    staged = stage_step(function, args, {}, root=gcp["root"], step=step, storage=storage)
     backend = VertexBackend(job=VertexJobConfig(machine_type="n1-standard-4", image_uri=BASE))
-    request = JobRequest(job_name(key, 1), key, staged.spec_uri, staged.run_uri, staged.code_uri)
-    return backend, backend.submit(request)
+    handle = submit_step(
+        backend, function, args, root=gcp["root"], conn_id="google_cloud_default",
+        dag_id="vx_direct", task_id=task_id,
+    )  # fmt: skip
+    return backend, handle
 
 
 def test_a_user_kill_cancels_the_custom_job(gcp, ctl):
-    from airflow_stepop.triggers.step_job import StepJobTrigger
     from tests.waiting import wait_for
 
-    backend, handle = _submit(gcp, _hold, [str(gcp["results"] / "never")])
-    trigger = StepJobTrigger(
-        backend_path="airflow_stepop.backends.vertex.VertexBackend",
-        backend_kwargs=backend.serialize(),
-        handle=handle,
-        poll_interval=0.2,
-    )
+    backend, handle = _submit(gcp, hold, [str(gcp["results"] / "never")])
+    trigger = trigger_for(backend, handle)
 
     async def user_kills_the_task() -> None:
         waiting = asyncio.ensure_future(anext(aiter(trigger.run())))
@@ -361,20 +339,6 @@ def test_without_deferral_the_worker_waits_and_gets_the_same_result(gcp, ctl):
     assert ctl.counters()["CreateCustomJob"] == 1
 
 
-def _two_phases(release: str) -> str:
-    import time
-    from pathlib import Path
-
-    for i in range(3):
-        print(f"before {i}", flush=True)
-    deadline = time.monotonic() + 300
-    while not Path(release).exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    for i in range(3):
-        print(f"after {i}", flush=True)
-    return "done"
-
-
 def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_stopped(
     gcp, ctl, capfd
 ):
@@ -386,15 +350,9 @@ def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_sto
     from tests.waiting import wait_for
 
     release = gcp["results"] / "release"
-    backend, handle = _submit(gcp, _two_phases, [str(release)], task_id="two_phases")
+    backend, handle = _submit(gcp, two_phases, [str(release)], task_id="two_phases")
     job_id = handle["job_id"]
-    first = StepJobTrigger(
-        backend_path="airflow_stepop.backends.vertex.VertexBackend",
-        backend_kwargs=backend.serialize(),
-        handle=handle,
-        poll_interval=0.2,
-        storage_conn_id="google_cloud_default",
-    )
+    first = trigger_for(backend, handle, storage_conn_id="google_cloud_default")
     bucket, prefix = handle["run_uri"].removeprefix("gs://").split("/", 1)
     saved = gcp["gcs"].bucket(bucket).blob(f"{prefix.rstrip('/')}/relay-{job_id}.json")
 
