@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import uuid
 from typing import Any
 
 import pytest
@@ -13,7 +12,8 @@ import requests
 
 from airflow_stepop import ArtifactRef
 from tests.integration.azureml.conftest import dags, jobs, run_details, xcoms
-from tests.integration.faults import preempted_once_checkpointed
+from tests.integration.fault_steps import hold, two_phases
+from tests.integration.faults import preempted_once_checkpointed, submit_step, trigger_for
 from tests.waiting import wait_for
 
 BASE = "127.0.0.1:5000/stepop-base/python:3.11-bookworm"
@@ -215,43 +215,25 @@ def test_a_request_nothing_fits_names_the_closest_sizes(azure, ctl):
     assert ctl.counters() == {}
 
 
-def _hold(release: str) -> str:
-    import time
-    from pathlib import Path
+def _submit(azure, function, args, dag_id, task_id):
+    """Stage and submit one step straight through the backend (no DAG), in an experiment named
+    like the DAG: (backend, handle)."""
+    from airflow_stepop.backends.azureml import AzureMLBackend
+    from airflow_stepop.backends.azureml_config import AzureMLJobConfig
 
-    deadline = time.monotonic() + 300
-    while not Path(release).exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return "released"
+    config = AzureMLJobConfig(image_uri=BASE, instance_type="Standard_DS3_v2",
+                              max_runtime_s=600, experiment_name=dag_id)  # fmt: skip
+    backend = AzureMLBackend(job=config)
+    handle = submit_step(
+        backend, function, args, root=azure["root"], conn_id=None,
+        dag_id=dag_id, task_id=task_id,
+    )  # fmt: skip
+    return backend, handle
 
 
 def test_a_user_kill_cancels_the_job(azure, ctl):
-    from airflow_stepop.artifacts.storage import worker_storage
-    from airflow_stepop.backends.azureml import AzureMLBackend
-    from airflow_stepop.backends.azureml_config import AzureMLJobConfig
-    from airflow_stepop.backends.base import JobRequest
-    from airflow_stepop.backends.naming import job_name, task_key
-    from airflow_stepop.packaging.staging import StepIdentity, stage_step
-    from airflow_stepop.triggers.step_job import StepJobTrigger
-
-    key = task_key("aml_kill", f"run-{uuid.uuid4().hex[:6]}", "held", -1)
-    staged = stage_step(
-        _hold, [str(azure["results"] / "never")], {}, root=azure["root"],
-        step=StepIdentity("aml_kill", key.split("/")[1], "held", -1, 1),
-        storage=worker_storage(None),
-    )  # fmt: skip
-    config = AzureMLJobConfig(image_uri=BASE, instance_type="Standard_DS3_v2",
-                              max_runtime_s=600, experiment_name="aml_kill")  # fmt: skip
-    backend = AzureMLBackend(job=config)
-    handle = backend.submit(
-        JobRequest(job_name(key, 1), key, staged.spec_uri, staged.run_uri, staged.code_uri)
-    )
-    trigger = StepJobTrigger(
-        backend_path="airflow_stepop.backends.azureml.AzureMLBackend",
-        backend_kwargs=backend.serialize(),
-        handle=handle,
-        poll_interval=0.2,
-    )
+    backend, handle = _submit(azure, hold, [str(azure["results"] / "never")], "aml_kill", "held")
+    trigger = trigger_for(backend, handle)
 
     async def user_kills_the_task() -> None:
         waiting = asyncio.ensure_future(anext(aiter(trigger.run())))
@@ -381,57 +363,17 @@ def test_a_retry_after_the_job_succeeded_returns_its_result_with_one_job(azure, 
     assert f"/runs/{job['name']}?" in rows[("paid_once", "_link_StepJobLink", -1)]
 
 
-def _two_phases(release: str, finish: str) -> str:
-    import time
-    from pathlib import Path
-
-    def wait(path: str) -> None:
-        deadline = time.monotonic() + 300
-        while not Path(path).exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-    for i in range(3):
-        print(f"before {i}", flush=True)
-    wait(release)
-    for i in range(3):
-        print(f"after {i}", flush=True)
-    wait(finish)
-    return "done"
-
-
 def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_stopped(
     azure, ctl, capfd
 ):
     from azure.core.exceptions import ResourceNotFoundError
 
-    from airflow_stepop.artifacts.storage import worker_storage
-    from airflow_stepop.backends.azureml import AzureMLBackend
-    from airflow_stepop.backends.azureml_config import AzureMLJobConfig
-    from airflow_stepop.backends.base import JobRequest
-    from airflow_stepop.backends.naming import job_name, task_key
-    from airflow_stepop.packaging.staging import StepIdentity, stage_step
     from airflow_stepop.triggers.step_job import StepJobTrigger
 
     release, finish = azure["results"] / "release", azure["results"] / "finish"
-    run_id = f"run-{uuid.uuid4().hex[:6]}"
-    key = task_key("aml_relay", run_id, "two_phases", -1)
-    staged = stage_step(
-        _two_phases, [str(release), str(finish)], {}, root=azure["root"],
-        step=StepIdentity("aml_relay", run_id, "two_phases", -1, 1),
-        storage=worker_storage(None),
-    )  # fmt: skip
-    config = AzureMLJobConfig(image_uri=BASE, instance_type="Standard_DS3_v2",
-                              max_runtime_s=600, experiment_name="aml_relay")  # fmt: skip
-    backend = AzureMLBackend(job=config)
-    handle = backend.submit(
-        JobRequest(job_name(key, 1), key, staged.spec_uri, staged.run_uri, staged.code_uri)
-    )
-    first = StepJobTrigger(
-        backend_path="airflow_stepop.backends.azureml.AzureMLBackend",
-        backend_kwargs=backend.serialize(),
-        handle=handle,
-        poll_interval=0.2,
-    )
+    args = [str(release), str(finish)]
+    backend, handle = _submit(azure, two_phases, args, "aml_relay", "two_phases")
+    first = trigger_for(backend, handle)
     name = handle["job_id"]
     saved = f"{handle['run_uri'].split('/', 3)[3].rstrip('/')}/relay-{name}.json"
     log_file = "user_logs/std_log.txt"

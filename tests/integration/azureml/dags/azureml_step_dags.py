@@ -9,6 +9,8 @@ from datetime import timedelta
 from airflow.sdk import dag, task
 
 from airflow_stepop import AzureMLStepOperator, DockerSettings, ResourceSettings
+from tests.integration import faults
+from tests.integration.fault_steps import answer_once, held_step, wait_for_file
 
 RESULTS = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
 REGISTRY = os.environ.get("STEPOP_REGISTRY", "127.0.0.1:5000")
@@ -102,34 +104,8 @@ def aml_capacity():
 aml_capacity()
 
 
-def wait_for_file(path: str, timeout: float = 120.0) -> None:
-    import time
-    from pathlib import Path
-
-    deadline = time.monotonic() + timeout
-    while not Path(path).exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} never appeared")
-        time.sleep(0.05)
-
-
-class LosesWorkerAfterSubmit(AzureMLStepOperator):
-    """Simulates a worker that dies after submitting a job and before deferring (try 1)."""
-
-    def execute(self, context):
-        self._try = context["ti"].try_number
-        return super().execute(context)
-
-    def defer(self, **kwargs):
-        if self._try == 1:
-            raise RuntimeError("simulated: worker lost between submit and defer")
-        open(f"{RESULTS}/release", "w").close()  # only now may the try-1 job finish
-        super().defer(**kwargs)
-
-
-def held_step(release: str) -> str:
-    wait_for_file(release)
-    return "done by the first job"
+class LosesWorkerAfterSubmit(faults.LosesWorkerAfterSubmit, AzureMLStepOperator):
+    pass
 
 
 @dag(schedule=None)
@@ -334,11 +310,8 @@ def aml_lost_worker():
 aml_lost_worker()
 
 
-class FailsAfterSubmit(AzureMLStepOperator):
-    """Something fails in execute() after the submit; no retry is left."""
-
-    def defer(self, **kwargs):
-        raise RuntimeError("simulated: failure after submit")
+class FailsAfterSubmit(faults.FailsAfterSubmit, AzureMLStepOperator):
+    pass
 
 
 @dag(schedule=None)
@@ -355,17 +328,8 @@ def aml_failure_after_submit():
 aml_failure_after_submit()
 
 
-class LosesWorkerAfterSuccess(AzureMLStepOperator):
-    """Try 1's worker dies after its job succeeded, before the result reached Airflow."""
-
-    def execute_complete(self, context, event):
-        if context["ti"].try_number == 1:
-            raise RuntimeError("simulated: worker lost before execute_complete")
-        return super().execute_complete(context, event)
-
-
-def answer_once() -> str:
-    return "computed once"
+class LosesWorkerAfterSuccess(faults.LosesWorkerAfterSuccess, AzureMLStepOperator):
+    pass
 
 
 @dag(schedule=None)
