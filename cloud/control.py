@@ -27,7 +27,7 @@ class ControlError(RuntimeError):
 
 
 class FakeControl:
-    """Faults, counters, reset and runner mode of one fake, by its base URL."""
+    """Faults, counters, reset, runner mode and list page size of one fake, by its base URL."""
 
     def __init__(self, url: str, timeout: float = 10.0) -> None:
         self.url = url.rstrip("/")
@@ -73,6 +73,13 @@ class FakeControl:
         if mode is None:
             return self._call("GET", "mode")["mode"]
         return self._call("POST", "mode", {"mode": mode})["mode"]
+
+    def page_size(self, size: int | None = None) -> int:
+        """Read or set the most jobs one list page holds (Vertex AI and Azure ML fakes; a reset
+        restores the service's own)."""
+        if size is None:
+            return int(self._call("GET", "page_size")["size"])
+        return int(self._call("POST", "page_size", {"size": size})["size"])
 
     @contextmanager
     def faulted(self, *rules: dict[str, Any]) -> Iterator[FakeControl]:

@@ -157,7 +157,7 @@ class JobRoutes(JobLifecycle):
             jobs = [j for j in jobs if tag in (j.props.get("tags") or {})]
         jobs.sort(key=lambda j: j.created, reverse=True)
         start = int(req.arg("$skipToken") or 0)
-        size = self.page_size_cap
+        size = self.page_size.cap
         page = jobs[start : start + size]
         body: dict[str, Any] = {"value": [self._render(j) for j in page]}
         if start + size < len(jobs):  # the same query (view, tag...), the next page

@@ -188,13 +188,7 @@ class AzureMLService(WorkspaceRoutes, JobRoutes, RunHistoryRoutes):
         except ArmError as exc:
             return arm_error(exc.status, exc.code, exc.message, exc.inner)
 
-    def control(self, req: Request) -> Response | None:
-        if req.path == "/_fake/page_size":
-            return self.page_size_control(req)
-        return super().control(req)
-
     def reset(self, jobs: bool) -> None:
-        self.page_size_cap = self.max_page_size
         if jobs:
             self._stop_jobs()
             with self._lock:

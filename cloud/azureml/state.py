@@ -20,7 +20,7 @@ from typing import Any
 from cloud import runner as runner_mod
 from cloud.azureml.arm import ArmError, ws_id
 from cloud.azureml.mlflow_tracking import Tracking
-from cloud.fake_http import FakeService, Request, Response, rfc3339
+from cloud.fake_http import FakeService, PageSize, rfc3339
 
 TERMINAL = ("Completed", "Failed", "Canceled")
 # Not ends: a job stays NotResponding or Paused until it is cancelled, as on the service.
@@ -90,8 +90,7 @@ class AzureMLState(FakeService):
         max_page_size: int = 100,
     ) -> None:
         super().__init__()
-        self.max_page_size = int(max_page_size)  # jobs a Jobs_List page holds, as the service
-        self.page_size_cap = self.max_page_size  # /_fake/page_size lowers it until a reset
+        self.page_size = PageSize(max_page_size)  # jobs a Jobs_List page holds, as the service
         self.conn_str = storage_connection_string or os.environ.get(
             "AZURE_STORAGE_CONNECTION_STRING"
         )
@@ -112,20 +111,6 @@ class AzureMLState(FakeService):
         self.tracking = Tracking()  # every job is an MLflow run (cloud.azureml.mlflow_tracking)
         self._lock = threading.RLock()
         self._stopping = threading.Event()
-
-    def page_size_control(self, req: Request) -> Response:
-        """``GET|POST /_fake/page_size`` (``{"size": n}``): the most jobs one list page holds
-        (the service's is 100), so that a test spans pages with a few jobs; a reset restores
-        the setting."""
-        if req.method == "POST":
-            try:
-                size = int((req.json() or {}).get("size"))
-            except (TypeError, ValueError):
-                size = 0
-            if size < 1:
-                return Response(400, {"error": 'page_size: give {"size": n} with n >= 1'})
-            self.page_size_cap = size
-        return Response(200, {"size": self.page_size_cap})
 
     # --- lookups -------------------------------------------------------------------------
     def _find_job(self, m: re.Match[str]) -> AmlJob:

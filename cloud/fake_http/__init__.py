@@ -18,6 +18,8 @@ the official clients only need HTTP/1.1 and JSON). This module holds what they h
   ``DELETE /_fake/faults``  clear the rules
   ``POST /_fake/reset``     clear rules and counters (``{"jobs": true}`` also forgets jobs)
   ``GET|POST /_fake/mode``  the runner mode of new jobs, ``{"mode": "process"|"container"}``
+  ``GET|POST /_fake/page_size``  the most jobs one list page holds, ``{"size": n}``, in fakes
+                            with job lists (Vertex AI, Azure ML); a reset restores it
 
 Fault rules (``kind`` picks the behaviour; unknown kinds are refused with 400):
 
@@ -46,11 +48,13 @@ limit).
 Where each part lives: :mod:`~cloud.fake_http.routing` (:class:`Request`, :class:`Response`,
 :class:`Router`, :func:`rfc3339`), :mod:`~cloud.fake_http.faults` (:class:`FaultBook`),
 :mod:`~cloud.fake_http.service` (:class:`FakeService`: the control API and dispatch),
+:mod:`~cloud.fake_http.paging` (:class:`PageSize`: ``/_fake/page_size``),
 :mod:`~cloud.fake_http.server` (:class:`FakeServer`) and :mod:`~cloud.fake_http.tls` (the
 self-signed certificate). Every name is importable from ``cloud.fake_http`` itself.
 """
 
 from cloud.fake_http.faults import JOB_FAULT_KINDS, REQUEST_FAULT_KINDS, FaultBook
+from cloud.fake_http.paging import PageSize
 from cloud.fake_http.routing import Handler, Request, Response, Route, Router, rfc3339
 from cloud.fake_http.server import FakeServer
 from cloud.fake_http.service import FakeService
@@ -63,6 +67,7 @@ __all__ = [
     "FakeService",
     "FaultBook",
     "Handler",
+    "PageSize",
     "Request",
     "Response",
     "Route",

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 from cloud.fake_http.faults import FaultBook
+from cloud.fake_http.paging import PageSize
 from cloud.fake_http.routing import Request, Response, Router
 
 
@@ -19,6 +20,7 @@ class FakeService:
     """What a fake plugs into the server: routes, error shapes, and reset of its own state."""
 
     name = "fake"
+    page_size: PageSize | None = None  # a fake with job list pages sets its own
 
     def __init__(self) -> None:
         self.router = Router()
@@ -82,6 +84,8 @@ class FakeService:
                     return Response(400, {"error": f"mode {mode!r}: use process or container"})
                 runner.mode = mode
             return Response(200, {"mode": runner.mode})
+        if self.page_size is not None and path == self.page_size.path:
+            return self.page_size.control(req)
         if path == "/_fake/reset" and req.method == "POST":
             try:
                 body = req.json() or {}
@@ -90,6 +94,8 @@ class FakeService:
             self.faults.clear()
             with self._count_lock:
                 self.counters.clear()
+            if self.page_size is not None:
+                self.page_size.reset()
             self.reset(jobs=bool(body.get("jobs", False)))
             return Response(200, {"ok": True})
         return None

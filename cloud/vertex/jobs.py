@@ -83,7 +83,7 @@ class JobRoutes(JobLifecycle):
             jobs = [j for j in jobs if matches(j.resource, flt)]
             jobs.sort(key=lambda j: (j.resource["createTime"], j.job_id), reverse=True)
             size = int(req.arg("pageSize") or 0) or 100
-            size = min(size, self.page_size_cap)
+            size = min(size, self.page_size.cap)
             start = decode_token(req.arg("pageToken"))
             page = jobs[start : start + size]
             body: dict[str, Any] = {

@@ -151,13 +151,7 @@ class VertexService(JobRoutes, LogRoutes, MetadataRoutes):
         except ApiError as exc:
             return google_error(exc.status, exc.message, exc.details)
 
-    def control(self, req: Request) -> Response | None:
-        if req.path == "/_fake/page_size":
-            return self.page_size_control(req)
-        return super().control(req)
-
     def reset(self, jobs: bool) -> None:
-        self.page_size_cap = self.max_page_size
         if not jobs:
             return
         self._stop_jobs()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cloud import runner as runner_mod
-from cloud.fake_http import FakeService, Request, Response, rfc3339
+from cloud.fake_http import FakeService, PageSize, Request, Response, rfc3339
 from cloud.vertex.api import ApiError, render
 
 TERMINAL = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"}
@@ -66,8 +66,7 @@ class VertexState(FakeService):
         max_page_size: int = 1000,
     ) -> None:
         super().__init__()
-        self.max_page_size = int(max_page_size)  # the service's own cap on pageSize
-        self.page_size_cap = self.max_page_size  # /_fake/page_size lowers it until a reset
+        self.page_size = PageSize(max_page_size)  # the service's own cap on pageSize
         self.gcs_emulator_host = gcs_emulator_host or os.environ.get("STORAGE_EMULATOR_HOST")
         self.runner = runner_mod.Runner(
             mode or os.environ.get("STEPOP_FAKE_MODE") or runner_mod.MODE_PROCESS,
@@ -82,20 +81,6 @@ class VertexState(FakeService):
         self._lock = threading.RLock()
         self._log_seq = 0
         self._stopping = threading.Event()
-
-    def page_size_control(self, req: Request) -> Response:
-        """``GET|POST /_fake/page_size`` (``{"size": n}``): the most jobs one list page holds,
-        as the service's own cap on ``pageSize`` (a test spans pages with a few jobs); a reset
-        restores the setting."""
-        if req.method == "POST":
-            try:
-                size = int((req.json() or {}).get("size"))
-            except (TypeError, ValueError):
-                size = 0
-            if size < 1:
-                return Response(400, {"error": 'page_size: give {"size": n} with n >= 1'})
-            self.page_size_cap = size
-        return Response(200, {"size": self.page_size_cap})
 
     @staticmethod
     def _ints(req: Request) -> bool:
