@@ -9,14 +9,12 @@ tests come after these in the list (newest first).
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
 import pytest
-import requests
 
-from airflow_stepop.backends.base import JobStatus
+from tests.integration.polling import cancel, one_round
 
 BASE = "127.0.0.1:5000/stepop-base/python:3.11-bookworm"
 
@@ -57,45 +55,16 @@ def _submit(azure: dict[str, Any], count: int) -> tuple[Any, list[dict[str, Any]
     return backend, handles
 
 
-def _page_size(azure: dict[str, Any], size: int) -> None:
-    url = f"{azure['fake'].url}/_fake/page_size"
-    assert requests.post(url, json={"size": size}, timeout=10).json() == {"size": size}
-
-
-def _one_round(backend: Any, handles: list[dict[str, Any]]) -> list[JobStatus | BaseException]:
-    """Every handle's status from one round of the poller the triggers share."""
-    from airflow_stepop.triggers.poller import JobPoller
-
-    async def poll() -> list[JobStatus | BaseException]:
-        await asyncio.to_thread(backend.prepare_async)
-        poller = JobPoller(backend, ("test", "azureml"))
-        try:
-            answers = await asyncio.gather(
-                *(poller.status(h, 0.0) for h in handles), return_exceptions=True
-            )
-        finally:
-            await backend.aclose()
-        assert poller.rounds == 1
-        return answers
-
-    return asyncio.run(poll())
-
-
-def _cancel(backend: Any, handles: list[dict[str, Any]]) -> None:
-    for handle in handles:
-        backend.stop(handle)
-
-
 def test_many_watched_jobs_cost_one_list_call_a_page_and_no_describe(azure, ctl, timer_jobs):
     backend, handles = _submit(azure, 7)
     try:
         ctl.reset()
-        _page_size(azure, 2)  # 7 jobs: 4 pages, each reached through the last one's nextLink
-        answers = _one_round(backend, handles)
+        ctl.page_size(2)  # 7 jobs: 4 pages, each reached through the last one's nextLink
+        answers = one_round(backend, handles)
         assert {a.state for a in answers} <= {"pending", "running"}, answers
         assert ctl.counters() == {"Jobs_List": 4}  # none after the page with the last job
     finally:
-        _cancel(backend, handles)
+        cancel(backend, handles)
 
 
 def test_the_pages_stop_at_one_older_than_every_watched_job(azure, ctl, timer_jobs):
@@ -107,11 +76,11 @@ def test_the_pages_stop_at_one_older_than_every_watched_job(azure, ctl, timer_jo
     gone = [{**watched[0], "job_id": f"gone-{i}-{uuid.uuid4().hex[:6]}"} for i in range(3)]
     try:
         ctl.reset()
-        _page_size(azure, 1)
-        answers = _one_round(backend, watched + gone)
+        ctl.page_size(1)
+        answers = one_round(backend, watched + gone)
         assert {a.state for a in answers[:2]} <= {"pending", "running"}, answers
         assert all(isinstance(a, ResourceNotFoundError) for a in answers[2:]), answers
         # the two watched jobs, then one page of an older job: the rest are described
         assert ctl.counters() == {"Jobs_List": 3, "Jobs_Get": 3}
     finally:
-        _cancel(backend, handles)
+        cancel(backend, handles)

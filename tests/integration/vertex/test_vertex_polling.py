@@ -8,16 +8,14 @@ holds only its jobs, and one round of the real poller (``JobPoller``) answers ev
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import uuid
 from typing import Any
 
 import pytest
-import requests
 
-from airflow_stepop.backends.base import JobStatus
+from tests.integration.polling import cancel, one_round
 
 BASE = "127.0.0.1:5000/stepop-base/python:3.11-bookworm"
 
@@ -62,42 +60,16 @@ def _submit(gcp: dict[str, Any], count: int) -> tuple[Any, list[dict[str, Any]]]
     return backend, handles
 
 
-def _page_size(gcp: dict[str, Any], size: int) -> None:
-    answer = requests.post(f"{gcp['fake']}/_fake/page_size", json={"size": size}, timeout=10)
-    assert answer.json() == {"size": size}
-
-
-def _one_round(backend: Any, handles: list[dict[str, Any]]) -> list[JobStatus | BaseException]:
-    """Every handle's status from one round of the poller the triggers share."""
-    from airflow_stepop.triggers.poller import JobPoller
-
-    async def poll() -> list[JobStatus | BaseException]:
-        await asyncio.to_thread(backend.prepare_async)
-        poller = JobPoller(backend, ("test", "vertex"))
-        answers = await asyncio.gather(
-            *(poller.status(h, 0.0) for h in handles), return_exceptions=True
-        )
-        assert poller.rounds == 1
-        return answers
-
-    return asyncio.run(poll())
-
-
-def _cancel(backend: Any, handles: list[dict[str, Any]]) -> None:
-    for handle in handles:
-        backend.stop(handle)
-
-
 def test_many_watched_jobs_cost_one_list_call_a_page_and_no_describe(gcp, ctl, project):
     backend, handles = _submit(gcp, 11)
     try:
         ctl.reset()
-        _page_size(gcp, 2)  # 11 jobs: 6 pages, more than the five the poller used to read
-        answers = _one_round(backend, handles)
+        ctl.page_size(2)  # 11 jobs: 6 pages, more than the five the poller used to read
+        answers = one_round(backend, handles)
         assert {a.state for a in answers} <= {"pending", "running"}, answers
         assert ctl.counters() == {"ListCustomJobs": 6}  # no page after the last job's
     finally:
-        _cancel(backend, handles)
+        cancel(backend, handles)
 
 
 def test_a_job_behind_other_jobs_pages_is_described_not_searched_for(gcp, ctl, project):
@@ -105,10 +77,10 @@ def test_a_job_behind_other_jobs_pages_is_described_not_searched_for(gcp, ctl, p
     watched = handles[:1]  # the oldest: the four newer ones come first, a page each
     try:
         ctl.reset()
-        _page_size(gcp, 1)
-        (answer,) = _one_round(backend, watched)
+        ctl.page_size(1)
+        (answer,) = one_round(backend, watched)
         assert answer.state in ("pending", "running")
         # a page that answered no watched job, as many as are missing: one describe instead
         assert ctl.counters() == {"ListCustomJobs": 1, "GetCustomJob": 1}
     finally:
-        _cancel(backend, handles)
+        cancel(backend, handles)
