@@ -1,22 +1,13 @@
 """Step functions the fault tests and their DAGs run as jobs, on every cloud.
 
-Standard library only, and no Airflow import: a job imports this module by name from its
-code bundle (the bundle ships it with the ``tests`` packages above it).
+No Airflow import: a job imports this module by name from its code bundle, which ships it with
+the ``tests`` packages above it and the DAGs folder's step_helpers (tests/conftest.py puts that
+folder on sys.path, as Airflow does).
 """
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
-
-def wait_for_file(path: str, timeout: float = 120.0) -> None:
-    """Block until ``path`` exists: lets a test hold a job open as long as it needs."""
-    deadline = time.monotonic() + timeout
-    while not Path(path).exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} never appeared")
-        time.sleep(0.05)
+from step_helpers import wait_for_file
 
 
 def held_step(release: str) -> str:

@@ -1,11 +1,11 @@
 """Faults the tests set, the same on every cloud: at a moment the step reaches (not after a
-delay), in a worker (operator classes that fail where a real worker could), and jobs submitted
-straight through a backend (no DAG) for the tests that drive a trigger themselves."""
+delay), and jobs submitted straight through a backend (no DAG) for the tests that drive a
+trigger themselves. The faults a worker meets are operator mixins in the DAGs folder
+(tests/e2e/dags/fault_operators.py), where every test DAG file can import them."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -42,45 +42,6 @@ def preempted_once_checkpointed(ctl: Any, checkpointed: Path, match: str) -> Ite
         ended.set()
         preempter.join(30)
     assert not failed, failed
-
-
-# Operator faults: each DAG file mixes these into its cloud's operator,
-# ``class FailsAfterSubmit(faults.FailsAfterSubmit, SageMakerStepOperator)``.
-
-
-def _results() -> str:
-    """Where this test's DAG files write (read when the fault happens: each test has its own)."""
-    return os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
-
-
-class LosesWorkerAfterSubmit:
-    """Simulates a worker that dies after submitting a job and before deferring (try 1)."""
-
-    def execute(self, context):
-        self._try = context["ti"].try_number
-        return super().execute(context)
-
-    def defer(self, **kwargs):
-        if self._try == 1:
-            raise RuntimeError("simulated: worker lost between submit and defer")
-        open(f"{_results()}/release", "w").close()  # only now may the try-1 job finish
-        super().defer(**kwargs)
-
-
-class LosesWorkerAfterSuccess:
-    """Try 1's worker dies after its job succeeded, before the result reached Airflow."""
-
-    def execute_complete(self, context, event):
-        if context["ti"].try_number == 1:
-            raise RuntimeError("simulated: worker lost before execute_complete")
-        return super().execute_complete(context, event)
-
-
-class FailsAfterSubmit:
-    """Something fails in execute() after the submit; no retry is left."""
-
-    def defer(self, **kwargs):
-        raise RuntimeError("simulated: failure after submit")
 
 
 # A job without a DAG, for the tests that run its trigger themselves.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
+import fault_operators
 from airflow.sdk import dag, task
 from step_helpers import make_array, record_pid, wait_for_file
 
@@ -103,18 +104,8 @@ def step_times_out():
 step_times_out()
 
 
-class LosesWorkerAfterSubmit(LocalStepOperator):
-    """Simulates a worker that dies after submitting a job and before deferring (try 1)."""
-
-    def execute(self, context):
-        self._try = context["ti"].try_number
-        return super().execute(context)
-
-    def defer(self, **kwargs):
-        if self._try == 1:
-            raise RuntimeError("simulated: worker lost between submit and defer")
-        open(f"{RESULTS}/release", "w").close()  # only now may the try-1 job finish
-        super().defer(**kwargs)
+class LosesWorkerAfterSubmit(fault_operators.LosesWorkerAfterSubmit, LocalStepOperator):
+    pass
 
 
 def held_step(pid_file: str, release: str) -> str:

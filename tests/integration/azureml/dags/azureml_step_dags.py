@@ -6,11 +6,12 @@ import json
 import os
 from datetime import timedelta
 
+import fault_operators
 from airflow.sdk import dag, task
+from step_helpers import wait_for_file
 
 from airflow_stepop import AzureMLStepOperator, DockerSettings, ResourceSettings
-from tests.integration import faults
-from tests.integration.fault_steps import answer_once, held_step, wait_for_file
+from tests.integration.fault_steps import answer_once, held_step
 
 RESULTS = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
 REGISTRY = os.environ.get("STEPOP_REGISTRY", "127.0.0.1:5000")
@@ -104,7 +105,7 @@ def aml_capacity():
 aml_capacity()
 
 
-class LosesWorkerAfterSubmit(faults.LosesWorkerAfterSubmit, AzureMLStepOperator):
+class LosesWorkerAfterSubmit(fault_operators.LosesWorkerAfterSubmit, AzureMLStepOperator):
     pass
 
 
@@ -310,7 +311,7 @@ def aml_lost_worker():
 aml_lost_worker()
 
 
-class FailsAfterSubmit(faults.FailsAfterSubmit, AzureMLStepOperator):
+class FailsAfterSubmit(fault_operators.FailsAfterSubmit, AzureMLStepOperator):
     pass
 
 
@@ -328,7 +329,7 @@ def aml_failure_after_submit():
 aml_failure_after_submit()
 
 
-class LosesWorkerAfterSuccess(faults.LosesWorkerAfterSuccess, AzureMLStepOperator):
+class LosesWorkerAfterSuccess(fault_operators.LosesWorkerAfterSuccess, AzureMLStepOperator):
     pass
 
 

@@ -6,11 +6,12 @@ import json
 import os
 from datetime import timedelta
 
+import fault_operators
 from airflow.sdk import dag, task
+from step_helpers import wait_for_file
 
 from airflow_stepop import DockerSettings, ResourceSettings, SageMakerStepOperator
-from tests.integration import faults
-from tests.integration.fault_steps import answer_once, held_step, wait_for_file
+from tests.integration.fault_steps import answer_once, held_step
 
 RESULTS = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
 REGISTRY = os.environ.get("STEPOP_REGISTRY", "127.0.0.1:5000")
@@ -84,7 +85,7 @@ def sm_step_raises():
 sm_step_raises()
 
 
-class LosesWorkerAfterSubmit(faults.LosesWorkerAfterSubmit, SageMakerStepOperator):
+class LosesWorkerAfterSubmit(fault_operators.LosesWorkerAfterSubmit, SageMakerStepOperator):
     pass
 
 
@@ -103,11 +104,11 @@ def sm_retry_reattaches():
 sm_retry_reattaches()
 
 
-class LosesWorkerAfterSuccess(faults.LosesWorkerAfterSuccess, SageMakerStepOperator):
+class LosesWorkerAfterSuccess(fault_operators.LosesWorkerAfterSuccess, SageMakerStepOperator):
     pass
 
 
-class FailsAfterSubmit(faults.FailsAfterSubmit, SageMakerStepOperator):
+class FailsAfterSubmit(fault_operators.FailsAfterSubmit, SageMakerStepOperator):
     pass
 
 

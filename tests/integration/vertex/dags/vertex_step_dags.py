@@ -6,11 +6,12 @@ import json
 import os
 from datetime import timedelta
 
+import fault_operators
 from airflow.sdk import dag, task
+from step_helpers import wait_for_file
 
 from airflow_stepop import DockerSettings, ResourceSettings, VertexStepOperator
-from tests.integration import faults
-from tests.integration.fault_steps import answer_once, held_step, wait_for_file
+from tests.integration.fault_steps import answer_once, held_step
 
 RESULTS = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
 REGISTRY = os.environ.get("STEPOP_REGISTRY", "127.0.0.1:5000")
@@ -90,7 +91,7 @@ def vx_step_raises():
 vx_step_raises()
 
 
-class LosesWorkerAfterSubmit(faults.LosesWorkerAfterSubmit, VertexStepOperator):
+class LosesWorkerAfterSubmit(fault_operators.LosesWorkerAfterSubmit, VertexStepOperator):
     pass
 
 
@@ -105,7 +106,7 @@ def vx_retry_reattaches():
 vx_retry_reattaches()
 
 
-class LosesWorkerAfterSuccess(faults.LosesWorkerAfterSuccess, VertexStepOperator):
+class LosesWorkerAfterSuccess(fault_operators.LosesWorkerAfterSuccess, VertexStepOperator):
     pass
 
 
@@ -120,7 +121,7 @@ def vx_retry_after_success():
 vx_retry_after_success()
 
 
-class FailsAfterSubmit(faults.FailsAfterSubmit, VertexStepOperator):
+class FailsAfterSubmit(fault_operators.FailsAfterSubmit, VertexStepOperator):
     pass
 
 

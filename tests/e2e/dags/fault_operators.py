@@ -1,0 +1,44 @@
+"""Faults a worker can meet, as mixins the test DAGs put in front of their backend's operator:
+``class FailsAfterSubmit(fault_operators.FailsAfterSubmit, SageMakerStepOperator)``.
+
+This module lives in the DAGs folder so that every test DAG file can import it the way a DAG
+file imports its helpers: the e2e DAG processor parses local_step_dags.py with this folder on
+sys.path, and tests/conftest.py puts it there for the DAG files the other tests import and run
+with dag.test(). It imports nothing: each DAG file supplies the operator.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class LosesWorkerAfterSubmit:
+    """Simulates a worker that dies after submitting a job and before deferring (try 1)."""
+
+    def execute(self, context):
+        self._try = context["ti"].try_number
+        return super().execute(context)
+
+    def defer(self, **kwargs):
+        if self._try == 1:
+            raise RuntimeError("simulated: worker lost between submit and defer")
+        # only now may the try-1 job finish (the results folder is read now: each test has its own)
+        results = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
+        open(f"{results}/release", "w").close()
+        super().defer(**kwargs)
+
+
+class LosesWorkerAfterSuccess:
+    """Try 1's worker dies after its job succeeded, before the result reached Airflow."""
+
+    def execute_complete(self, context, event):
+        if context["ti"].try_number == 1:
+            raise RuntimeError("simulated: worker lost before execute_complete")
+        return super().execute_complete(context, event)
+
+
+class FailsAfterSubmit:
+    """Something fails in execute() after the submit; no retry is left."""
+
+    def defer(self, **kwargs):
+        raise RuntimeError("simulated: failure after submit")
