@@ -26,7 +26,7 @@ What it serves (``{p}``/``{l}`` are free-form; the fake keeps jobs per project/l
 
 ``POST   /v1/projects/{p}/locations/{l}/customJobs``          CreateCustomJob
 ``GET    /v1/projects/{p}/locations/{l}/customJobs``          ListCustomJobs (filter, pageSize,
-                                                              pageToken; newest first)
+                                                              pageToken, readMask; newest first)
 ``GET    /v1/projects/{p}/locations/{l}/customJobs/{id}``     GetCustomJob
 ``POST   /v1/projects/{p}/locations/{l}/customJobs/{id}:cancel``  CancelCustomJob
 ``DELETE /v1/projects/{p}/locations/{l}/customJobs/{id}``     DeleteCustomJob (a done LRO)

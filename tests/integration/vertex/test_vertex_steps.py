@@ -109,6 +109,7 @@ def test_throttling_on_a_fifth_of_the_calls_still_succeeds(gcp, ctl):
     assert run.state == "success"
     assert xcoms(run)[("total", "return_value", -1)] == 50_000.0
     assert ctl.counters()["CreateCustomJob"] >= 2  # throttled creates are counted too
+    ctl.clear_faults()  # the test's own list call below is not the step's to retry
     assert len(custom_jobs(gcp["fake"], "vx-chain-")) == 2  # retried, never doubled
 
 
@@ -310,7 +311,27 @@ def test_one_list_call_answers_for_many_jobs(gcp, ctl):
     counters = ctl.counters()
     assert counters["ListCustomJobs"] >= 1 and "GetCustomJob" not in counters  # one List a poll
     assert {a.state for a in answers.values()} == {"succeeded"}
-    assert all(a.details["machine_type"] == "n1-standard-4" for a in answers.values())
+    # The pages hold each job's state and times only; its facts come from one describe.
+    assert not any(a.details for a in answers.values())
+    final = asyncio.run(backend.astatus(handles[0]))
+    assert final.state == "succeeded" and final.details["machine_type"] == "n1-standard-4"
+    assert ctl.counters()["GetCustomJob"] == 1
+
+
+def test_a_list_page_holds_only_the_fields_its_read_mask_names(gcp, ctl):
+    """As Vertex answers: the fields named, into messages but never through a repeated one."""
+    from google.api_core import exceptions
+    from google.cloud.aiplatform_v1 import JobState
+
+    backend, handle = _submit(gcp, _count_lines, [1], task_id="masked")
+    jobs = backend.access.jobs
+    request = {"parent": backend.access.parent, "read_mask": {"paths": ["name", "state"]}}
+    (job,) = [j for j in jobs.list_custom_jobs(request=request) if j.name == handle["name"]]
+    assert job.state != JobState.JOB_STATE_UNSPECIFIED
+    assert not job.display_name and not job.job_spec.worker_pool_specs and not job.create_time
+    with pytest.raises(exceptions.BadRequest, match="repeated"):
+        request["read_mask"] = {"paths": ["job_spec.worker_pool_specs.machine_spec"]}
+        list(jobs.list_custom_jobs(request=request))
 
 
 def test_log_lines_that_arrive_late_are_relayed_once_and_in_order(gcp, ctl):
