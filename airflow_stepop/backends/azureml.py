@@ -9,14 +9,14 @@
   live job of the same task instance (one List call filtered by our tag);
 * the triggerer side is async (azure-core over aiohttp, ``azure.identity.aio``): one job GET
   per poll, or one List for all watched jobs of a workspace (``astatuses``); run history
-  details for the final error and times, and for the log files, read at a bounded rate.
+  details for the final error and times, and for the log files, read at a bounded rate
+  (``azureml_logs``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
@@ -33,10 +33,9 @@ from airflow_stepop.backends.azureml_launch import (
     job_body,
     low_priority,
     map_status,
-    rank_of,
     studio_links,
-    user_logs,
 )
+from airflow_stepop.backends.azureml_logs import LogRelay
 from airflow_stepop.backends.azureml_rest import epoch, is_transient_error
 from airflow_stepop.backends.azureml_roots import (
     Datastore,
@@ -56,12 +55,6 @@ from airflow_stepop.triggers.list_pages import WatchedPages
 log = logging.getLogger(__name__)
 quiet_request_logs()  # the step's artifacts travel through Azure Blob (abfs://, az://)
 
-# Log files are read at most this often per job (besides the log-rate budget); the list of
-# files (run history details) is refreshed at most every LOG_FILES_INTERVAL, and at the end.
-LOG_DETAILS_INTERVAL = 5.0
-LOG_FILES_INTERVAL = 60.0
-LOG_READ_MAX = 1 << 20  # bytes of one log file per call
-
 
 def _task_digest(task_key: str) -> str:
     return key_prefix(task_key).rsplit("-", 1)[1]
@@ -80,8 +73,7 @@ class AzureMLBackend(StepBackend):
         self.azureml_conn_id = azureml_conn_id
         self.job = job
         self._states: dict[str, str] = {}  # job -> last status seen by astatus
-        self._log_files: dict[str, tuple[dict[str, str], float]] = {}  # job -> (URLs, when)
-        self._log_read: dict[str, float] = {}  # job -> last log read, on this process's clock
+        self._logs = LogRelay()
         self._async: Any = None
 
     def serialize(self) -> dict[str, Any]:
@@ -312,7 +304,7 @@ class AzureMLBackend(StepBackend):
         if not status.terminal:
             return status
         details = await self.aclient.run_details(name)
-        self._log_files[name] = (user_logs(details), time.monotonic())  # the final list
+        self._logs.ended(name, details)
         error = (details.get("error") or {}).get("error")
         final = map_status(state, error)
         return replace(final, details=billing_facts(resource, details))
@@ -348,48 +340,10 @@ class AzureMLBackend(StepBackend):
 
     async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
         name = handle["job_id"]
-        # The stored cursor holds offsets only: a clock reading means nothing to the triggerer
-        # on another host that resumes it.
-        cursor = {"files": dict((cursor or {}).get("files") or {})}
-        state = self._states.get(name)
-        final = state is not None and map_status(state).terminal
-        now = time.monotonic()
-        if state is None or (not final and map_status(state).state == "pending"):
-            return [], cursor
-        last = self._log_read.get(name)
-        if not final and last is not None and now - last < LOG_DETAILS_INTERVAL:
-            return [], cursor
-        limiter = log_limiter(self.poll_group())
-
-        def token() -> bool:
-            # a finished job's last read takes none: no task waits on other jobs' logs
-            return final or limiter.try_acquire()
-
-        # Log file URLs (SAS URLs on Azure) stay in memory, never in the stored cursor.
-        files, listed = self._log_files.get(name, ({}, 0.0))
-        if not files or now - listed >= LOG_FILES_INTERVAL:  # at the end astatus listed them
-            if not token():
-                return [], cursor
-            files = user_logs(await self.aclient.run_details(name))
-            self._log_files[name] = (files, now)
-        self._log_read[name] = now
-        offsets = dict(cursor["files"])
-        lines: list[str] = []
-        for path in sorted(files):
-            if not token():
-                break
-            offset = offsets.get(path, 0)
-            data = (await self.aclient.read_log(files[path], offset))[:LOG_READ_MAX]
-            complete = data.rfind(b"\n") + 1  # a line still being written waits for its end
-            if final:
-                complete = len(data)
-            offsets[path] = offset + complete
-            prefix = f"{rank_of(path)}: " if len(files) > 1 else ""
-            lines.extend(
-                prefix + line for line in data[:complete].decode(errors="replace").splitlines()
-            )
-        cursor["files"] = offsets
-        return lines, cursor
+        return await self._logs.read(
+            name, self._states.get(name), cursor,
+            client=lambda: self.aclient, limiter=lambda: log_limiter(self.poll_group()),
+        )  # fmt: skip
 
     async def aclose(self) -> None:
         client, self._async = self._async, None
