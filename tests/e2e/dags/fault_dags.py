@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
+import fault_operators
 from airflow.sdk import dag
 from step_helpers import record_pid, wait_for_file
 
@@ -14,20 +15,12 @@ from airflow_stepop import LocalStepOperator
 RESULTS = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
 
 
-class LosesWorkerAfterSuccess(LocalStepOperator):
-    """Try 1's worker dies after its job succeeded and before the result reached Airflow."""
-
-    def execute_complete(self, context, event):
-        if context["ti"].try_number == 1:
-            raise RuntimeError("simulated: worker lost before execute_complete")
-        return super().execute_complete(context, event)
+class LosesWorkerAfterSuccess(fault_operators.LosesWorkerAfterSuccess, LocalStepOperator):
+    pass
 
 
-class FailsAfterSubmit(LocalStepOperator):
-    """Something fails in execute() after the submit (e.g. the API server does not answer)."""
-
-    def defer(self, **kwargs):
-        raise RuntimeError("simulated: failure after submit")
+class FailsAfterSubmit(fault_operators.FailsAfterSubmit, LocalStepOperator):
+    pass
 
 
 def count_and_answer(counter: str) -> str:
