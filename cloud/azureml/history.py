@@ -7,7 +7,6 @@ none, as in Azure) and ``logFiles``, URLs of the fake's own log routes. Lines he
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -36,9 +35,7 @@ class RunHistoryRoutes(AzureMLState):
         r.add("GET", rf"/_fake/logs/(?P<job>{SEG})", "FakeLogs", self.all_logs)
 
     def _log_files(self, job: AmlJob, base: str) -> dict[str, str]:
-        now = time.time()
-        with self._lock:
-            files = sorted({ln.file for ln in job.logs if ln.visible_at <= now})
+        files = sorted({ln.file for ln in self._visible(job)})
         return {f: f"{base}/_fake/azureml/logs/{job.name}/{f}" for f in files}
 
     def run_details(self, req: Request) -> Response:

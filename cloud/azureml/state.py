@@ -39,7 +39,6 @@ AZURITE_ACCOUNT = "devstoreaccount1"
 @dataclass
 class LogLine:
     ts: float
-    visible_at: float  # later than ts under a log_delay fault
     file: str  # e.g. user_logs/std_log.txt
     text: str
 
@@ -156,14 +155,12 @@ class AzureMLState(FakeService):
 
     def _log(self, job: AmlJob, file: str, text: str, ts: float | None = None) -> None:
         ts = ts or time.time()
-        delay = self.faults.seconds("log_delay")
         with self._lock:
-            job.logs.append(LogLine(ts, ts + delay, file, text))
+            job.logs.append(LogLine(ts, file, text))
 
     def _visible(self, job: AmlJob, path: str | None = None) -> list[LogLine]:
-        """The job's lines readable now (a log_delay fault holds lines back)."""
-        now = time.time()
+        """The job's lines readable now: a log_delay fault holds back lines younger than its
+        seconds for as long as it stands (clearing it releases them)."""
+        cutoff = time.time() - self.faults.seconds("log_delay")
         with self._lock:
-            return [
-                ln for ln in job.logs if ln.visible_at <= now and (path is None or ln.file == path)
-            ]
+            return [ln for ln in job.logs if ln.ts <= cutoff and (path is None or ln.file == path)]

@@ -39,7 +39,8 @@ Fault rules (``kind`` picks the behaviour; unknown kinds are refused with 400):
     preempts it; ``after_seconds`` delays it (Vertex, Azure ML: after the attempt took the rule,
     default 0.5; SageMaker: once the job has that many billable seconds, default 0).
 ``{"kind": "log_delay", "seconds": 2}``
-    log lines become readable only that long after they were written.
+    log lines become readable only that long after they were written, for as long as the rule
+    stands: clearing the faults releases every line held back.
 
 ``operation`` is an operation name or ``"*"``; ``count`` is how many times the rule fires before
 it retires itself (default: no limit; 1 for ``job_failure`` and ``preempt``; ``null`` for no

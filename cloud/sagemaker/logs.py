@@ -1,7 +1,7 @@
 """CloudWatch Logs for the SageMaker fake: a job's output lines, batched, into moto.
 
 Lines go to group ``/aws/sagemaker/TrainingJobs``, stream ``<job>/algo-<n>-<epoch>``, as the
-service writes them; a ``log_delay`` fault holds lines back that long.
+service writes them; a ``log_delay`` fault holds lines back that long, while it stands.
 """
 
 from __future__ import annotations

@@ -73,7 +73,6 @@ def _log_json(job: Job, entry: LogEntry) -> dict[str, Any]:
         },
         "textPayload": entry.text,
         "timestamp": rfc3339(entry.ts),
-        "receiveTimestamp": rfc3339(entry.visible_at),
         "severity": "ERROR" if entry.stream == "stderr" else "INFO",
         "insertId": f"{entry.seq:016x}",
     }

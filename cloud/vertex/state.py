@@ -24,7 +24,6 @@ TERMINAL = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "J
 @dataclass
 class LogEntry:
     ts: float
-    visible_at: float
     task: str
     stream: str
     text: str
@@ -117,16 +116,16 @@ class VertexState(FakeService):
     # --- log lines ----------------------------------------------------------------------------
     def _log(self, job: Job, task: str, stream: str, text: str, ts: float | None = None) -> None:
         ts = ts or time.time()
-        delay = self.faults.seconds("log_delay")
         with self._lock:
             self._log_seq += 1
-            job.logs.append(LogEntry(ts, ts + delay, task, stream, text, self._log_seq))
+            job.logs.append(LogEntry(ts, task, stream, text, self._log_seq))
 
     def _visible_logs(self, job: Job, task: str | None = None) -> list[LogEntry]:
-        """The job's lines readable now (a log_delay fault holds lines back)."""
-        now = time.time()
+        """The job's lines readable now: a log_delay fault holds back lines younger than its
+        seconds for as long as it stands (clearing it releases them)."""
+        cutoff = time.time() - self.faults.seconds("log_delay")
         with self._lock:
-            return [e for e in job.logs if e.visible_at <= now and (task is None or e.task == task)]
+            return [e for e in job.logs if e.ts <= cutoff and (task is None or e.task == task)]
 
     def _stop_jobs(self) -> None:
         """Cancel every job and wait for their threads (reset, shutdown)."""

@@ -467,12 +467,13 @@ def test_spot_preemption_resumes_from_checkpoint(
 def test_delayed_logs(
     sm: Any, logs: Any, ctl: FakeControl, request_for: Callable[..., dict[str, Any]]
 ) -> None:
-    ctl.add_faults({"kind": "log_delay", "seconds": 2.0})
+    ctl.add_faults({"kind": "log_delay", "seconds": 3600})
     req = request_for("ok")
     name = req["TrainingJobName"]
     sm.create_training_job(**req)
     finished(sm, name)
     assert not any(log_lines(logs, name).values())
+    ctl.clear_faults()
     lines = wait_for(lambda: log_lines(logs, name), 15, "the delayed log lines")
     assert any("to stderr" in v for v in lines.values())
 
