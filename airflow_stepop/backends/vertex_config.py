@@ -271,7 +271,9 @@ def _hardware(
             )
         if resources is None:
             return None, None, 0
-        chosen = catalog.resolve(resources, owner=f"{OWNER}.resources", explicit="machine_type")
+        chosen = catalog.resolve(
+            resources, owner=f"{OWNER}.resources", explicit="machine_type", count="replica_count"
+        )
         return split_machine(chosen.name)
     if not isinstance(machine_type, str) or not _MACHINE.fullmatch(machine_type):
         raise SettingsError(

@@ -99,9 +99,18 @@ class Catalog:
         return None
 
     def resolve(
-        self, want: ResourceSettings, *, owner: str = "resources", explicit: str = "instance_type"
+        self,
+        want: ResourceSettings,
+        *,
+        owner: str = "resources",
+        explicit: str = "instance_type",
+        count: str = "instance_count",
     ) -> MachineType:
-        """The cheapest type that fits ``want`` (ties: fewer GPUs, vCPUs, memory, then name)."""
+        """The cheapest type that fits ``want`` (ties: fewer GPUs, vCPUs, memory, then name).
+
+        ``explicit`` and ``count`` are the operator's own argument names for a machine type and
+        a machine count, so that the error tells the user what to write.
+        """
         fitting = [m for m in self.types if m.fits(want)]
         if fitting:
             return min(fitting, key=_cost_order)
@@ -119,7 +128,7 @@ class Catalog:
         raise NoFittingMachineError(
             f"{owner}={want.shown()} fits no {self.service} machine type in the catalog "
             f"(catalog date {self.date}). Closest: {shown}. Ask for less (or more machines with "
-            f"instance_count), or name a type explicitly with {explicit}=."
+            f"{count}), or name a type explicitly with {explicit}=."
         )
 
 

@@ -212,7 +212,8 @@ def test_a_request_nothing_fits_names_the_three_closest_machines():
     assert "VertexStepOperator.resources=ResourceSettings(gpu_count=16, gpu_type='H100')" in message
     closest = re.search(r"Closest: (.*)\. Ask", message).group(1).split("; ")
     assert len(closest) == 3 and closest[0].startswith("a3-highgpu-8g+NVIDIA_H100_80GBx8")
-    assert "machine_type=" in message
+    assert "more machines with replica_count" in message and "machine_type=" in message
+    assert "instance_count" not in message
 
 
 def test_max_runtime_defaults_to_execution_timeout_plus_a_grace_then_seven_days():
