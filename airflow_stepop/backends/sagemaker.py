@@ -16,9 +16,10 @@ request's shape in ``sagemaker_launch.py``. How a step becomes a job:
   ``<run_uri>/<job>/output/model``, which is where result refs point (the handle's output_uri);
 * the deterministic job name comes from ``naming.job_name``; ``find_active`` re-attaches to an
   InProgress job of the same task instance (ListTrainingJobs NameContains the key prefix);
-* the triggerer side uses the amazon provider's async hooks (aiobotocore): DescribeTrainingJob,
-  CloudWatch Logs with one cursor (nextForwardToken) per stream and a bounded request rate,
-  StopTrainingJob on kill.
+* the triggerer side uses the amazon provider's async hooks (aiobotocore): ListTrainingJobs
+  pages for the shared poller (DescribeTrainingJob for a job they leave out and once per
+  ended job), CloudWatch Logs with one cursor (nextForwardToken) per stream and a bounded
+  request rate, StopTrainingJob on kill.
 """
 
 from __future__ import annotations
