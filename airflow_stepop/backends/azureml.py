@@ -22,11 +22,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from airflow_stepop.backends.azureml_config import CATALOG, AzureMLJobConfig, prices
+from airflow_stepop.backends.azureml_config import CATALOG, TASK_TAG, AzureMLJobConfig, prices
 from airflow_stepop.backends.azureml_launch import (
     ENTRY_FILE,
     LAUNCH_FILE,
-    TASK_TAG,
     AzureMLConfigError,
     billing_facts,
     build_launch,

@@ -26,6 +26,8 @@ _COMPUTE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{1,31}$")
 _EXPERIMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
 _GUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 _SHM = re.compile(r"^\d+[bkmgBKMG]$")
+TASK_TAG = "stepop_task"  # every job of ours carries it: the List filter of polls and re-attach
+OWN_TAG_PREFIXES = ("airflow_", "stepop")  # the tags every job gets start with one of these
 _TAG_KEY = re.compile(r"^[^<>%&\\?/]{1,256}$")
 _TAG_VALUE = re.compile(r"^.{0,256}$", re.DOTALL)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -103,6 +105,7 @@ class AzureMLJobConfig:
             value_pattern=_TAG_VALUE, value_rule="values are strings of at most 256 characters.",
             limit=50,
         )  # fmt: skip
+        _check_reserved_tags(owner, tag_map)
         for name in environment or {}:
             if not isinstance(name, str) or not _ENV_NAME.match(name):
                 raise SettingsError(
@@ -223,3 +226,15 @@ def prices(instance_type: str) -> tuple[float | None, float | None]:
     if machine is None:
         return None, None
     return machine.price_per_hour, getattr(machine, "spot_price_per_hour", None)
+
+
+def _check_reserved_tags(owner: str, tags: dict[str, str]) -> None:
+    """A user's tag of one of our keys would silently replace ours, which names the task."""
+    for key in tags:
+        if key.lower().startswith(OWN_TAG_PREFIXES):
+            raise SettingsError(
+                f"{owner}.tags has the key {key!r}, which is ours: every job carries "
+                f"airflow_dag_id, airflow_task_id, airflow_run_id, airflow_map_index and "
+                f"{TASK_TAG} (polling and re-attach find jobs by {TASK_TAG}). Rename it, "
+                f"e.g. 'my_{key}'."
+            )

@@ -30,7 +30,6 @@ from airflow_stepop.backends.base import JobRequest, JobStatus
 
 ENTRY_FILE = "stepop_entry.py"
 LAUNCH_FILE = "stepop_launch.json"
-TASK_TAG = "stepop_task"  # every job of ours carries it: the List filter of polls and re-attach
 PENDING = frozenset({"NotStarted", "Starting", "Provisioning", "Preparing", "Queued"})
 RUNNING = frozenset({"Running", "Finalizing", "CancelRequested"})
 # abfs://container/path, abfs://<conn id>@container/path (Airflow's form: the connection's

@@ -60,6 +60,8 @@ def test_spot_is_the_short_form_of_the_spot_tier():
         ({"image_repository": "no-slash"}, "image_repository='no-slash'"),
         ({"image_uri": "bad image"}, "image_uri='bad image'"),
         ({"artifact_root": "gs://b/x"}, "abfs://mycontainer/stepop"),
+        ({"tags": {"airflow_dag_id": "mine"}}, "'airflow_dag_id', which is ours"),
+        ({"tags": {"stepop_task": "x"}}, "Rename it, e.g. 'my_stepop_task'"),
     ],
 )
 def test_refusals_name_the_value_and_a_valid_example(arguments, says):
