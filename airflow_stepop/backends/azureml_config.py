@@ -27,7 +27,7 @@ _EXPERIMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
 _GUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 _SHM = re.compile(r"^\d+[bkmgBKMG]$")
 TASK_TAG = "stepop_task"  # every job of ours carries it: the List filter of polls and re-attach
-OWN_TAG_PREFIXES = ("airflow_", "stepop")  # the tags every job gets start with one of these
+AIRFLOW_TAG_PREFIX = "airflow_"  # every job's airflow_dag_id, airflow_task_id, ... tags
 _TAG_KEY = re.compile(r"^[^<>%&\\?/]{1,256}$")
 _TAG_VALUE = re.compile(r"^.{0,256}$", re.DOTALL)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -231,7 +231,7 @@ def prices(instance_type: str) -> tuple[float | None, float | None]:
 def _check_reserved_tags(owner: str, tags: dict[str, str]) -> None:
     """A user's tag of one of our keys would silently replace ours, which names the task."""
     for key in tags:
-        if key.lower().startswith(OWN_TAG_PREFIXES):
+        if key == TASK_TAG or key.startswith(AIRFLOW_TAG_PREFIX):
             raise SettingsError(
                 f"{owner}.tags has the key {key!r}, which is ours: every job carries "
                 f"airflow_dag_id, airflow_task_id, airflow_run_id, airflow_map_index and "
