@@ -16,6 +16,15 @@ from typing import Any
 from airflow_stepop.settings import SettingsError
 
 CONN_ID = re.compile(r"^[\w.\-]+$")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Set for every job by the step's entry script (where its inputs, code and result go, its time
+# limit) or by the distribution setup (which rank writes the result): a user's value would make
+# the step read or write the wrong place, so these are refused instead of silently replaced.
+RESERVED_ENV = frozenset({
+    "STEPOP_PATH_MAP", "STEPOP_SPEC_URI", "STEPOP_CODE_PATH", "STEPOP_OUTPUT_URI",
+    "STEPOP_MAX_RUNTIME_S", "STEPOP_CHECKPOINT_DIR",
+    "RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR",
+})  # fmt: skip
 
 
 def is_templated(value: Any) -> bool:
@@ -149,6 +158,22 @@ def string_map(
             raise SettingsError(f"{owner}.{name}[{key!r}]={item!r} is refused; {value_rule}")
         out[key] = item
     return out
+
+
+def environment(owner: str, value: Any) -> dict[str, str]:
+    """The job's environment variables: names a shell takes, string values, none of ours."""
+    env = string_map(
+        owner, "environment", value, key_pattern=ENV_NAME,
+        key_rule="names are letters, digits and _ and do not start with a digit, e.g. 'DATA_DIR'.",
+        value_rule="values are strings, e.g. '1' or '{{ ds }}'.",
+    )  # fmt: skip
+    for name in env:
+        if name in RESERVED_ENV:
+            raise SettingsError(
+                f"{owner}.environment has {name!r}, which every job gets from the step's "
+                f"runtime ({', '.join(sorted(RESERVED_ENV))}). Rename yours, e.g. 'MY_{name}'."
+            )
+    return env
 
 
 def _image_reference(owner: str, value: Any, example: str) -> str | None:

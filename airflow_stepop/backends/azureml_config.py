@@ -28,9 +28,11 @@ _GUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 _SHM = re.compile(r"^\d+[bkmgBKMG]$")
 TASK_TAG = "stepop_task"  # every job of ours carries it: the List filter of polls and re-attach
 AIRFLOW_TAG_PREFIX = "airflow_"  # every job's airflow_dag_id, airflow_task_id, ... tags
+OWN_TAGS = (*(f"{AIRFLOW_TAG_PREFIX}{k}" for k in ("dag_id", "task_id", "run_id", "map_index")),
+            TASK_TAG)  # fmt: skip
+TAG_LIMIT = 50  # tags per Azure resource
 _TAG_KEY = re.compile(r"^[^<>%&\\?/]{1,256}$")
 _TAG_VALUE = re.compile(r"^.{0,256}$", re.DOTALL)
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,6 @@ class AzureMLJobConfig:
         shm_size: Any = None,
         resources: ResourceSettings | None = None,
         docker: DockerSettings | None = None,
-        environment: Any = None,
         artifact_root: str | None = None,
     ) -> AzureMLJobConfig:
         check.matching(owner, "compute", compute, _COMPUTE, "a compute cluster name", "gpu-cluster")
@@ -103,15 +104,11 @@ class AzureMLJobConfig:
             owner, "tags", tags, key_pattern=_TAG_KEY,
             key_rule="keys are 1-256 characters without < > % & \\ ? /.",
             value_pattern=_TAG_VALUE, value_rule="values are strings of at most 256 characters.",
-            limit=50,
+            limit=TAG_LIMIT - len(OWN_TAGS),
+            limit_why=f" (Azure takes {TAG_LIMIT} tags per resource, and {len(OWN_TAGS)} are "
+            "the step's own)",
         )  # fmt: skip
         _check_reserved_tags(owner, tag_map)
-        for name in environment or {}:
-            if not isinstance(name, str) or not _ENV_NAME.match(name):
-                raise SettingsError(
-                    f"{owner}.environment has the name {name!r}; Azure ML takes names of "
-                    "letters, digits and _ that do not start with a digit, e.g. 'DATA_DIR'."
-                )
         check.image(owner, image_uri, docker, image_repository, "myregistry.azurecr.io/train:1.0")
         if shm_size is not None and (not isinstance(shm_size, str) or not _SHM.match(shm_size)):
             raise SettingsError(
@@ -231,10 +228,10 @@ def prices(instance_type: str) -> tuple[float | None, float | None]:
 def _check_reserved_tags(owner: str, tags: dict[str, str]) -> None:
     """A user's tag of one of our keys would silently replace ours, which names the task."""
     for key in tags:
-        if key == TASK_TAG or key.startswith(AIRFLOW_TAG_PREFIX):
+        folded = key.lower()  # Azure tag names ignore case
+        if folded == TASK_TAG or folded.startswith(AIRFLOW_TAG_PREFIX):
             raise SettingsError(
-                f"{owner}.tags has the key {key!r}, which is ours: every job carries "
-                f"airflow_dag_id, airflow_task_id, airflow_run_id, airflow_map_index and "
-                f"{TASK_TAG} (polling and re-attach find jobs by {TASK_TAG}). Rename it, "
-                f"e.g. 'my_{key}'."
+                f"{owner}.tags has the key {key!r}, which is ours (in any case): every job "
+                f"carries {', '.join(OWN_TAGS)} (polling and re-attach find jobs by "
+                f"{TASK_TAG}). Rename it, e.g. 'my_{key}'."
             )

@@ -89,7 +89,6 @@ class AzureMLStepOperator(BaseStepOperator):
             shm_size=shm_size,
             resources=self.resource_settings,
             docker=self.docker_settings,
-            environment=self.environment,
             artifact_root=self.artifact_root,
         )
         self.azureml_conn_id = azureml_conn_id

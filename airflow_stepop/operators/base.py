@@ -16,6 +16,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_stepop import config
+from airflow_stepop.backends import arguments as check
 from airflow_stepop.operators.outcome import read_result, shown, step_failure
 from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
 
@@ -89,7 +90,7 @@ class BaseStepOperator(BaseOperator):
         self.artifact_root = artifact_root
         self.deferrable = deferrable
         self.poll_interval = poll_interval
-        self.environment = dict(environment or {})
+        self.environment = check.environment(name, environment)
 
     @classmethod
     def partial(cls, **kwargs: Any) -> Any:

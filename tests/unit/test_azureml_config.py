@@ -61,7 +61,8 @@ def test_spot_is_the_short_form_of_the_spot_tier():
         ({"image_uri": "bad image"}, "image_uri='bad image'"),
         ({"artifact_root": "gs://b/x"}, "abfs://mycontainer/stepop"),
         ({"tags": {"airflow_dag_id": "mine"}}, "'airflow_dag_id', which is ours"),
-        ({"tags": {"stepop_task": "x"}}, "Rename it, e.g. 'my_stepop_task'"),
+        ({"tags": {"Stepop_Task": "x"}}, "Rename it, e.g. 'my_Stepop_Task'"),
+        ({"tags": {f"k{i}": "v" for i in range(46)}}, "at most 45 are allowed (Azure takes 50"),
     ],
 )
 def test_refusals_name_the_value_and_a_valid_example(arguments, says):

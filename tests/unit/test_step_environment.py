@@ -1,0 +1,52 @@
+"""``environment=``: one rule on every operator, checked when the DAG is parsed."""
+
+from __future__ import annotations
+
+import pytest
+from airflow.sdk import DAG
+
+from airflow_stepop import (
+    AzureMLStepOperator,
+    LocalStepOperator,
+    SageMakerStepOperator,
+    VertexStepOperator,
+)
+from airflow_stepop.settings import SettingsError
+
+ECR_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/t:1"
+OPERATORS = {
+    "local": (LocalStepOperator, {}),
+    "sagemaker": (SageMakerStepOperator, {"image_uri": ECR_IMAGE}),
+    "vertex": (VertexStepOperator, {"image_uri": "us-central1-docker.pkg.dev/p/r/t:1"}),
+    "azureml": (AzureMLStepOperator, {"image_uri": "myregistry.azurecr.io/t:1"}),
+}  # fmt: skip
+
+
+def _op(kind: str, environment: object) -> object:
+    cls, kwargs = OPERATORS[kind]
+    with DAG(f"env_{kind}", schedule=None):
+        return cls(task_id="t", python_callable=len, environment=environment, **kwargs)
+
+
+@pytest.mark.parametrize("kind", sorted(OPERATORS))
+def test_names_strings_and_templates_are_taken_as_given(kind):
+    env = {"DATA_DIR": "/data", "MASTER_PORT": "29600", "PYTHONPATH": "/opt/lib", "DAY": "{{ ds }}"}
+    assert _op(kind, env).environment == env
+
+
+@pytest.mark.parametrize("kind", sorted(OPERATORS))
+@pytest.mark.parametrize(
+    ("environment", "says"),
+    [
+        ({"1BAD": "x"}, "environment has the key '1BAD'; names are letters"),
+        ({"A": 1}, "environment['A']=1 is refused; values are strings"),
+        (["A"], "environment=['A'] must be a dict"),
+        ({"STEPOP_OUTPUT_URI": "s3://b/x"}, "Rename yours, e.g. 'MY_STEPOP_OUTPUT_URI'"),
+        ({"RANK": "1"}, "'RANK', which every job gets from the step's runtime"),
+    ],
+)
+def test_a_refusal_names_the_operator_the_entry_and_the_fix(kind, environment, says):
+    with pytest.raises(SettingsError) as err:
+        _op(kind, environment)
+    assert says in str(err.value)
+    assert str(err.value).startswith(f"{OPERATORS[kind][0].__name__}.environment")
