@@ -104,11 +104,6 @@ def input_dirs(uris: list[str]) -> list[str]:
     return kept
 
 
-def checkpoint_uri(run_uri: str) -> str:
-    """Checkpoints of a task instance: shared by its tries (a retry resumes, too)."""
-    return run_uri.rstrip("/").rsplit("/", 1)[0] + "/checkpoints"
-
-
 def build_launch(
     request: JobRequest,
     spec: dict[str, Any],
@@ -154,7 +149,7 @@ def build_launch(
     if job.spot:
         outputs["checkpoints"] = {
             "jobOutputType": "uri_folder",
-            "uri": locate(checkpoint_uri(run_uri)) + "/",
+            "uri": locate(request.checkpoint_uri) + "/",
             "mode": "ReadWriteMount",
         }
         launch["checkpoints"] = "checkpoints"

@@ -44,6 +44,12 @@ class JobRequest:
     environment: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def checkpoint_uri(self) -> str:
+        """The task instance's checkpoints, beside its tries' run directories: shared by every
+        try, so a retry (or a restarted spot job) resumes from them (``$STEPOP_CHECKPOINT_DIR``)."""
+        return self.run_uri.rstrip("/").rsplit("/", 1)[0] + "/checkpoints"
+
 
 @dataclass(frozen=True)
 class JobStatus:

@@ -33,11 +33,21 @@ log = logging.getLogger(__name__)
 STOP_GRACE_SECONDS = 10.0
 LOCK_FILE = "lock"
 JOB_RECORD = "job.json"
+CHECKPOINT_ENV = "STEPOP_CHECKPOINT_DIR"
 _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
 
+def checkpoint_dir(request: JobRequest) -> str:
+    """The task instance's checkpoint directory (created), shared by its tries as on the clouds:
+    a step written for a spot job's ``$STEPOP_CHECKPOINT_DIR`` runs locally unchanged."""
+    path = Storage().local_path(request.checkpoint_uri)
+    assert path is not None  # under the run's root, which _local_bundle found local
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
 def _job_environment(
-    request: JobRequest, bundle_path: str, max_runtime_s: int | None
+    request: JobRequest, bundle_path: str, checkpoints: str, max_runtime_s: int | None
 ) -> dict[bytes, bytes]:
     """The worker's environment minus Airflow's own (connections, secrets), plus the step's.
 
@@ -52,6 +62,7 @@ def _job_environment(
     pythonpath = request.environment.get("PYTHONPATH")
     env[b"PYTHONPATH"] = os.fsencode(behind_bundle(bundle_path, pythonpath))
     env[b"PYTHONUNBUFFERED"] = b"1"
+    env[CHECKPOINT_ENV.encode()] = os.fsencode(checkpoints)
     env.pop(MAX_RUNTIME_ENV.encode(), None)  # the backend's limit, never an inherited one
     if max_runtime_s:
         env[MAX_RUNTIME_ENV.encode()] = str(max_runtime_s).encode()
@@ -157,7 +168,9 @@ class LocalBackend(StepBackend):
             try:
                 process = subprocess.Popen(
                     command,
-                    env=_job_environment(request, str(bundle), self.max_runtime_s),
+                    env=_job_environment(
+                        request, str(bundle), checkpoint_dir(request), self.max_runtime_s
+                    ),
                     cwd=job_dir,
                     stdin=subprocess.DEVNULL,
                     stdout=output,

@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from airflow_stepop.backends.base import JobRequest, JobStatus
-from airflow_stepop.backends.local import _engine, _exit_status, _local_bundle, behind_bundle
+from airflow_stepop.backends.local import (
+    CHECKPOINT_ENV,
+    _engine,
+    _exit_status,
+    _local_bundle,
+    behind_bundle,
+    checkpoint_dir,
+)
 from airflow_stepop.backends.naming import key_prefix
 from airflow_stepop.runtime.spec import MAX_RUNTIME_ENV
 from airflow_stepop.runtime.storage import Storage
@@ -60,6 +67,7 @@ def submit(
             "PYTHONPATH": behind_bundle(str(bundle), pythonpath),
             "PYTHONUNBUFFERED": "1",
             "HOME": "/tmp",
+            CHECKPOINT_ENV: checkpoint_dir(request),  # the artifact root is mounted as is
         }
     )
     env.pop(MAX_RUNTIME_ENV, None)  # the backend's limit, as in process mode

@@ -150,7 +150,7 @@ class SageMakerBackend(StepBackend):
             body["EnableManagedSpotTraining"] = True
             body["StoppingCondition"]["MaxWaitTimeInSeconds"] = job.max_wait_s
             body["CheckpointConfig"] = {
-                "S3Uri": checkpoint_uri(request.run_uri) + "/",
+                "S3Uri": request.checkpoint_uri + "/",
                 "LocalPath": CHECKPOINT_LOCAL_PATH,
             }
         client = self._clients.hook("sagemaker").conn
@@ -376,16 +376,10 @@ class SageMakerBackend(StepBackend):
                 raise
 
 
-def checkpoint_uri(run_uri: str) -> str:
-    """Checkpoints of a task instance: shared by its tries (a retry resumes, too)."""
-    return run_uri.rstrip("/").rsplit("/", 1)[0] + "/checkpoints"
-
-
 __all__ = [
     "SageMakerBackend",
     "SageMakerConfigError",
     "SageMakerJobConfig",
     "build_launch",
-    "checkpoint_uri",
     "group_prefixes",
 ]

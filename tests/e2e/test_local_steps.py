@@ -63,6 +63,14 @@ def test_a_raising_step_fails_the_task_with_the_remote_exception(results):
     assert "about to fail" in failure  # what the step printed before raising
 
 
+def test_a_retry_resumes_from_the_checkpoints_of_the_failed_try(results, artifact_root):
+    run = _dags(results).checkpoint_resumes().test()
+    assert run.state == "success"
+    assert _xcom_rows("checkpoint_resumes")[("train", "return_value", -1)] == 3
+    (state,) = artifact_root.glob("checkpoint_resumes/*/train/-1/checkpoints/epoch.txt")
+    assert state.read_text() == "6"
+
+
 def test_mapped_steps_run_one_job_per_element(results, tmp_path):
     run = _dags(results).mapped_steps().test()
     assert run.state == "success"

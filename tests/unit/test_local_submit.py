@@ -29,22 +29,23 @@ def test_the_job_gets_the_workers_environment_without_airflows_own_plus_the_step
     monkeypatch.setenv("STEPOP_MAX_RUNTIME_S", "5")  # e.g. a worker that runs in a step
 
     request = _request(environment={"GREETING": "grüß dich"})
-    env = _job_environment(request, "/bundles/abc.zip", None)
+    env = _job_environment(request, "/bundles/abc.zip", "/ckpt", None)
 
     assert not [key for key in env if key.startswith(b"AIRFLOW")]
     assert env[b"STEPOP_TEST_KEPT"] == b"kept"
     assert env[b"GREETING"] == os.fsencode("grüß dich")
     assert env[b"PYTHONPATH"] == b"/bundles/abc.zip"  # the bundle, not the worker's path
     assert env[b"PYTHONUNBUFFERED"] == b"1"
+    assert env[b"STEPOP_CHECKPOINT_DIR"] == b"/ckpt"
     assert all(isinstance(key, bytes) and isinstance(value, bytes) for key, value in env.items())
     assert b"STEPOP_MAX_RUNTIME_S" not in env  # no limit: none inherited either
-    assert _job_environment(request, "/b.zip", 900)[b"STEPOP_MAX_RUNTIME_S"] == b"900"
+    assert _job_environment(request, "/b.zip", "/ckpt", 900)[b"STEPOP_MAX_RUNTIME_S"] == b"900"
 
 
 def test_the_steps_own_pythonpath_comes_after_the_bundle(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/the/workers/path")
     request = _request(environment={"PYTHONPATH": f"/opt/lib{os.pathsep}/opt/more"})
-    env = _job_environment(request, "/bundles/abc.zip", None)
+    env = _job_environment(request, "/bundles/abc.zip", "/ckpt", None)
     assert env[b"PYTHONPATH"].split(os.pathsep.encode()) == [
         b"/bundles/abc.zip", b"/opt/lib", b"/opt/more"
     ]  # fmt: skip
@@ -52,7 +53,8 @@ def test_the_steps_own_pythonpath_comes_after_the_bundle(monkeypatch):
 
 def test_the_steps_environment_wins_over_the_workers(monkeypatch):
     monkeypatch.setenv("STEPOP_TEST_MODE", "worker")
-    env = _job_environment(_request(environment={"STEPOP_TEST_MODE": "step"}), "/b.zip", None)
+    request = _request(environment={"STEPOP_TEST_MODE": "step"})
+    env = _job_environment(request, "/b.zip", "/ckpt", None)
     assert env[b"STEPOP_TEST_MODE"] == b"step"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from pathlib import Path
 
 import fault_operators
 from airflow.sdk import dag, task
@@ -55,6 +56,25 @@ def step_raises():
 
 
 step_raises()
+
+
+@dag(schedule=None)
+def checkpoint_resumes():
+    @task.local_step(retries=1, retry_delay=timedelta(seconds=0))
+    def train() -> int:
+        """Saves each epoch; the first try dies after epoch 3, the retry starts from there."""
+        state = Path(os.environ["STEPOP_CHECKPOINT_DIR"]) / "epoch.txt"
+        start = int(state.read_text()) if state.exists() else 0
+        for epoch in range(start, 6):
+            state.write_text(str(epoch + 1))
+            if start == 0 and epoch == 2:
+                raise RuntimeError("interrupted after epoch 3")
+        return start
+
+    train()
+
+
+checkpoint_resumes()
 
 
 @dag(schedule=None)
