@@ -94,9 +94,15 @@ def conn_id(owner: str, name: str, value: Any, example: str) -> str | None:
 def matching(
     owner: str, name: str, value: Any, pattern: re.Pattern[str], what: str, example: str
 ) -> str | None:
-    """An optional string that must match ``pattern`` (templated values pass until run time)."""
-    if value is None or is_templated(value):
+    """An optional string that must match ``pattern``, given as is: the arguments checked here are
+    not template fields, so a Jinja template would reach the service as its own text."""
+    if value is None:
         return value
+    if is_templated(value):
+        raise SettingsError(
+            f"{owner}.{name}={value!r} is a template, but {name} is not rendered: the service "
+            f"would get this text. Give the value itself, e.g. {example!r}."
+        )
     if not isinstance(value, str) or not pattern.fullmatch(value):
         raise SettingsError(f"{owner}.{name}={value!r} is not {what}; use e.g. {example!r}.")
     return value

@@ -1,4 +1,4 @@
-"""``environment=``: one rule on every operator, checked when the DAG is parsed."""
+"""Argument rules every operator shares, checked when the DAG is parsed."""
 
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ OPERATORS = {
 }  # fmt: skip
 
 
-def _op(kind: str, environment: object) -> object:
+def _op(kind: str, environment: object = None, **arguments: object) -> object:
     cls, kwargs = OPERATORS[kind]
-    with DAG(f"env_{kind}", schedule=None):
-        return cls(task_id="t", python_callable=len, environment=environment, **kwargs)
+    with DAG(f"args_{kind}", schedule=None):
+        return cls(task_id="t", python_callable=len, environment=environment, **kwargs, **arguments)
 
 
 @pytest.mark.parametrize("kind", sorted(OPERATORS))
@@ -50,3 +50,23 @@ def test_a_refusal_names_the_operator_the_entry_and_the_fix(kind, environment, s
         _op(kind, environment)
     assert says in str(err.value)
     assert str(err.value).startswith(f"{OPERATORS[kind][0].__name__}.environment")
+
+
+@pytest.mark.parametrize(
+    ("kind", "argument"),
+    [
+        ("sagemaker", "region_name"),
+        ("vertex", "project_id"),
+        ("vertex", "location"),
+        ("vertex", "service_account"),
+        ("vertex", "experiment"),
+        ("azureml", "compute"),
+        ("azureml", "experiment_name"),
+    ],
+)
+def test_a_template_in_an_argument_that_is_not_rendered_is_refused(kind, argument):
+    with pytest.raises(SettingsError) as err:
+        _op(kind, **{argument: "{{ var.value.x }}"})
+    assert f".{argument}='{{{{ var.value.x }}}}' is a template, but {argument} is not" in str(
+        err.value
+    )
