@@ -206,7 +206,8 @@ def image(owner: str, image_uri: Any, docker: Any, image_repository: Any, exampl
         from airflow_stepop.images.registry import check_repository
 
         try:
-            check_repository(image_repository, f"{owner}.image_repository")
+            repository_example = example.rsplit(":", 1)[0]  # the image example, untagged
+            check_repository(image_repository, f"{owner}.image_repository", repository_example)
         except ValueError as exc:
             raise SettingsError(str(exc)) from exc
 

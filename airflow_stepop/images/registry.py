@@ -29,12 +29,12 @@ class Registry:
     auth_config: dict[str, str] | None = None  # for the docker SDK; never logged or stored
 
 
-def check_repository(value: Any, field: str) -> str:
+def check_repository(value: Any, field: str, example: str) -> str:
+    """``example`` is a repository of the field's own service, for the error."""
     if not isinstance(value, str) or not _REPOSITORY.match(value) or ":" in value.split("/")[-1]:
         raise ValueError(
-            f"{field}={value!r} is not an image repository. Use "
-            "'<account>.dkr.ecr.<region>.amazonaws.com/<name>' for ECR or 'host[:port]/<name>' "
-            "for another registry (no tag: the tag is the environment's content hash)."
+            f"{field}={value!r} is not an image repository. Use e.g. {example!r}: "
+            "host[:port]/name, no tag (the tag is the environment's content hash)."
         )
     return value
 

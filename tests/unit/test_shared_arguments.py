@@ -70,3 +70,18 @@ def test_a_template_in_an_argument_that_is_not_rendered_is_refused(kind, argumen
     assert f".{argument}='{{{{ var.value.x }}}}' is a template, but {argument} is not" in str(
         err.value
     )
+
+
+@pytest.mark.parametrize(
+    ("kind", "example"),
+    [
+        ("sagemaker", "'123456789012.dkr.ecr.us-east-1.amazonaws.com/train'"),
+        ("vertex", "'us-central1-docker.pkg.dev/my-project/train/env'"),
+        ("azureml", "'myregistry.azurecr.io/train'"),
+    ],
+)
+def test_a_bad_image_repository_gets_an_example_of_the_operators_own_registry(kind, example):
+    with pytest.raises(SettingsError) as err:
+        _op(kind, image_repository="reg.example.com/x:1")
+    assert "image_repository='reg.example.com/x:1' is not an image repository" in str(err.value)
+    assert f"Use e.g. {example}" in str(err.value)
