@@ -83,8 +83,13 @@ def runtime_limit(execution_timeout: Any, *, high: int, otherwise: int | None) -
     return min(high, max(1, math.ceil((execution_timeout + RUNTIME_GRACE).total_seconds())))
 
 
-def conn_id(owner: str, name: str, value: Any, example: str) -> str | None:
-    if value is not None and (not isinstance(value, str) or not CONN_ID.match(value)):
+def conn_id(
+    owner: str, name: str, value: Any, example: str, *, optional: bool = False
+) -> str | None:
+    """A connection id; ``optional``: None is allowed too (AWS: boto3's own credential chain)."""
+    if value is None and optional:
+        return value
+    if not isinstance(value, str) or not CONN_ID.match(value):
         raise SettingsError(
             f"{owner}.{name}={value!r} must be an Airflow connection id such as {example!r}."
         )

@@ -114,7 +114,7 @@ class SageMakerArguments:
             raise SettingsError(
                 f"{owner}.role={role!r} is not an IAM role; give its ARN ({arn}) or its name."
             )
-        check.conn_id(owner, "aws_conn_id", aws_conn_id, "aws_default")
+        check.conn_id(owner, "aws_conn_id", aws_conn_id, "aws_default", optional=True)
         check.matching(owner, "region_name", region_name, _REGION, "an AWS region", "us-east-1")
         catalog = load_catalog(CATALOG)
         if instance_type is not None:

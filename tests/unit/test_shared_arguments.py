@@ -85,3 +85,15 @@ def test_a_bad_image_repository_gets_an_example_of_the_operators_own_registry(ki
         _op(kind, image_repository="reg.example.com/x:1")
     assert "image_repository='reg.example.com/x:1' is not an image repository" in str(err.value)
     assert f"Use e.g. {example}" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "argument"), [("vertex", "gcp_conn_id"), ("azureml", "azureml_conn_id")]
+)
+def test_a_connection_id_of_none_is_refused_where_it_has_no_meaning(kind, argument):
+    with pytest.raises(SettingsError, match=f"{argument}=None must be an Airflow connection id"):
+        _op(kind, **{argument: None})
+
+
+def test_aws_conn_id_none_means_boto3s_own_credentials():
+    assert _op("sagemaker", aws_conn_id=None).aws_conn_id is None
