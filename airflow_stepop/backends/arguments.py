@@ -202,6 +202,12 @@ def image(owner: str, image_uri: Any, docker: Any, image_repository: Any, exampl
     """A step needs an image: ``image_uri`` (prebuilt) or ``docker=`` (built, pushed to
     ``image_repository`` when given: a repository, no tag)."""
     _image_reference(owner, image_uri, example)
+    if image_uri is not None and docker is not None:
+        raise SettingsError(
+            f"{owner} has both image_uri={image_uri!r} and docker=: give one. image_uri= runs "
+            "that image as it is; docker=DockerSettings(...) builds one (its requirements and "
+            "environment would be ignored next to image_uri=)."
+        )
     if image_uri is None and docker is None:
         raise SettingsError(
             f"{owner} needs an image: set image_uri= (a prebuilt image with python3) or "

@@ -11,7 +11,7 @@ from airflow_stepop import (
     SageMakerStepOperator,
     VertexStepOperator,
 )
-from airflow_stepop.settings import SettingsError
+from airflow_stepop.settings import DockerSettings, SettingsError
 
 ECR_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/t:1"
 OPERATORS = {
@@ -97,3 +97,9 @@ def test_a_connection_id_of_none_is_refused_where_it_has_no_meaning(kind, argume
 
 def test_aws_conn_id_none_means_boto3s_own_credentials():
     assert _op("sagemaker", aws_conn_id=None).aws_conn_id is None
+
+
+@pytest.mark.parametrize("kind", ["sagemaker", "vertex", "azureml"])
+def test_a_prebuilt_image_and_docker_settings_together_are_refused(kind):
+    with pytest.raises(SettingsError, match="has both image_uri=.* and docker=: give one"):
+        _op(kind, docker=DockerSettings(parent_image="python:3.11-slim", requirements=["numpy"]))
