@@ -225,9 +225,12 @@ def image(owner: str, image_uri: Any, docker: Any, image_repository: Any, exampl
 
 def artifact_root(owner: str, value: str | None, schemes: Sequence[str], example: str) -> None:
     """The operator's artifact_root, when given, must be a URL the service's jobs can read."""
-    if value is not None and not value.startswith(tuple(f"{s}://" for s in schemes)):
+    if value is None:
+        return
+    bucket = value.split("://", 1)[1].split("/", 1)[0] if "://" in value else ""
+    if not value.startswith(tuple(f"{s}://" for s in schemes)) or not bucket:
         shown = " or ".join(f"{s}://" for s in schemes)
         raise SettingsError(
-            f"{owner}.artifact_root={value!r} must be a {shown} URL such as {example!r} (the "
-            "service's jobs read inputs and write results there)."
+            f"{owner}.artifact_root={value!r} must be a {shown} URL with a bucket, such as "
+            f"{example!r} (the service's jobs read inputs and write results there)."
         )

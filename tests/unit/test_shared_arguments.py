@@ -103,3 +103,11 @@ def test_aws_conn_id_none_means_boto3s_own_credentials():
 def test_a_prebuilt_image_and_docker_settings_together_are_refused(kind):
     with pytest.raises(SettingsError, match="has both image_uri=.* and docker=: give one"):
         _op(kind, docker=DockerSettings(parent_image="python:3.11-slim", requirements=["numpy"]))
+
+
+@pytest.mark.parametrize(
+    ("kind", "root"), [("sagemaker", "s3://"), ("sagemaker", "s3:///x"), ("vertex", "gs://")]
+)
+def test_an_artifact_root_without_a_bucket_is_refused(kind, root):
+    with pytest.raises(SettingsError, match="URL with a bucket"):
+        _op(kind, artifact_root=root)
