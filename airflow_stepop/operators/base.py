@@ -88,7 +88,7 @@ class BaseStepOperator(BaseOperator):
         self.resource_settings = resources
         self.docker_settings = docker
         self.artifact_root = artifact_root
-        self.deferrable = deferrable
+        self.deferrable = check.boolean(name, "deferrable", deferrable)
         self.poll_interval = poll_interval
         self.environment = check.environment(name, environment)
 

@@ -111,3 +111,10 @@ def test_a_prebuilt_image_and_docker_settings_together_are_refused(kind):
 def test_an_artifact_root_without_a_bucket_is_refused(kind, root):
     with pytest.raises(SettingsError, match="URL with a bucket"):
         _op(kind, artifact_root=root)
+
+
+@pytest.mark.parametrize("kind", sorted(OPERATORS))
+def test_deferrable_must_be_a_boolean(kind):
+    with pytest.raises(SettingsError, match=r"deferrable='no' must be True or False"):
+        _op(kind, deferrable="no")
+    assert _op(kind, deferrable=False).deferrable is False
