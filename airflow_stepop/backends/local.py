@@ -133,7 +133,9 @@ class LocalBackend(StepBackend):
         bundle = _local_bundle(request)
         job_dir = self.jobs_dir / request.job_name
         job_dir.mkdir(parents=True, exist_ok=False)
-        if request.docker is not None and (client := _engine()) is not None:
+        # Creating a container copies its image's files on some storage drivers (vfs): tens of
+        # seconds on a busy host, so the worker's submit waits longer than the trigger's calls.
+        if request.docker is not None and (client := _engine(timeout=120)) is not None:
             from airflow_stepop.backends import local_container
 
             handle = local_container.submit(
@@ -316,8 +318,8 @@ def _alive(job_dir: Path) -> bool:
     return False
 
 
-def _engine() -> Any | None:
+def _engine(timeout: int = 30) -> Any | None:
     """A client of the container engine, or None when none answers."""
     from airflow_stepop.images.builder import engine_client
 
-    return engine_client(timeout=30)
+    return engine_client(timeout=timeout)
