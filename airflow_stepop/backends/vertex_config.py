@@ -18,7 +18,6 @@ from typing import Any
 from airflow_stepop.backends import arguments as check
 from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
 
-OWNER = "VertexStepOperator"
 CATALOG = "vertex_custom_training"
 DEFAULT_RUNTIME_S = 7 * 24 * 3600  # Vertex's own default scheduling.timeout
 MAX_RUNTIME_S = 30 * 24 * 3600
@@ -107,6 +106,7 @@ class VertexJobConfig:
     @classmethod
     def from_arguments(
         cls,
+        owner: str,
         *,
         resources: ResourceSettings | None,
         docker: DockerSettings | None,
@@ -135,58 +135,58 @@ class VertexJobConfig:
 
         catalog = load(CATALOG)
         machine, accelerator, count = _hardware(
-            catalog, resources, machine_type, accelerator_type, accelerator_count
+            owner, catalog, resources, machine_type, accelerator_type, accelerator_count
         )
         if machine is None:
             machine, accelerator, count = split_machine(config.get("vertex_default_machine_type"))
         replicas = check.whole_number(
-            OWNER, "replica_count", replica_count, low=1, high=MAX_REPLICAS
+            owner, "replica_count", replica_count, low=1, high=MAX_REPLICAS
         )
         disk = check.whole_number(
-            OWNER, "boot_disk_size_gb", boot_disk_size_gb, low=100, high=64000
+            owner, "boot_disk_size_gb", boot_disk_size_gb, low=100, high=64000
         )
         if max_runtime is not None:
-            runtime = check.seconds(OWNER, "max_runtime", max_runtime, low=1, high=MAX_RUNTIME_S,
+            runtime = check.seconds(owner, "max_runtime", max_runtime, low=1, high=MAX_RUNTIME_S,
                                     service="Vertex AI")  # fmt: skip
         else:  # the task's deadline plus a grace: the trigger, not Vertex, ends a late job
             runtime = check.runtime_limit(
                 execution_timeout, high=MAX_RUNTIME_S, otherwise=DEFAULT_RUNTIME_S
             )
-        check.boolean(OWNER, "spot", spot)
-        check.boolean(OWNER, "restart_on_worker_restart", restart_on_worker_restart)
-        check.matching(OWNER, "service_account", service_account, _ACCOUNT, "a service account",
+        check.boolean(owner, "spot", spot)
+        check.boolean(owner, "restart_on_worker_restart", restart_on_worker_restart)
+        check.matching(owner, "service_account", service_account, _ACCOUNT, "a service account",
                        "trainer@my-project.iam.gserviceaccount.com")  # fmt: skip
-        check.matching(OWNER, "network", network, _NETWORK, "a VPC network name",
+        check.matching(owner, "network", network, _NETWORK, "a VPC network name",
                        "projects/123456789012/global/networks/my-vpc")  # fmt: skip
         kms_example = "projects/my-project/locations/us-central1/keyRings/ml/cryptoKeys/k"
-        check.matching(OWNER, "encryption_key", encryption_key, _KMS, "a Cloud KMS key name",
+        check.matching(owner, "encryption_key", encryption_key, _KMS, "a Cloud KMS key name",
                        kms_example)  # fmt: skip
         label_map = check.string_map(
-            OWNER, "labels", labels, key_pattern=_LABEL_KEY, limit=USER_LABELS_MAX,
+            owner, "labels", labels, key_pattern=_LABEL_KEY, limit=USER_LABELS_MAX,
             limit_why=f" (Vertex takes {MAX_LABELS} labels per job, and "
                       f"{MAX_LABELS - USER_LABELS_MAX} are the step's own)",
             key_rule="keys are 1-63 lowercase letters, digits, '_' or '-', starting with a letter.",
             value_pattern=_LABEL_VALUE,
             value_rule="values are at most 63 lowercase letters, digits, '_' or '-'.",
         )  # fmt: skip
-        _check_reserved_labels(label_map)
+        _check_reserved_labels(owner, label_map)
         example = "us-central1-docker.pkg.dev/my-project/train/env:1.0"
-        check.image(OWNER, image_uri, docker, image_repository, example)
-        check.matching(OWNER, "persistent_resource_id", persistent_resource_id, _RESOURCE_ID,
+        check.image(owner, image_uri, docker, image_repository, example)
+        check.matching(owner, "persistent_resource_id", persistent_resource_id, _RESOURCE_ID,
                        "a persistent resource id", "stepop-warm-pool")  # fmt: skip
-        check.matching(OWNER, "experiment", experiment, _EXPERIMENT,
+        check.matching(owner, "experiment", experiment, _EXPERIMENT,
                        "a Vertex AI experiment name", "churn-model")  # fmt: skip
         if experiment is not None and service_account is None:
             raise SettingsError(
-                f"{OWNER}.experiment={experiment!r} needs service_account=: Vertex AI runs a job "
+                f"{owner}.experiment={experiment!r} needs service_account=: Vertex AI runs a job "
                 "that logs to an experiment only as a service account of yours. Pass e.g. "
                 "service_account='trainer@my-project.iam.gserviceaccount.com' (it needs "
                 "roles/aiplatform.user), or leave experiment out."
             )
-        check.artifact_root(OWNER, artifact_root, ("gs",), "gs://my-bucket/stepop")
+        check.artifact_root(owner, artifact_root, ("gs",), "gs://my-bucket/stepop")
         if environment and len(environment) > ENV_ENTRIES_MAX:
             raise SettingsError(
-                f"{OWNER}.environment has {len(environment)} entries; a Vertex container takes "
+                f"{owner}.environment has {len(environment)} entries; a Vertex container takes "
                 f"100 variables, {ENV_ENTRIES_MAX} of them the step's. Pass fewer (e.g. one JSON "
                 "value)."
             )
@@ -204,27 +204,27 @@ class VertexJobConfig:
         )  # fmt: skip
 
 
-def _check_reserved_labels(labels: Mapping[str, str]) -> None:
+def _check_reserved_labels(owner: str, labels: Mapping[str, str]) -> None:
     for key in labels:
         if key in OUR_LABELS or key.startswith(AIRFLOW_LABEL_PREFIX):
             raise SettingsError(
-                f"{OWNER}.labels has the key {key!r}, which is ours: every step's job carries "
+                f"{owner}.labels has the key {key!r}, which is ours: every step's job carries "
                 f"{', '.join(OUR_LABELS)} and {AIRFLOW_LABEL_PREFIX}* labels (finding and "
                 f"re-attaching to its jobs depends on them). Rename it, e.g. 'my_{key}'."
             )
 
 
 def access_arguments(
-    gcp_conn_id: Any, project_id: Any, location: Any, impersonation_chain: Any
+    owner: str, gcp_conn_id: Any, project_id: Any, location: Any, impersonation_chain: Any
 ) -> tuple[str, str | None, str | None, list[str]]:
     """The connection, project, region and impersonation chain, checked."""
-    check.conn_id(OWNER, "gcp_conn_id", gcp_conn_id, "google_cloud_default")
-    check.matching(OWNER, "project_id", project_id, _PROJECT, "a Google Cloud project id",
+    check.conn_id(owner, "gcp_conn_id", gcp_conn_id, "google_cloud_default")
+    check.matching(owner, "project_id", project_id, _PROJECT, "a Google Cloud project id",
                    "my-project")  # fmt: skip
-    check.matching(OWNER, "location", location, _LOCATION, "a Vertex AI region", "us-central1")
+    check.matching(owner, "location", location, _LOCATION, "a Vertex AI region", "us-central1")
     if isinstance(impersonation_chain, str):
         impersonation_chain = [impersonation_chain]
-    chain = check.id_list(OWNER, "impersonation_chain", impersonation_chain, _ACCOUNT,
+    chain = check.id_list(owner, "impersonation_chain", impersonation_chain, _ACCOUNT,
                           "deployer@my-project.iam.gserviceaccount.com", limit=10,
                           service="the IAM credentials API")  # fmt: skip
     return gcp_conn_id, project_id, location, list(chain)
@@ -244,6 +244,7 @@ def split_machine(name: str) -> tuple[str, str | None, int]:
 
 
 def _hardware(
+    owner: str,
     catalog: Any,
     resources: ResourceSettings | None,
     machine_type: Any,
@@ -253,31 +254,31 @@ def _hardware(
     """An explicit machine (checked against the catalog's pairings) wins over ``resources=``."""
     if accelerator_type is not None and accelerator_type not in ACCELERATORS:
         raise SettingsError(
-            f"{OWNER}.accelerator_type={accelerator_type!r} is not a Vertex accelerator type; "
+            f"{owner}.accelerator_type={accelerator_type!r} is not a Vertex accelerator type; "
             "use e.g. 'NVIDIA_TESLA_T4', 'NVIDIA_L4' or 'NVIDIA_TESLA_A100'."
         )
     if accelerator_count is not None:
-        check.whole_number(OWNER, "accelerator_count", accelerator_count, low=1, high=16)
+        check.whole_number(owner, "accelerator_count", accelerator_count, low=1, high=16)
         if accelerator_type is None:
             raise SettingsError(
-                f"{OWNER}.accelerator_count={accelerator_count!r} needs accelerator_type=, "
+                f"{owner}.accelerator_count={accelerator_count!r} needs accelerator_type=, "
                 "e.g. accelerator_type='NVIDIA_TESLA_T4'."
             )
     if machine_type is None:
         if accelerator_type is not None:
             raise SettingsError(
-                f"{OWNER}.accelerator_type={accelerator_type!r} needs machine_type=, e.g. "
+                f"{owner}.accelerator_type={accelerator_type!r} needs machine_type=, e.g. "
                 "machine_type='n1-standard-8' (or ask with resources=ResourceSettings(...))."
             )
         if resources is None:
             return None, None, 0
         chosen = catalog.resolve(
-            resources, owner=f"{OWNER}.resources", explicit="machine_type", count="replica_count"
+            resources, owner=f"{owner}.resources", explicit="machine_type", count="replica_count"
         )
         return split_machine(chosen.name)
     if not isinstance(machine_type, str) or not _MACHINE.fullmatch(machine_type):
         raise SettingsError(
-            f"{OWNER}.machine_type={machine_type!r} is not a Vertex machine type; use e.g. "
+            f"{owner}.machine_type={machine_type!r} is not a Vertex machine type; use e.g. "
             "'n1-standard-8', 'e2-standard-4' or 'a2-highgpu-1g'."
         )
     # Accelerator-optimized types come with their GPUs: the catalog knows which.
@@ -286,26 +287,28 @@ def _hardware(
         (kind, count), *_ = {split_machine(name)[1:] for name in fixed}
         if (accelerator_type, accelerator_count) not in {(None, None), (kind, None), (kind, count)}:
             raise SettingsError(
-                f"{OWNER}: machine_type={machine_type!r} comes with {count} x {kind}; leave "
+                f"{owner}: machine_type={machine_type!r} comes with {count} x {kind}; leave "
                 f"accelerator_type and accelerator_count out or set accelerator_type={kind!r}, "
                 f"accelerator_count={count}."
             )
         return machine_type, kind, count
     family = bundled_family(machine_type)
     if family is not None:
-        return _bundled(machine_type, BUNDLED_FAMILIES[family], accelerator_type, accelerator_count)
+        return _bundled(
+            owner, machine_type, BUNDLED_FAMILIES[family], accelerator_type, accelerator_count
+        )
     if accelerator_type is None:
         return machine_type, None, 0  # not in the catalog: accepted as given, without a price
     if not machine_type.startswith("n1-") or accelerator_type not in N1_GPU_COUNTS:
         raise SettingsError(
-            f"{OWNER}.accelerator_type={accelerator_type!r} cannot be attached to "
+            f"{owner}.accelerator_type={accelerator_type!r} cannot be attached to "
             f"machine_type={machine_type!r}. {_where_it_goes(catalog, accelerator_type)}"
         )
     count = accelerator_count or 1
     allowed = N1_GPU_COUNTS[accelerator_type]
     if count not in allowed:
         raise SettingsError(
-            f"{OWNER}.accelerator_count={count} is not a count of {accelerator_type} an n1 "
+            f"{owner}.accelerator_count={count} is not a count of {accelerator_type} an n1 "
             f"machine takes: use one of {', '.join(map(str, allowed))}."
         )
     return machine_type, accelerator_type, count
@@ -319,7 +322,11 @@ def bundled_family(machine_type: str) -> str | None:
 
 
 def _bundled(
-    machine_type: str, kinds: tuple[str, ...], accelerator_type: Any, accelerator_count: Any
+    owner: str,
+    machine_type: str,
+    kinds: tuple[str, ...],
+    accelerator_type: Any,
+    accelerator_count: Any,
 ) -> tuple[str, str, int]:
     """A type of an accelerator-optimized family the catalog does not list: as given, but
     Vertex needs its accelerators named (a machine spec without them is refused)."""
@@ -331,18 +338,18 @@ def _bundled(
     )
     if accelerator_type is None:
         raise SettingsError(
-            f"{OWNER}.machine_type={machine_type!r} is not in the catalog, so the accelerators "
+            f"{owner}.machine_type={machine_type!r} is not in the catalog, so the accelerators "
             f"it comes with are not known, and Vertex needs them named: give {example}; or ask "
             "with resources=ResourceSettings(gpu_type=..., gpu_count=...) for a catalog type."
         )
     if accelerator_type not in kinds:
         raise SettingsError(
-            f"{OWNER}.accelerator_type={accelerator_type!r} does not come with "
+            f"{owner}.accelerator_type={accelerator_type!r} does not come with "
             f"machine_type={machine_type!r}: give {example}."
         )
     if count is None:
         raise SettingsError(
-            f"{OWNER}.machine_type={machine_type!r} needs accelerator_count= (how many "
+            f"{owner}.machine_type={machine_type!r} needs accelerator_count= (how many "
             f"{accelerator_type} it comes with), e.g. accelerator_count=8."
         )
     return machine_type, accelerator_type, count

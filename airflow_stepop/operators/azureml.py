@@ -20,8 +20,6 @@ from airflow_stepop.backends.azureml_roots import check_root
 from airflow_stepop.links.job import StepExperimentLink, StepJobLink, StepLogsLink
 from airflow_stepop.operators.base import BaseStepOperator
 
-OWNER = "AzureMLStepOperator"
-
 
 class AzureMLStepOperator(BaseStepOperator):
     """Run ``python_callable`` as an Azure ML command job; results come back as references.
@@ -71,9 +69,9 @@ class AzureMLStepOperator(BaseStepOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        check.conn_id(OWNER, "azureml_conn_id", azureml_conn_id, "azureml_default")
+        check.conn_id(self.argument_owner, "azureml_conn_id", azureml_conn_id, "azureml_default")
         self.azureml = AzureMLJobConfig.from_arguments(
-            OWNER,
+            self.argument_owner,
             compute=compute,
             instance_type=instance_type,
             instance_count=instance_count,
@@ -102,7 +100,7 @@ class AzureMLStepOperator(BaseStepOperator):
             field = "[stepop] azureml_artifact_root"
         else:
             field = "[stepop] artifact_root"
-        check_root(OWNER, root, field)
+        check_root(self.argument_owner, root, field)
         job = replace(self.azureml, image_uri=self.image_uri, artifact_root=root).completed(
             dag_id=self.dag_id,
             execution_timeout=self.execution_timeout,

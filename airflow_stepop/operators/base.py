@@ -56,7 +56,7 @@ class BaseStepOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        name = getattr(self, "custom_operator_name", None) or type(self).__name__
+        name = self.argument_owner
         if step_resources is not None:  # resources= of a mapped step (see partial())
             resources = step_resources
         if not callable(python_callable):
@@ -101,6 +101,12 @@ class BaseStepOperator(BaseOperator):
         """
         kwargs = rename_step_resources(kwargs)
         return super().partial(**kwargs)
+
+    @property
+    def argument_owner(self) -> str:
+        """How errors name this operator: as the user wrote it (``@task.vertex_step``, or the
+        class name), so an argument's error points at the line that passed it."""
+        return getattr(self, "custom_operator_name", None) or type(self).__name__
 
     # ---- what a service's subclass provides ------------------------------------------------
 

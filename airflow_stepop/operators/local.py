@@ -24,11 +24,8 @@ class LocalStepOperator(BaseStepOperator):
     def __init__(self, *, max_runtime: timedelta | int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if self.artifact_root is not None:
-            check_root(f"{self._owner()}.artifact_root", self.artifact_root)
-        self.max_runtime_s = max_runtime_seconds(self._owner(), max_runtime)
-
-    def _owner(self) -> str:
-        return getattr(self, "custom_operator_name", None) or type(self).__name__
+            check_root(f"{self.argument_owner}.artifact_root", self.artifact_root)
+        self.max_runtime_s = max_runtime_seconds(self.argument_owner, max_runtime)
 
     def step_artifact_root(self) -> str:
         """The root the step stages to, checked before anything is uploaded there."""

@@ -73,7 +73,7 @@ class SageMakerStepOperator(BaseStepOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.sagemaker = SageMakerArguments.check(
-            "SageMakerStepOperator",
+            self.argument_owner,
             resources=self.resource_settings,
             docker=self.docker_settings,
             artifact_root=self.artifact_root,
@@ -106,7 +106,7 @@ class SageMakerStepOperator(BaseStepOperator):
 
     def _job_config(self) -> SageMakerJobConfig:
         return self.sagemaker.job_config(
-            "SageMakerStepOperator",
+            self.argument_owner,
             role=self.role,
             image_uri=self.image_uri,
             artifact_root=self.step_artifact_root(),

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_stepop.backends.vertex import VertexBackend
-from airflow_stepop.backends.vertex_config import OWNER, VertexJobConfig, access_arguments
+from airflow_stepop.backends.vertex_config import VertexJobConfig, access_arguments
 from airflow_stepop.links.job import StepExperimentLink, StepJobLink, StepLogsLink
 from airflow_stepop.operators.base import BaseStepOperator
 from airflow_stepop.settings import SettingsError
@@ -82,9 +82,12 @@ class VertexStepOperator(BaseStepOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.gcp_conn_id, self.project_id, self.location, self.impersonation_chain = (
-            access_arguments(gcp_conn_id, project_id, location, impersonation_chain)
+            access_arguments(
+                self.argument_owner, gcp_conn_id, project_id, location, impersonation_chain
+            )
         )
         self.job_config = VertexJobConfig.from_arguments(
+            self.argument_owner,
             resources=self.resource_settings, docker=self.docker_settings,
             artifact_root=self.artifact_root, execution_timeout=self.execution_timeout,
             machine_type=machine_type, accelerator_type=accelerator_type,
@@ -107,7 +110,7 @@ class VertexStepOperator(BaseStepOperator):
         root = self.step_artifact_root()
         if not root.startswith("gs://"):
             raise SettingsError(
-                f"{OWNER} needs a gs:// artifact root, but it is {root!r}: set "
+                f"{self.argument_owner} needs a gs:// artifact root, but it is {root!r}: set "
                 f"{config.artifact_root_options(self.service)} to e.g. 'gs://my-bucket/stepop'."
             )
         return VertexBackend(

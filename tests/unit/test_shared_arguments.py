@@ -118,3 +118,31 @@ def test_deferrable_must_be_a_boolean(kind):
     with pytest.raises(SettingsError, match=r"deferrable='no' must be True or False"):
         _op(kind, deferrable="no")
     assert _op(kind, deferrable=False).deferrable is False
+
+
+@pytest.mark.parametrize(
+    ("kind", "argument", "value"),
+    [
+        ("local", "max_runtime", -1),
+        ("sagemaker", "instance_type", "p3.2xlarge"),
+        ("sagemaker", "role", "not a role"),
+        ("vertex", "machine_type", "N1 standard"),
+        ("vertex", "location", "Europe West"),
+        ("azureml", "instance_count", 0),
+        ("azureml", "azureml_conn_id", ""),
+    ],
+)
+def test_an_error_names_the_decorator_the_step_was_written_with(kind, argument, value):
+    from airflow.sdk import task
+
+    decorator = getattr(task, f"{kind}_step")
+    _, kwargs = OPERATORS[kind]
+    with DAG(f"decorated_{kind}", schedule=None):
+
+        @decorator(**kwargs, **{argument: value})
+        def step():
+            return 1
+
+        with pytest.raises(SettingsError) as err:
+            step()
+    assert str(err.value).startswith(f"@task.{kind}_step.{argument}=")
