@@ -174,6 +174,13 @@ class PandasParquetMaterializer(Materializer):
         return pandas.read_parquet(io.BytesIO(data))
 
 
+def names_files(value: Any) -> bool:
+    """A Path to an existing file or directory: its files are the value, so it is written as an
+    artifact of its own even inside a list or dict (a pickle of the Path would leave them
+    behind)."""
+    return isinstance(value, Path) and value.exists()
+
+
 class PathMaterializer(Materializer):
     """A returned ``pathlib.Path``: the file or directory tree it names (model checkpoints)."""
 
@@ -181,7 +188,7 @@ class PathMaterializer(Materializer):
     on_disk = True
 
     def handles(self, value: Any) -> bool:
-        return isinstance(value, Path) and value.exists()
+        return names_files(value)
 
     def copy(self, value: Path, target: Path) -> tuple[str, int]:
         """Copy the file or tree to ``target``; its digest and size, hashed while copying."""

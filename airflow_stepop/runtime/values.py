@@ -40,13 +40,13 @@ class PythonVersionMismatchError(RuntimeError):
     """Pickled bytes written by one Python minor version and read by another."""
 
 
-def _contains(value: Any, is_ref: Callable[[Any], bool]) -> bool:
-    if is_ref(value):
+def _contains(value: Any, stands_alone: Callable[[Any], bool]) -> bool:
+    if stands_alone(value):
         return True
     if isinstance(value, (list, tuple)):
-        return any(_contains(v, is_ref) for v in value)
+        return any(_contains(v, stands_alone) for v in value)
     if isinstance(value, dict):
-        return any(_contains(v, is_ref) for v in value.values())
+        return any(_contains(v, stands_alone) for v in value.values())
     return False
 
 
@@ -75,18 +75,23 @@ def encode(
     if ref is not None:
         return {"ref": ref}
 
-    def is_ref(item: Any) -> bool:
-        return as_ref(item) is not None
+    def stands_alone(item: Any) -> bool:
+        """A reference, or a Path whose files must be an artifact of their own."""
+        return as_ref(item) is not None or materializers.names_files(item)
 
     def part(item: Any, suffix: object) -> dict[str, Any]:
         return encode(
             item, name=f"{name}.{suffix}", inline_limit=inline_limit, write=write, as_ref=as_ref
         )
 
-    if isinstance(value, (list, tuple)) and _contains(value, is_ref):
+    if isinstance(value, (list, tuple)) and _contains(value, stands_alone):
         items = [part(v, i) for i, v in enumerate(value)]
         return {"list": items, "tuple": isinstance(value, tuple)}
-    if isinstance(value, dict) and all(type(k) is str for k in value) and _contains(value, is_ref):
+    if (
+        isinstance(value, dict)
+        and all(type(k) is str for k in value)
+        and _contains(value, stands_alone)
+    ):
         return {"dict": {k: part(v, k) for k, v in value.items()}}
     if materializers.is_strict_json(value) and len(json.dumps(value)) <= inline_limit:
         return {"inline": value}

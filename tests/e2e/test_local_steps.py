@@ -52,6 +52,13 @@ def test_a_large_array_passes_by_reference_and_a_dict_inline(results, artifact_r
     assert len(npy) == 1 and npy[0].stat().st_size > 50 * 2**20
 
 
+def test_a_path_returned_inside_a_dict_travels_as_its_own_artifact(results):
+    run = _dags(results).returns_a_model_and_its_score().test()
+    assert run.state == "success"
+    seen = json.loads((results / "model.json").read_text())
+    assert seen == {"model": "ArtifactRef", "loaded": "42", "score": 0.9, "weights": "42"}
+
+
 def test_a_raising_step_fails_the_task_with_the_remote_exception(results):
     run = _dags(results).step_raises().test()
     assert run.state == "failed"

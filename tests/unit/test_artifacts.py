@@ -155,3 +155,28 @@ def test_artifact_ref_roundtrips_through_xcom_serialization(tmp_path, storage):
     back = deserialize(json.loads(json.dumps(encoded)))
     assert back == ref
     np.testing.assert_array_equal(back.load(), np.ones(4))
+
+
+def test_a_path_inside_a_returned_dict_or_list_keeps_its_files(tmp_path, storage):
+    model = tmp_path / "job" / "model"
+    model.mkdir(parents=True)
+    (model / "weights.bin").write_bytes(b"w" * 100)
+    report = tmp_path / "job" / "report.txt"
+    report.write_text("ok")
+
+    def write(value, name):
+        return values.write_artifact(value, f"file://{tmp_path}/out/{name}", storage)
+
+    node = values.encode(
+        {"model": model, "score": 0.9, "files": [report]},
+        name="return_value", inline_limit=1000, write=write,
+    )  # fmt: skip
+    assert node["dict"]["score"] == {"inline": 0.9}
+    assert node["dict"]["model"]["ref"]["materializer"] == "path"
+    assert node["dict"]["files"]["list"][0]["ref"]["materializer"] == "path"
+    (tmp_path / "job").rename(tmp_path / "gone")  # the job's disk goes away with the job
+
+    result = values.decode(node, lambda ref: values.read_artifact(ref, storage, tmp_path / "c"))
+    assert (result["model"] / "weights.bin").read_bytes() == b"w" * 100
+    assert result["files"][0].read_text() == "ok"
+    assert result["score"] == 0.9

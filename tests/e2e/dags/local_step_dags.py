@@ -46,6 +46,43 @@ pass_big_array()
 
 
 @dag(schedule=None)
+def returns_a_model_and_its_score():
+    @task.local_step
+    def train():
+        import tempfile
+
+        model = Path(tempfile.mkdtemp()) / "model"  # the job's own disk, gone after it
+        model.mkdir()
+        (model / "weights.txt").write_text("42")
+        return {"model": model, "score": 0.9}
+
+    @task.local_step
+    def evaluate(trained):
+        return {"weights": (trained["model"] / "weights.txt").read_text(), **trained}
+
+    @task
+    def check(trained, evaluated):
+        import json
+
+        with open(f"{RESULTS}/model.json", "w") as handle:
+            json.dump(
+                {
+                    "model": type(trained["model"]).__name__,
+                    "loaded": (trained["model"].load() / "weights.txt").read_text(),
+                    "score": trained["score"],
+                    "weights": evaluated["weights"],
+                },
+                handle,
+            )
+
+    trained = train()
+    check(trained, evaluate(trained))
+
+
+returns_a_model_and_its_score()
+
+
+@dag(schedule=None)
 def step_raises():
     @task.local_step(on_failure_callback=_remember_failure)
     def explode(value: int):
