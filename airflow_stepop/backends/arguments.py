@@ -18,18 +18,29 @@ from airflow_stepop.settings import SettingsError
 CONN_ID = re.compile(r"^[\w.\-]+$")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Set for every job by the step's entry script (where its inputs, code and result go, its time
-# limit) or by the distribution setup (which rank writes the result): a user's value would make
-# the step read or write the wrong place, so these are refused instead of silently replaced.
+# limit), by the distribution setup (which rank writes the result) or by every backend for the
+# log relay (PYTHONUNBUFFERED: lines reach the task log as they are printed): a user's value would
+# be lost or make the step read or write the wrong place, so these are refused, not replaced.
 RESERVED_ENV = frozenset({
     "STEPOP_PATH_MAP", "STEPOP_SPEC_URI", "STEPOP_CODE_PATH", "STEPOP_OUTPUT_URI",
     "STEPOP_MAX_RUNTIME_S", "STEPOP_CHECKPOINT_DIR",
-    "RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR",
+    "RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "PYTHONUNBUFFERED",
 })  # fmt: skip
 
 
 def is_templated(value: Any) -> bool:
     """A Jinja value that only gets its real value at run time: checked then, not now."""
     return isinstance(value, str) and "{{" in value
+
+
+def option(name: str, value: Any, pattern: re.Pattern[str], what: str, example: str) -> str:
+    """A ``[stepop]`` option's value: no DAG's parse checked it, so it is checked where used."""
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise SettingsError(
+            f"[stepop] {name}={value!r} is not {what}; set it to e.g. {example!r} (or give the "
+            "step resources= or the argument itself)."
+        )
+    return value
 
 
 def whole_number(owner: str, name: str, value: Any, *, low: int, high: int) -> int:
@@ -150,9 +161,11 @@ def string_map(
     value_rule: str = "",
     limit: int | None = None,
     limit_why: str = "",
+    templated: bool = False,
 ) -> dict[str, str]:
     """A dict of str -> str (tags, labels) whose keys and values follow the service's rules;
-    ``limit_why`` says where a ``limit`` comes from."""
+    ``limit_why`` says where a ``limit`` comes from. Unless the argument is ``templated``, a
+    Jinja template in it is refused: the service would get its text."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -163,6 +176,11 @@ def string_map(
         )
     out: dict[str, str] = {}
     for key, item in value.items():
+        if not templated and (is_templated(key) or is_templated(item)):
+            raise SettingsError(
+                f"{owner}.{name}[{key!r}]={item!r} is a template, but {name} is not rendered: "
+                "the service would get this text. Give the value itself."
+            )
         if not isinstance(key, str) or not key_pattern.fullmatch(key):
             raise SettingsError(f"{owner}.{name} has the key {key!r}; {key_rule}")
         if not isinstance(item, str) or (value_pattern and not value_pattern.fullmatch(item)):
@@ -176,7 +194,7 @@ def environment(owner: str, value: Any) -> dict[str, str]:
     env = string_map(
         owner, "environment", value, key_pattern=ENV_NAME,
         key_rule="names are letters, digits and _ and do not start with a digit, e.g. 'DATA_DIR'.",
-        value_rule="values are strings, e.g. '1' or '{{ ds }}'.",
+        value_rule="values are strings, e.g. '1' or '{{ ds }}'.", templated=True,
     )  # fmt: skip
     for name in env:
         if name in RESERVED_ENV:

@@ -139,6 +139,9 @@ class AzureMLJobConfig:
         runtime = self.max_runtime_s or check.runtime_limit(
             execution_timeout, high=MAX_RUNTIME_LIMIT, otherwise=DEFAULT_RUNTIME
         )
+        if not (self.instance_type or self.compute):
+            check.option("azureml_default_instance_type", default_instance_type, _VM_SIZE,
+                         "an Azure VM size", "Standard_DS3_v2")  # fmt: skip
         return replace(
             self,
             instance_type=self.instance_type or (None if self.compute else default_instance_type),
@@ -179,7 +182,9 @@ def _vm_size(
                 f"{owner}.instance_type={value!r} is not an Azure VM size; use e.g. {near}."
             )
         known = {m.name.lower(): m.name for m in catalog.types}
-        return known.get(value.lower(), value)
+        size = known.get(value.lower(), value)
+        catalog.check_explicit(size, resources, owner=owner, explicit="instance_type")
+        return size
     if resources is not None and compute is None:  # a named cluster's size is checked at submit
         return catalog.resolve(resources, owner=f"{owner}.resources").name
     return None

@@ -53,6 +53,7 @@ from airflow_stepop.backends.sagemaker_launch import (
 from airflow_stepop.backends.sagemaker_logs import read_new_lines
 from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.runtime.storage import join
+from airflow_stepop.settings import SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +110,8 @@ class SageMakerBackend(StepBackend):
         channels, launch, environment, output_uri = build_launch(request, spec, request.job_name)
         if job.spot:
             environment["STEPOP_CHECKPOINT_DIR"] = CHECKPOINT_LOCAL_PATH
+        role = self._role_arn(job.role)  # before the image: a build takes minutes
         image, built = self._image(request)
-        role = self._role_arn(job.role)
         entry_source = (Path(__file__).parent / "sagemaker_entry.py").read_bytes()
         storage.write_bytes(join(request.run_uri, ENTRY_FILE), entry_source)
         storage.write_json(join(request.run_uri, LAUNCH_FILE), launch)
@@ -201,18 +202,27 @@ class SageMakerBackend(StepBackend):
         return f"{account}.dkr.ecr.{self.region}.amazonaws.com/{DEFAULT_REPOSITORY}"
 
     def _role_arn(self, role: str) -> str:
+        """A role's ARN; a name is looked up in IAM (the amazon provider's ``expand_role``)."""
         if role.startswith("arn:"):
             return role
-        return self._clients.hook("sagemaker").expand_role(role)
+        try:
+            return self._clients.hook("sagemaker").expand_role(role)
+        except Exception as exc:
+            if error_code(exc) != "NoSuchEntity":
+                raise
+            raise SettingsError(
+                f"The SageMaker execution role {role!r} (role= or [stepop] sagemaker_role) is "
+                "not a role of this AWS account: give the name of an existing role, or its ARN "
+                "(arn:aws:iam::<account>:role/<name>; see docs/sagemaker.md, IAM)."
+            ) from None
 
     def _tags(self, request: JobRequest) -> list[dict[str, str]]:
         assert self.job is not None
-        tags = dict(self.job.tags)  # checked: no airflow-* key, room left for ours
-        tags.update({f"airflow-{k.replace('_', '-')}": v for k, v in request.labels.items()})
-        return [
-            {"Key": sanitize_tag(key, 128), "Value": sanitize_tag(str(value))}
-            for key, value in sorted(tags.items())
-        ]
+        tags = dict(self.job.tags)  # checked: the tag alphabet, no airflow-* key, room for ours
+        tags.update(
+            {f"airflow-{k.replace('_', '-')}": sanitize_tag(v) for k, v in request.labels.items()}
+        )
+        return [{"Key": key, "Value": value} for key, value in sorted(tags.items())]
 
     def find_active(self, task_key: str) -> dict[str, Any] | None:
         # The key's hash is in every try's name; the readable slug before it may be cut

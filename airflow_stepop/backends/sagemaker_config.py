@@ -29,8 +29,9 @@ _ROLE = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,64}|[\w+=,.@-
 _SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 _SECURITY_GROUP = re.compile(r"^sg-[0-9a-f]{8,17}$")
 _KMS = re.compile(r"[A-Za-z0-9:/_\-]{1,2048}")
-_TAG_KEY = re.compile(r"(?!aws:)[\w.:/=+\-@ ]{1,128}", re.UNICODE)
-_TAG_VALUE = re.compile(r".{0,256}", re.DOTALL)
+# SageMaker's tag alphabet (letters, digits, spaces, _.:/=+-@); 'aws:' is AWS's, in any case.
+_TAG_KEY = re.compile(r"(?![Aa][Ww][Ss]:)[\w.:/=+\-@ ]{1,128}")
+_TAG_VALUE = re.compile(r"[\w.:/=+\-@ ]{0,256}")
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
 TAG_LIMIT = 50  # SageMaker's tags per training job
 # The tags every job gets (from the task instance's labels): user tags may not replace them.
@@ -118,12 +119,9 @@ class SageMakerArguments:
         check.matching(owner, "region_name", region_name, _REGION, "an AWS region", "us-east-1")
         catalog = load_catalog(CATALOG)
         if instance_type is not None:
-            near = ", ".join(m.name for m in catalog.types[:4])
-            if not isinstance(instance_type, str) or not _INSTANCE_TYPE.fullmatch(instance_type):
-                raise SettingsError(
-                    f"{owner}.instance_type={instance_type!r} is not a SageMaker instance type; "
-                    f"use e.g. {near}."
-                )
+            check.matching(owner, "instance_type", instance_type, _INSTANCE_TYPE,
+                           "a SageMaker instance type", "ml.g5.xlarge")  # fmt: skip
+            catalog.check_explicit(instance_type, resources, owner=owner, explicit="instance_type")
         elif resources is not None:
             instance_type = catalog.resolve(resources, owner=f"{owner}.resources").name
         count = check.whole_number(owner, "instance_count", instance_count, low=1, high=100)
@@ -214,7 +212,10 @@ class SageMakerArguments:
                 f"{owner} needs an s3:// artifact root, but it is {artifact_root!r}: set "
                 f"{config.artifact_root_options('sagemaker')} to e.g. 's3://my-bucket/stepop'."
             )
-        instance_type = self.instance_type or config.get("sagemaker_default_instance_type")
+        instance_type = self.instance_type or check.option(
+            "sagemaker_default_instance_type", config.get("sagemaker_default_instance_type"),
+            _INSTANCE_TYPE, "a SageMaker instance type", "ml.m5.large",
+        )  # fmt: skip
         runtime = self.max_runtime_s or check.runtime_limit(
             execution_timeout, high=MAX_RUNTIME_LIMIT, otherwise=DEFAULT_RUNTIME
         )
@@ -254,8 +255,9 @@ def _user_tags(owner: str, tags: Any) -> dict[str, str]:
     tag_map = check.string_map(
         owner, "tags", tags, key_pattern=_TAG_KEY,
         key_rule="keys are 1-128 letters, digits, spaces or _.:/=+-@ and may not start with "
-        "'aws:'.",
-        value_pattern=_TAG_VALUE, value_rule="values are strings of at most 256 chars.",
+        "'aws:' (in any case).",
+        value_pattern=_TAG_VALUE,
+        value_rule="values are strings of at most 256 letters, digits, spaces or _.:/=+-@.",
     )  # fmt: skip
     for key in tag_map:
         if key.lower().startswith(OWN_TAG_PREFIX):

@@ -137,8 +137,14 @@ class VertexJobConfig:
         machine, accelerator, count = _hardware(
             owner, catalog, resources, machine_type, accelerator_type, accelerator_count
         )
+        if machine is not None and machine_type is not None:
+            catalog.check_explicit(machine_name(machine, accelerator, count), resources,
+                                   owner=owner, explicit="machine_type")  # fmt: skip
         if machine is None:
-            machine, accelerator, count = split_machine(config.get("vertex_default_machine_type"))
+            default = config.get("vertex_default_machine_type")
+            machine, accelerator, count = split_machine(default)
+            check.option("vertex_default_machine_type", machine, _MACHINE,
+                         "a Vertex machine type", "n1-standard-4")  # fmt: skip
         replicas = check.whole_number(
             owner, "replica_count", replica_count, low=1, high=MAX_REPLICAS
         )

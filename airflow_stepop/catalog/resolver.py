@@ -98,6 +98,22 @@ class Catalog:
                 return machine
         return None
 
+    def check_explicit(
+        self, name: str, want: ResourceSettings | None, *, owner: str, explicit: str
+    ) -> None:
+        """A type named explicitly wins over ``resources=``; one the catalog knows to lack what
+        ``resources`` asks for (a GPU, memory, vCPUs) is refused, not run without it. A type the
+        catalog does not list is taken as given."""
+        machine = self.get(name)
+        if want is None or machine is None or machine.fits(want):
+            return
+        raise NoFittingMachineError(
+            f"{owner}.{explicit}={name!r} is {machine.describe()}, which lacks what "
+            f"resources={want.shown()} asks for; {explicit} wins over resources, so the step "
+            f"would run without it. Drop {explicit} to get the cheapest type that fits, or name "
+            "one that fits."
+        )
+
     def resolve(
         self,
         want: ResourceSettings,

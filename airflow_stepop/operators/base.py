@@ -82,6 +82,12 @@ class BaseStepOperator(BaseOperator):
                 f"{name}.artifact_root={artifact_root!r} must be a URL such as "
                 "'file:///data/stepop', 's3://bucket/prefix' or 'gs://bucket/prefix'."
             )
+        if check.is_templated(artifact_root):
+            raise SettingsError(
+                f"{name}.artifact_root={artifact_root!r} is a template, but artifact_root is not "
+                "rendered: it names where every try's files go, so it is fixed when the DAG is "
+                "parsed. Give the URL itself; each run gets its own directory under it."
+            )
         self.python_callable = python_callable
         self.op_args = list(op_args or [])
         self.op_kwargs = dict(op_kwargs or {})

@@ -29,7 +29,7 @@ def test_resources_pick_the_cheapest_fitting_vm_size():
 
 
 def test_an_explicit_instance_type_wins_and_is_spelled_as_azure_does():
-    job = config(instance_type="standard_nc6s_v3", resources=ResourceSettings(cpu_count=64))
+    job = config(instance_type="standard_nc6s_v3", resources=ResourceSettings(cpu_count=2))
     assert job.instance_type == "Standard_NC6s_v3"
 
 
@@ -105,16 +105,16 @@ def test_defaults_at_execute_time_come_from_the_task():
     )
     assert (kept.max_runtime_s, kept.experiment_name) == (60, "exp")
     own = config(max_runtime=60).completed(
-        dag_id="d", execution_timeout=timedelta(minutes=90), default_instance_type="x"
+        dag_id="d", execution_timeout=timedelta(minutes=90), default_instance_type="Standard_DS3_v2"
     )
     assert own.max_runtime_s == 60  # the user's own limit, as given
     longest = config().completed(
-        dag_id="d", execution_timeout=timedelta(days=30), default_instance_type="x"
+        dag_id="d", execution_timeout=timedelta(days=30), default_instance_type="Standard_DS3_v2"
     )
     assert longest.max_runtime_s == 30 * 24 * 3600  # Azure ML's maximum
     assert (
         config()
-        .completed(dag_id="d", execution_timeout=None, default_instance_type="x")
+        .completed(dag_id="d", execution_timeout=None, default_instance_type="Standard_DS3_v2")
         .max_runtime_s
         == 24 * 3600
     )

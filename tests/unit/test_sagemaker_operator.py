@@ -26,6 +26,7 @@ def _op(**kwargs):
         ({"aws_conn_id": "bad id"}, ["aws_conn_id='bad id'", "aws_default"]),
         ({"region_name": "Mars"}, ["region_name='Mars'", "us-east-1"]),
         ({"instance_type": "p3.2xlarge"}, ["instance_type='p3.2xlarge'", "ml."]),
+        ({"instance_type": "{{ params.it }}"}, ["instance_type='{{ params.it }}'", "template"]),
         ({"instance_count": 0}, ["instance_count=0", "1 to 100"]),
         ({"instance_count": True}, ["instance_count=True"]),
         ({"volume_size_gb": 0}, ["volume_size_gb=0", "1 to 16384"]),
@@ -48,7 +49,10 @@ def _op(**kwargs):
         ({"output_kms_key": 5}, ["output_kms_key=5", "KMS"]),
         ({"tags": ["a"]}, ["tags=['a']", "dict"]),
         ({"tags": {"aws:x": "1"}}, ["'aws:x'", "may not start with 'aws:'"]),
+        ({"tags": {"AWS:owner": "me"}}, ["'AWS:owner'", "'aws:' (in any case)"]),
         ({"tags": {"team": 1}}, ["tags['team']=1", "string"]),
+        ({"tags": {"team": "a,b;c!"}}, ["tags['team']='a,b;c!'", "_.:/=+-@"]),
+        ({"tags": {"day": "{{ ds }}"}}, ["tags['day']='{{ ds }}' is a template", "not rendered"]),
         ({"tags": {"airflow-dag-id": "mine"}}, ["'airflow-dag-id'", "reserved", "Rename"]),
         ({"tags": {"Airflow-Team": "x"}}, ["'Airflow-Team'", "reserved"]),
         (
@@ -106,6 +110,16 @@ def test_a_missing_role_or_a_non_s3_root_is_refused_before_any_call(monkeypatch)
     monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", "file:///tmp/x")
     with pytest.raises(SettingsError, match=r"s3:// artifact root, but it is 'file:///tmp/x'"):
         _op()._job_config()
+
+
+def test_a_default_instance_type_that_is_not_one_names_the_option(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ROLE", "r")
+    monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", "s3://bucket/stepop")
+    monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_DEFAULT_INSTANCE_TYPE", "m5.large")
+    with pytest.raises(SettingsError) as err:
+        _op()._job_config()
+    assert str(err.value).startswith("[stepop] sagemaker_default_instance_type='m5.large' is not")
+    assert _op(instance_type="ml.m5.large")._job_config().instance_type == "ml.m5.large"
 
 
 def test_a_service_artifact_root_lets_local_and_cloud_steps_share_a_deployment(monkeypatch):

@@ -43,6 +43,7 @@ def test_names_strings_and_templates_are_taken_as_given(kind):
         (["A"], "environment=['A'] must be a dict"),
         ({"STEPOP_OUTPUT_URI": "s3://b/x"}, "Rename yours, e.g. 'MY_STEPOP_OUTPUT_URI'"),
         ({"RANK": "1"}, "'RANK', which every job gets from the step's runtime"),
+        ({"PYTHONUNBUFFERED": "0"}, "'PYTHONUNBUFFERED', which every job gets"),
     ],
 )
 def test_a_refusal_names_the_operator_the_entry_and_the_fix(kind, environment, says):
@@ -146,3 +147,70 @@ def test_an_error_names_the_decorator_the_step_was_written_with(kind, argument, 
         with pytest.raises(SettingsError) as err:
             step()
     assert str(err.value).startswith(f"@task.{kind}_step.{argument}=")
+
+
+@pytest.mark.parametrize(
+    ("kind", "argument"), [("sagemaker", "tags"), ("vertex", "labels"), ("azureml", "tags")]
+)
+def test_a_template_in_tags_or_labels_is_refused_they_are_not_rendered(kind, argument):
+    with pytest.raises(SettingsError) as err:
+        _op(kind, **{argument: {"day": "{{ ds }}"}})
+    assert f".{argument}['day']='{{{{ ds }}}}' is a template, but {argument} is not" in str(
+        err.value
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "option", "value"),
+    [
+        ("sagemaker", "sagemaker_default_instance_type", "m5.large"),
+        ("vertex", "vertex_default_machine_type", "N1 Standard 4"),
+        ("azureml", "azureml_default_instance_type", "DS3_v2"),
+    ],
+)
+def test_a_default_machine_option_that_names_no_machine_names_the_option(
+    kind, option, value, monkeypatch
+):
+    monkeypatch.setenv(f"AIRFLOW__STEPOP__{option.upper()}", value)
+    monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ROLE", "trainer")
+    monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", "s3://bucket/stepop")
+    monkeypatch.setenv("AIRFLOW__STEPOP__AZUREML_ARTIFACT_ROOT", "abfs://container/stepop")
+    with pytest.raises(SettingsError) as err:
+        _op(kind).make_backend()  # Vertex AI reads it when the DAG is parsed, the rest here
+    assert str(err.value).startswith(f"[stepop] {option}={value!r} is not")
+
+
+@pytest.mark.parametrize("kind", sorted(OPERATORS))
+def test_a_template_in_the_artifact_root_is_refused_it_is_not_rendered(kind):
+    root = {"local": "file:///data/{{ ds }}", "sagemaker": "s3://b/{{ ds }}",
+            "vertex": "gs://b/{{ ds }}", "azureml": "abfs://c/{{ ds }}"}[kind]  # fmt: skip
+    with pytest.raises(SettingsError) as err:
+        _op(kind, artifact_root=root)
+    assert f".artifact_root={root!r} is a template, but artifact_root is not rendered" in str(
+        err.value
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "argument", "lacking", "fitting"),
+    [
+        ("sagemaker", "instance_type", {"instance_type": "ml.m5.large"},
+         {"instance_type": "ml.g4dn.12xlarge"}),
+        ("vertex", "machine_type", {"machine_type": "n1-standard-16"},
+         {"machine_type": "n1-standard-16", "accelerator_type": "NVIDIA_TESLA_T4",
+          "accelerator_count": 2}),
+        ("azureml", "instance_type", {"instance_type": "Standard_DS3_v2"},
+         {"instance_type": "Standard_NC64as_T4_v3"}),
+    ],
+)  # fmt: skip
+def test_an_explicit_machine_lacking_what_resources_asks_for_is_refused(
+    kind, argument, lacking, fitting
+):
+    from airflow_stepop import ResourceSettings
+
+    gpus = ResourceSettings(gpu_count=2, gpu_type="T4")
+    with pytest.raises(SettingsError) as err:
+        _op(kind, resources=gpus, **lacking)
+    assert f".{argument}={lacking[argument]!r} is " in str(err.value)
+    assert "no GPU" in str(err.value) and f"Drop {argument}" in str(err.value)
+    _op(kind, resources=gpus, **fitting)  # wins over resources: no smaller type is chosen

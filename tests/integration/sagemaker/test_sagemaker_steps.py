@@ -207,6 +207,33 @@ def _submit(aws, function, args, dag_id, task_id):
     return backend, handle
 
 
+def test_a_role_given_by_name_is_looked_up_and_a_missing_one_is_named(aws, ctl):
+    import boto3
+
+    from airflow_stepop.backends.sagemaker import SageMakerBackend, SageMakerJobConfig
+    from airflow_stepop.settings import SettingsError
+
+    name = f"trainer-{uuid.uuid4().hex[:6]}"
+    iam = boto3.client("iam", endpoint_url=aws["env"]["AWS_ENDPOINT_URL"])
+    iam.create_role(RoleName=name, AssumeRolePolicyDocument="{}")
+
+    def submit(role):
+        job = SageMakerJobConfig(role=role, instance_type="ml.m5.large", image_uri=BASE)
+        return submit_step(
+            SageMakerBackend(job=job), len, [[1]], root=aws["root"], conn_id="aws_default",
+            dag_id="sm_role", task_id="by_name",
+        )  # fmt: skip
+
+    with pytest.raises(SettingsError) as err:
+        submit(f"missing-{name}")
+    assert f"role 'missing-{name}' (role= or [stepop] sagemaker_role)" in str(err.value)
+    assert "CreateTrainingJob" not in ctl.counters()
+    handle = submit(name)
+    sagemaker = boto3.client("sagemaker", endpoint_url=aws["fake"])
+    job = sagemaker.describe_training_job(TrainingJobName=handle["job_id"])
+    assert job["RoleArn"] == f"arn:aws:iam::123456789012:role/{name}"
+
+
 def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_stopped(
     aws, ctl, capfd
 ):
