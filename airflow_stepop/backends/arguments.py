@@ -16,6 +16,14 @@ from typing import Any
 from airflow_stepop.settings import SettingsError
 
 CONN_ID = re.compile(r"^[\w.\-]+$")
+# The object stores' bucket naming rules (a name outside them is refused, or retried as an error).
+BUCKET_NAME = {
+    "s3": (re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"),
+           "S3 bucket names are 3-63 lowercase letters, digits, '.' or '-'."),
+    "gs": (re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"),
+           "GCS bucket names are 3-63 lowercase letters, digits, '-', '_' or '.' (up to 222 "
+           "with dots)."),
+}  # fmt: skip
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Set for every job by the step's entry script (where its inputs, code and result go, its time
 # limit), by the distribution setup (which rank writes the result) or by every backend for the
@@ -251,4 +259,10 @@ def artifact_root(owner: str, value: str | None, schemes: Sequence[str], example
         raise SettingsError(
             f"{owner}.artifact_root={value!r} must be a {shown} URL with a bucket, such as "
             f"{example!r} (the service's jobs read inputs and write results there)."
+        )
+    scheme = value.split("://", 1)[0]
+    if scheme in BUCKET_NAME and not BUCKET_NAME[scheme][0].fullmatch(bucket):
+        raise SettingsError(
+            f"{owner}.artifact_root={value!r}: {bucket!r} is not a bucket name; "
+            f"{BUCKET_NAME[scheme][1]} E.g. {example!r}."
         )

@@ -279,22 +279,35 @@ class BaseStepOperator(BaseOperator):
 
     def _prepare(self, context: Any, key: str, backend: StepBackend) -> JobRequest:
         """Upload code and inputs, write the spec: everything the job reads."""
-        from airflow_stepop.artifacts.storage import worker_storage
+        from airflow_stepop.artifacts.storage import missing_store, worker_storage
         from airflow_stepop.backends.base import JobRequest
         from airflow_stepop.backends.naming import job_name
         from airflow_stepop.packaging.staging import StepIdentity, stage_step
 
         ti = context["ti"]
-        staged = stage_step(
-            self.python_callable,
-            self.op_args,
-            self.op_kwargs,
-            root=backend.artifact_root(self.step_artifact_root()),
-            step=StepIdentity(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number),
-            storage=worker_storage(self.storage_conn_id),
-            multiple_outputs=bool(self.multiple_outputs),
-            inline_limit=config.get_int("inline_result_max_bytes"),
-        )
+        root = backend.artifact_root(self.step_artifact_root())
+        storage = worker_storage(self.storage_conn_id)
+        try:
+            staged = stage_step(
+                self.python_callable,
+                self.op_args,
+                self.op_kwargs,
+                root=root,
+                step=StepIdentity(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number),
+                storage=storage,
+                multiple_outputs=bool(self.multiple_outputs),
+                inline_limit=config.get_int("inline_result_max_bytes"),
+            )
+        except Exception as exc:
+            store = missing_store(root, storage)
+            if store is None:
+                raise
+            raise SettingsError(
+                f"{self.argument_owner}: the artifact root {root!r} is in {store}, which does not "
+                f"exist (or the connection {self.storage_conn_id!r} cannot see it). Create it, "
+                f"or set {config.artifact_root_options(self.service)} to a bucket or container "
+                "that exists."
+            ) from exc
         return JobRequest(
             job_name=job_name(key, ti.try_number, max_length=self.job_name_max_length),
             task_key=key,

@@ -214,3 +214,16 @@ def test_an_explicit_machine_lacking_what_resources_asks_for_is_refused(
     assert f".{argument}={lacking[argument]!r} is " in str(err.value)
     assert "no GPU" in str(err.value) and f"Drop {argument}" in str(err.value)
     _op(kind, resources=gpus, **fitting)  # wins over resources: no smaller type is chosen
+
+
+@pytest.mark.parametrize(
+    ("kind", "root", "bucket"),
+    [
+        ("sagemaker", "s3://My_Bucket/x", "My_Bucket"),
+        ("vertex", "gs://Bad_Bucket!/x", "Bad_Bucket!"),
+    ],
+)
+def test_an_artifact_root_whose_bucket_name_the_store_refuses_is_refused(kind, root, bucket):
+    with pytest.raises(SettingsError) as err:
+        _op(kind, artifact_root=root)
+    assert f"{bucket!r} is not a bucket name" in str(err.value)

@@ -207,6 +207,16 @@ def _submit(aws, function, args, dag_id, task_id):
     return backend, handle
 
 
+def test_a_missing_bucket_is_told_from_one_that_exists(aws):
+    from airflow_stepop.artifacts.storage import missing_store, worker_storage
+
+    storage = worker_storage("aws_default")
+    assert (
+        missing_store("s3://no-such-bucket-stepop/steps", storage) == "s3://no-such-bucket-stepop"
+    )
+    assert missing_store(aws["root"], storage) is None
+
+
 def test_a_role_given_by_name_is_looked_up_and_a_missing_one_is_named(aws, ctl):
     import boto3
 

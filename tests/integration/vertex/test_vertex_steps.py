@@ -69,6 +69,17 @@ def test_a_raising_step_fails_with_the_remote_exception_and_the_job_error(gcp, c
     assert "about to fail" in failure  # the log tail, relayed from Cloud Logging
 
 
+def test_a_missing_bucket_is_named_and_no_job_is_created(gcp, ctl):
+    run = dags().vx_missing_bucket().test()
+    assert run.state == "failed"
+    failure = _read(gcp["results"], "failure")
+    assert failure.startswith(
+        "SettingsError: @task.vertex_step: the artifact root 'gs://no-such-bucket-stepop/steps' "
+        "is in gs://no-such-bucket-stepop, which does not exist"
+    )
+    assert "CreateCustomJob" not in ctl.counters()
+
+
 def test_a_retry_reattaches_to_the_running_job_with_one_create(gcp, ctl):
     run = dags().vx_retry_reattaches().test()
     assert run.state == "success"

@@ -91,6 +91,22 @@ def vx_step_raises():
 vx_step_raises()
 
 
+@dag(schedule=None)
+def vx_missing_bucket():
+    @task.vertex_step(
+        docker=PARENT_ONLY,
+        artifact_root="gs://no-such-bucket-stepop/steps",
+        on_failure_callback=_remember_failure,
+    )
+    def nowhere():
+        return 1
+
+    nowhere()
+
+
+vx_missing_bucket()
+
+
 class LosesWorkerAfterSubmit(fault_operators.LosesWorkerAfterSubmit, VertexStepOperator):
     pass
 
