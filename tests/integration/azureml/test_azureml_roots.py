@@ -111,3 +111,11 @@ def test_mlflow_in_a_step_logs_into_the_jobs_run_under_its_experiment(azure, ctl
     assert logged.info.experiment_id == experiment.experiment_id
     assert logged.data.params == {"learning_rate": "0.01"}
     assert [m.value for m in client.get_metric_history(answer["job"], "loss")] == [0.5, 0.25]
+
+
+def test_a_missing_container_is_told_from_one_that_exists(azure):
+    from airflow_stepop.artifacts.storage import missing_store, worker_storage
+
+    storage = worker_storage(None)  # adlfs finds the emulator by AZURE_STORAGE_CONNECTION_STRING
+    assert missing_store("abfs://no-such-container/steps", storage) == "abfs://no-such-container"
+    assert missing_store(azure["root"], storage) is None
