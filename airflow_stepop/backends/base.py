@@ -176,8 +176,9 @@ class StepBackend(abc.ABC):
 
     def billing(self, details: dict[str, Any]) -> dict[str, Any] | None:
         """What the finished job cost, from a terminal status's ``details``: ``job_name``,
-        ``machine``, ``count``, ``billable_seconds``, ``spot``, ``price_per_hour_usd``,
-        ``estimated_cost_usd``, ``catalog_date``; None when the service reports no billing."""
+        ``machine``, ``count`` (machines), ``billable_seconds`` (of one machine), ``spot``,
+        ``price_per_hour_usd`` (one machine), ``estimated_cost_usd`` (price x billable seconds x
+        count), ``catalog_date``; None when the service reports no billing."""
         return None
 
     def links(self, handle: dict[str, Any]) -> dict[str, str]:

@@ -190,7 +190,7 @@ def job_details(job: Any) -> dict[str, Any]:
 
 
 def billing(details: dict[str, Any]) -> dict[str, Any] | None:
-    """(end - start) x replicas x the catalog's price (spot price for spot jobs)."""
+    """(end - start) per replica, x replicas x the catalog's price (spot price for spot jobs)."""
     if not details.get("start_time") or not details.get("end_time"):
         return None
     from airflow_stepop.catalog import load
@@ -207,7 +207,7 @@ def billing(details: dict[str, Any]) -> dict[str, Any] | None:
     )
     seconds = max(0.0, epoch(details["end_time"]) - epoch(details["start_time"]))
     replicas = int(details["replica_count"])
-    billable = round(seconds * replicas, 3)
+    billable = round(seconds, 3)
     return {
         "job_name": details["job_name"],
         "machine": name,
@@ -219,7 +219,9 @@ def billing(details: dict[str, Any]) -> dict[str, Any] | None:
         "billable_seconds": billable,
         "spot": details["spot"],
         "price_per_hour_usd": price,
-        "estimated_cost_usd": None if price is None else round(price / 3600 * billable, 6),
+        "estimated_cost_usd": None
+        if price is None
+        else round(price / 3600 * billable * replicas, 6),
         "catalog_date": catalog.date,
     }
 

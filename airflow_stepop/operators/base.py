@@ -7,6 +7,7 @@ A service's operator is a thin subclass that says which backend runs the job. Ev
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Collection, Mapping
 from datetime import timedelta
@@ -55,6 +56,7 @@ class BaseStepOperator(BaseOperator):
         environment: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
+        _refuse_unknown_arguments(type(self), kwargs)
         super().__init__(**kwargs)
         name = self.argument_owner
         if step_resources is not None:  # resources= of a mapped step (see partial())
@@ -356,11 +358,12 @@ class BaseStepOperator(BaseOperator):
             return
         cost = billing.get("estimated_cost_usd")
         self.log.info(
-            "Job %s: %s billable s x %s x %s%s",
+            "Job %s: %s billable s x %s x %s%s%s",
             event["handle"]["job_id"],
             billing.get("billable_seconds"),
             billing.get("count", 1),
             billing.get("machine"),
+            " (Spot)" if billing.get("spot") else "",
             f" = about ${cost:.4f} (catalog {billing.get('catalog_date')})"
             if cost is not None
             else " (no price in the catalog)",
@@ -396,6 +399,40 @@ class EarlierJob(NamedTuple):
 
 
 STATE_KEY = "stepop_job"
+
+
+@functools.cache
+def _parameters(owner: type) -> frozenset[str]:
+    """The keyword arguments a class's own ``__init__`` names."""
+    import inspect
+
+    init = vars(owner)["__init__"]
+    init = getattr(init, "__wrapped__", init)  # BaseOperator's metaclass wraps each __init__
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    found = inspect.signature(init).parameters.values()
+    return frozenset(p.name for p in found if p.kind in kinds) - {"self"}
+
+
+def _refuse_unknown_arguments(cls: type, kwargs: Mapping[str, Any]) -> None:
+    """What reaches here goes to BaseOperator; an argument it does not take either is a typo of
+    one of ours (``instance_typ=``), named with the closest argument (Airflow's own error lists
+    it without a suggestion)."""
+    import difflib
+
+    # "_airflow_*" arguments are Airflow's own, for mapped tasks
+    unknown = sorted(k for k in kwargs if k not in _parameters(BaseOperator) and k[:1] != "_")
+    if not unknown:
+        return
+    known = set().union(*(_parameters(c) for c in cls.__mro__ if "__init__" in vars(c)))
+    name = getattr(cls, "custom_operator_name", None) or cls.__name__
+    hints = []
+    for argument in unknown:
+        close = difflib.get_close_matches(argument, sorted(known), n=1)
+        hints.append(f"{argument}= (did you mean {close[0]}=?)" if close else f"{argument}=")
+    raise TypeError(
+        f"{name} got arguments it does not take: {', '.join(hints)}. See the operator's "
+        "arguments in the docs (README.md, docs/<service>.md)."
+    )
 
 
 def rename_step_resources(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -227,3 +227,19 @@ def test_an_artifact_root_whose_bucket_name_the_store_refuses_is_refused(kind, r
     with pytest.raises(SettingsError) as err:
         _op(kind, artifact_root=root)
     assert f"{bucket!r} is not a bucket name" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "typo", "meant"),
+    [
+        ("local", "max_runtim", "max_runtime"),
+        ("sagemaker", "instance_typ", "instance_type"),
+        ("vertex", "machine_typ", "machine_type"),
+        ("azureml", "computer", "compute"),
+        ("azureml", "retry", "retries"),  # BaseOperator's own arguments are suggested too
+    ],
+)
+def test_a_misspelt_argument_is_named_with_the_one_meant(kind, typo, meant):
+    with pytest.raises(TypeError) as err:
+        _op(kind, **{typo: 1})
+    assert f"got arguments it does not take: {typo}= (did you mean {meant}=?)" in str(err.value)
