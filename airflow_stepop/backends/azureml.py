@@ -186,12 +186,23 @@ class AzureMLBackend(StepBackend):
         """A named cluster's id and VM priority, checked against the request before submitting."""
         if not job.compute:
             return job, None, None
+        from azure.core.exceptions import ResourceNotFoundError
+
         compute_id = f"{self.workspace.path}/computes/{job.compute}"
-        cluster = self.arm.get(compute_id).get("properties", {}).get("properties") or {}
+        try:
+            found = self.arm.get(compute_id)
+        except ResourceNotFoundError:
+            raise AzureMLConfigError(
+                f"compute={job.compute!r} is not a compute of the workspace "
+                f"{self.workspace.name!r}: name one of its clusters (az ml compute list), or "
+                "leave compute unset to run serverless."
+            ) from None
+        cluster = found.get("properties", {}).get("properties") or {}
         size, priority = cluster.get("vmSize"), cluster.get("vmPriority")
         if job.spot and priority == "Dedicated":
             raise AzureMLConfigError(
-                f"spot=True asks for low-priority VMs, but compute={job.compute!r} is a cluster "
+                f"spot=True (job_tier='Spot') asks for low-priority VMs, but compute="
+                f"{job.compute!r} is a cluster "
                 "of Dedicated VMs (a cluster's VM priority is set when it is created; job tiers "
                 "such as Spot are for serverless jobs); name a cluster created with LowPriority "
                 "VMs, or leave compute unset to run serverless on Spot VMs."

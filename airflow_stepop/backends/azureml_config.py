@@ -91,6 +91,12 @@ class AzureMLJobConfig:
             owner, "processes_per_instance", processes_per_instance, low=1, high=64
         )
         tier = _job_tier(owner, job_tier, check.boolean(owner, "spot", spot))
+        if tier not in (None, "Spot") and compute is not None:
+            raise SettingsError(
+                f"{owner}.job_tier={job_tier!r} is a setting of serverless jobs, and "
+                f"compute={compute!r} names a cluster, whose VMs are what it was created with. "
+                "Leave job_tier out, or compute out to run serverless."
+            )
         runtime = None
         if max_runtime is not None:
             runtime = check.seconds(

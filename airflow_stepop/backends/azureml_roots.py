@@ -88,6 +88,11 @@ def check_root(owner: str, value: Any, field: str = "artifact_root") -> None:
         "use abfs://<container>/<path>, az://<container>/<path> or a datastore path "
         f"azureml://datastores/<name>/paths/<path>, e.g. {EXAMPLES}."
     )
+    if field == "[stepop] artifact_root":  # shared with the other backends' steps
+        forms += (
+            " Or set [stepop] azureml_artifact_root to one: Azure ML steps read it before "
+            "[stepop] artifact_root, which the other steps keep."
+        )
     if not isinstance(value, str):
         raise SettingsError(f"{shown} is not a URL; {forms}")
     if value.lower().startswith("azureml://"):

@@ -56,6 +56,7 @@ def test_spot_is_the_short_form_of_the_spot_tier():
     ("arguments", "says"),
     [
         ({"identity": "managed:not-a-guid"}, "'managed:<client id>'"),
+        ({"job_tier": "Premium", "compute": "cpu-cluster"}, "a setting of serverless jobs"),
         ({"max_runtime": timedelta(days=31)}, "Azure ML takes 1..2592000 s"),
         ({"image_repository": "no-slash"}, "image_repository='no-slash'"),
         ({"image_uri": "bad image"}, "image_uri='bad image'"),

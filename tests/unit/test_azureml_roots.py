@@ -197,3 +197,9 @@ def test_a_bad_service_root_names_the_option_it_came_from(monkeypatch):
         op = AzureMLStepOperator(task_id="t", python_callable=len, image_uri="python:3.11")
     with pytest.raises(SettingsError, match=r"\[stepop\] azureml_artifact_root = 'gs://b/x'"):
         op.make_backend()
+
+
+def test_a_shared_root_of_another_store_points_at_the_azure_ml_option():
+    with pytest.raises(SettingsError) as err:
+        check_root("AzureMLStepOperator", "file:///data/stepop", "[stepop] artifact_root")
+    assert "Or set [stepop] azureml_artifact_root to one" in str(err.value)

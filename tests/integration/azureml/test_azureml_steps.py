@@ -296,6 +296,9 @@ def test_a_named_cluster_is_checked_against_the_request_before_submitting(azure,
     assert "compute='cpu-cluster' runs Standard_DS3_v2" in failure
     assert "does not fit resources=" in failure
     assert jobs(azure["fake"], "aml-named-clusters-too-small") == []  # refused before any job
+    missing = _read(azure["results"], "missing")
+    assert "compute='gpu-clustr' is not a compute of the workspace 'stepop-ws'" in missing
+    assert jobs(azure["fake"], "aml-named-clusters-misspelt") == []
 
 
 def test_low_priority_pricing_and_spot_follow_a_named_clusters_vm_priority(azure, ctl):
@@ -306,7 +309,7 @@ def test_low_priority_pricing_and_spot_follow_a_named_clusters_vm_priority(azure
     billing = rows[("on_low_priority", "azureml_billing", -1)]
     assert billing["spot"] is True and billing["price_per_hour_usd"] == 0.612  # low priority
     failure = _read(azure["results"], "failure")
-    assert "spot=True asks for low-priority VMs, but compute='gpu-cluster' is a cluster" in failure
+    assert "asks for low-priority VMs, but compute='gpu-cluster' is a cluster" in failure
     assert "Dedicated VMs" in failure and "leave compute unset" in failure
     assert jobs(azure["fake"], "aml-spot-clusters-spot-on-dedicated") == []  # refused first
 

@@ -215,8 +215,17 @@ def aml_named_clusters():
     def too_small():
         return "never runs"
 
+    @task.azureml_step(
+        docker=PARENT_ONLY,
+        compute="gpu-clustr",
+        on_failure_callback=lambda context: _remember("missing", str(context["exception"])),
+    )
+    def misspelt():
+        return "never runs"
+
     on_gpus()
     too_small()
+    misspelt()
 
 
 aml_named_clusters()
