@@ -109,8 +109,9 @@ class GoogleAccess:
             from airflow_stepop.settings import SettingsError
 
             raise SettingsError(
-                f"VertexStepOperator.project_id is not set and the connection {self.gcp_conn_id!r} "
-                "names no project: set project_id= or the connection's 'project' extra."
+                f"The step has no Google Cloud project: project_id= is not set and the "
+                f"connection {self.gcp_conn_id!r} names none. Set the step's project_id= or the "
+                "connection's 'project' extra."
             )
         return project
 

@@ -265,11 +265,8 @@ def _hardware(
         )
     if accelerator_count is not None:
         check.whole_number(owner, "accelerator_count", accelerator_count, low=1, high=16)
-        if accelerator_type is None:
-            raise SettingsError(
-                f"{owner}.accelerator_count={accelerator_count!r} needs accelerator_type=, "
-                "e.g. accelerator_type='NVIDIA_TESLA_T4'."
-            )
+    if accelerator_count is not None and accelerator_type is None and machine_type is None:
+        raise _count_without_type(owner, accelerator_count)
     if machine_type is None:
         if accelerator_type is not None:
             raise SettingsError(
@@ -303,6 +300,8 @@ def _hardware(
         return _bundled(
             owner, machine_type, BUNDLED_FAMILIES[family], accelerator_type, accelerator_count
         )
+    if accelerator_count is not None and accelerator_type is None:
+        raise _count_without_type(owner, accelerator_count)
     if accelerator_type is None:
         return machine_type, None, 0  # not in the catalog: accepted as given, without a price
     if not machine_type.startswith("n1-") or accelerator_type not in N1_GPU_COUNTS:
@@ -318,6 +317,13 @@ def _hardware(
             f"machine takes: use one of {', '.join(map(str, allowed))}."
         )
     return machine_type, accelerator_type, count
+
+
+def _count_without_type(owner: str, count: Any) -> SettingsError:
+    return SettingsError(
+        f"{owner}.accelerator_count={count!r} needs accelerator_type=, e.g. "
+        "accelerator_type='NVIDIA_TESLA_T4'."
+    )
 
 
 def bundled_family(machine_type: str) -> str | None:

@@ -41,6 +41,10 @@ def _op(**kwargs):
             ["accelerator_count=2", "accelerator_type="],
         ),
         (
+            {"machine_type": "a2-highgpu-1g", "accelerator_count": 4},
+            ["machine_type='a2-highgpu-1g' comes with 1 x NVIDIA_TESLA_A100"],
+        ),
+        (
             {"machine_type": "e2-standard-4", "accelerator_type": "NVIDIA_TESLA_T4"},
             ["cannot be attached", "n1"],
         ),
