@@ -409,7 +409,10 @@ def _parameters(owner: type) -> frozenset[str]:
     init = vars(owner)["__init__"]
     init = getattr(init, "__wrapped__", init)  # BaseOperator's metaclass wraps each __init__
     kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    found = inspect.signature(init).parameters.values()
+    try:
+        found = inspect.signature(init).parameters.values()
+    except (TypeError, ValueError):  # a builtin's __init__, in a user's mixin
+        return frozenset()
     return frozenset(p.name for p in found if p.kind in kinds) - {"self"}
 
 
