@@ -146,12 +146,24 @@ class BaseStepOperator(BaseOperator):
             self.log.info(
                 "Re-attaching to job %s, still running from an earlier try", handle["job_id"]
             )
+            handle = {**handle, "earlier_try": True}
         else:
-            request = self._prepare(context, key, backend)
-            handle = {**backend.submit(request), "submitted_at": time.time()}
-            self.log.info("Submitted job %s", handle["job_id"])
+            handle = self._submit(context, key, backend)
+        return self._follow(context, backend, handle)
+
+    def _submit(self, context: Any, key: str, backend: StepBackend) -> dict[str, Any]:
+        request = self._prepare(context, key, backend)
+        handle = {**backend.submit(request), "submitted_at": time.time()}
+        self.log.info("Submitted job %s", handle["job_id"])
+        return handle
+
+    def _follow(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> Any:
+        """Record the job for a retry, link it, and wait for it: deferred, or here."""
+        ti = context["ti"]
         try:
-            _remember(store, {"handle": handle, "try_number": ti.try_number})
+            _remember(
+                context.get("task_state_store"), {"handle": handle, "try_number": ti.try_number}
+            )
             self._store_links(context, backend, handle)
             trigger = self._trigger(backend, handle)
             if self.deferrable:
@@ -168,6 +180,23 @@ class BaseStepOperator(BaseOperator):
             backend.stop(handle)
             raise
         return self.execute_complete(context, event)
+
+    def _run_again(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> Any:
+        """An earlier try's job that this try re-attached to was stopped: that try was cleared
+        or marked by a user, and its trigger stopped the job after the scheduler had started
+        this try (a triggerer notices a clear a moment later). Its result will never come, so
+        this try runs the step again, as for any earlier job that was stopped."""
+        from airflow_stepop.backends.naming import task_key
+
+        self.log.warning(
+            "Job %s of an earlier try was stopped (that try was cleared or killed): running "
+            "the step again as a new job",
+            handle["job_id"],
+        )
+        self._release(backend, handle)
+        ti = context["ti"]
+        key = task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+        return self._follow(context, backend, self._submit(context, key, backend))
 
     def _trigger(self, backend: StepBackend, handle: dict[str, Any]) -> StepJobDeferral:
         """The job's trigger as Airflow stores it (building it would cost the worker ~10 ms)."""
@@ -336,6 +365,9 @@ class BaseStepOperator(BaseOperator):
         storage = worker_storage(self.storage_conn_id)
         backend = self.make_backend()
         self._recall_stored_links(backend, handle)
+        killed = getattr(self, "_handle", False) is None  # on_kill stopped it (not deferrable)
+        if event["status"] == "stopped" and handle.get("earlier_try") and not killed:
+            return self._run_again(context, backend, handle)
         try:
             if event["status"] != "succeeded":
                 raise step_failure(event, storage)
@@ -383,6 +415,7 @@ class BaseStepOperator(BaseOperator):
         if handle is not None:
             backend, job = handle
             self.log.info("Stopping job %s", job["job_id"])
+            self._handle = None  # stopped by us: not a stop to run again after
             backend.stop(job)
 
 

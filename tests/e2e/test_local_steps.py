@@ -122,6 +122,18 @@ def test_execution_timeout_stops_the_job(results, tmp_path):
     wait_for(lambda: not group_members(group), 15, "the job's processes to end")
 
 
+def test_a_job_stopped_after_a_retry_re_attached_to_it_runs_again(results, tmp_path):
+    """A cleared deferred task: its next try re-attaches to the job that the cleared try's
+    trigger is about to stop; it must run the step again, not fail with the stop."""
+    run = _dags(results).cleared_while_deferred().test()
+    assert run.state == "success"
+    jobs = sorted(p.name.rsplit("-", 1)[1] for p in (tmp_path / "jobs").iterdir())
+    assert jobs == ["t1", "t2"]  # try 1's job, stopped; try 2's own
+    assert _xcom_rows("cleared_while_deferred")[("held", "return_value", -1)] == (
+        "done by the first job"
+    )
+
+
 def test_a_retry_reattaches_to_the_running_job(results, tmp_path, artifact_root):
     run = _dags(results).retry_reattaches().test()
     assert run.state == "success"

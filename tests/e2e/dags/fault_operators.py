@@ -28,6 +28,26 @@ class LosesWorkerAfterSubmit:
         super().defer(**kwargs)
 
 
+class ClearedWhileDeferred:
+    """Try 1 is cleared while its job runs. A real triggerer stops the job (the trigger's
+    on_kill) about a second after the scheduler has started try 2, which has by then
+    re-attached to it: here try 2 stops it itself, after re-attaching, before deferring."""
+
+    def execute(self, context):
+        self._try = context["ti"].try_number
+        return super().execute(context)
+
+    def defer(self, **kwargs):
+        if getattr(self, "_try", None) == 1:
+            raise RuntimeError("simulated: try 1 cleared before it deferred")
+        handle = kwargs["trigger"].handle
+        if handle.get("earlier_try"):
+            self.make_backend().stop(handle)  # try 1's trigger's on_kill, arriving late
+            results = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
+            open(f"{results}/release", "w").close()  # the step run again may finish
+        super().defer(**kwargs)
+
+
 class LosesWorkerAfterSuccess:
     """Try 1's worker dies after its job succeeded, before the result reached Airflow."""
 

@@ -185,6 +185,24 @@ def retry_reattaches():
 retry_reattaches()
 
 
+class ClearedWhileDeferred(fault_operators.ClearedWhileDeferred, LocalStepOperator):
+    pass
+
+
+@dag(schedule=None)
+def cleared_while_deferred():
+    ClearedWhileDeferred(
+        task_id="held",
+        python_callable=held_step,
+        op_args=[f"{RESULTS}/held.pid", f"{RESULTS}/release"],
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+    )
+
+
+cleared_while_deferred()
+
+
 @dag(schedule=None)
 def held_until_killed():
     @task.local_step(poll_interval=0.5)
