@@ -365,8 +365,8 @@ class BaseStepOperator(BaseOperator):
         storage = worker_storage(self.storage_conn_id)
         backend = self.make_backend()
         self._recall_stored_links(backend, handle)
-        killed = getattr(self, "_handle", False) is None  # on_kill stopped it (not deferrable)
-        if event["status"] == "stopped" and handle.get("earlier_try") and not killed:
+        stopped_by_us = getattr(self, "_killed", False)  # on_kill, not deferrable
+        if event["status"] == "stopped" and handle.get("earlier_try") and not stopped_by_us:
             return self._run_again(context, backend, handle)
         try:
             if event["status"] != "succeeded":
@@ -415,7 +415,7 @@ class BaseStepOperator(BaseOperator):
         if handle is not None:
             backend, job = handle
             self.log.info("Stopping job %s", job["job_id"])
-            self._handle = None  # stopped by us: not a stop to run again after
+            self._killed = True  # a stop to end with, not one to run the step again after
             backend.stop(job)
 
 

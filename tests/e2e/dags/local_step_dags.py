@@ -171,15 +171,20 @@ def held_step(pid_file: str, release: str) -> str:
     return "done by the first job"
 
 
-@dag(schedule=None)
-def retry_reattaches():
-    LosesWorkerAfterSubmit(
+def _held_with_one_retry(operator: type) -> None:
+    """The held step under a fault operator, with one immediate retry."""
+    operator(
         task_id="held",
         python_callable=held_step,
         op_args=[f"{RESULTS}/held.pid", f"{RESULTS}/release"],
         retries=1,
         retry_delay=timedelta(seconds=0),
     )
+
+
+@dag(schedule=None)
+def retry_reattaches():
+    _held_with_one_retry(LosesWorkerAfterSubmit)
 
 
 retry_reattaches()
@@ -191,13 +196,7 @@ class ClearedWhileDeferred(fault_operators.ClearedWhileDeferred, LocalStepOperat
 
 @dag(schedule=None)
 def cleared_while_deferred():
-    ClearedWhileDeferred(
-        task_id="held",
-        python_callable=held_step,
-        op_args=[f"{RESULTS}/held.pid", f"{RESULTS}/release"],
-        retries=1,
-        retry_delay=timedelta(seconds=0),
-    )
+    _held_with_one_retry(ClearedWhileDeferred)
 
 
 cleared_while_deferred()
