@@ -11,7 +11,7 @@ triggerer HA is harmless.
 Many steps, few calls: the job's state comes from the poll group's shared poller
 (``poller.py``), the backend's log calls take tokens of a per-process budget (``[stepop]
 log_calls_per_second``, see ``StepBackend.alogs``), and the
-log cursor is saved beside the run (``relay.json``) so that a trigger resumed by another
+log cursor is saved beside the run (``relay-<job>.json``) so that a trigger resumed by another
 triggerer continues the relay where it stopped instead of from the start.
 """
 
