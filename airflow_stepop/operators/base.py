@@ -18,7 +18,7 @@ from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_stepop import config
 from airflow_stepop.backends import arguments as check
-from airflow_stepop.operators.outcome import read_result, shown, step_failure
+from airflow_stepop.operators.outcome import StepKilledError, read_result, shown, step_failure
 from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
 
 if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
@@ -40,6 +40,10 @@ class BaseStepOperator(BaseOperator):
     job_name_max_length: ClassVar[int] = 63
     # The service's name in its [stepop] options, e.g. "sagemaker" for sagemaker_artifact_root.
     service: ClassVar[str | None] = None
+    # What on_kill needs: whether the task was killed, and the job this try submitted or
+    # re-attached to (with its backend), once there is one.
+    _killed: bool = False
+    _handle: tuple[StepBackend, dict[str, Any]] | None = None
 
     def __init__(
         self,
@@ -152,28 +156,46 @@ class BaseStepOperator(BaseOperator):
         return self._follow(context, backend, handle)
 
     def _submit(self, context: Any, key: str, backend: StepBackend) -> dict[str, Any]:
+        """Submit the step's job, unless the task was killed while it was being prepared.
+
+        Airflow's task runner answers SIGTERM (a user's mark or clear) by calling ``on_kill``
+        and lets ``execute()`` go on until the process is killed a few seconds later: a job
+        submitted in that window would run with nobody watching it."""
         request = self._prepare(context, key, backend)
+        if self._killed:
+            raise StepKilledError("The task was killed before its job was submitted: no job ran")
         handle = {**backend.submit(request), "submitted_at": time.time()}
+        self._handle = (backend, handle)  # from now on, on_kill stops it
         self.log.info("Submitted job %s", handle["job_id"])
+        if self._killed:  # the kill came while the submit was on its way
+            self._stop_killed(backend, handle)
         return handle
+
+    def _stop_killed(self, backend: StepBackend, handle: dict[str, Any]) -> None:
+        self.log.warning("The task was killed: stopping job %s", handle["job_id"])
+        backend.stop(handle)
+        raise StepKilledError(f"The task was killed: job {handle['job_id']} was stopped")
 
     def _follow(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> Any:
         """Record the job for a retry, link it, and wait for it: deferred, or here."""
         ti = context["ti"]
+        self._handle = (backend, handle)
         try:
             _remember(
                 context.get("task_state_store"), {"handle": handle, "try_number": ti.try_number}
             )
             self._store_links(context, backend, handle)
             trigger = self._trigger(backend, handle)
+            if self._killed:  # on_kill stopped the job: there is nothing to wait for
+                raise StepKilledError(f"The task was killed: job {handle['job_id']} was stopped")
             if self.deferrable:
                 self.defer(trigger=trigger, method_name="execute_complete")
         except TaskDeferred:
             raise
         except BaseException:
-            self._stop_unless_retried(backend, handle, ti)
+            if not self._killed:  # a killed task's job is stopped already
+                self._stop_unless_retried(backend, handle, ti)
             raise
-        self._handle = (backend, handle)
         try:
             event = asyncio.run(_first_event(trigger))
         except BaseException:  # execution_timeout, SIGTERM...: the job must not outlive us
@@ -365,7 +387,7 @@ class BaseStepOperator(BaseOperator):
         storage = worker_storage(self.storage_conn_id)
         backend = self.make_backend()
         self._recall_stored_links(backend, handle)
-        stopped_by_us = getattr(self, "_killed", False)  # on_kill, not deferrable
+        stopped_by_us = self._killed  # on_kill, not deferrable
         if event["status"] == "stopped" and handle.get("earlier_try") and not stopped_by_us:
             return self._run_again(context, backend, handle)
         try:
@@ -410,12 +432,13 @@ class BaseStepOperator(BaseOperator):
             self.log.warning("Could not release job %s: %s", handle["job_id"], exc)
 
     def on_kill(self) -> None:
-        """Non-deferrable mode: stop the job this worker is waiting for."""
-        handle = getattr(self, "_handle", None)
-        if handle is not None:
-            backend, job = handle
+        """SIGTERM (a user's mark or clear, ``execution_timeout``): stop the job this try
+        submitted or re-attached to. Before the submit there is none yet: ``_killed`` keeps
+        ``execute()``, which Airflow lets go on, from submitting one."""
+        self._killed = True  # a stop to end with, not one to run the step again after
+        if self._handle is not None:
+            backend, job = self._handle
             self.log.info("Stopping job %s", job["job_id"])
-            self._killed = True  # a stop to end with, not one to run the step again after
             backend.stop(job)
 
 

@@ -15,6 +15,10 @@ class StepFailedError(RuntimeError):
     """The step's job failed; the message carries the remote exception and the job's log tail."""
 
 
+class StepKilledError(RuntimeError):
+    """The task was killed (a user's mark or clear) while ``execute()`` still ran."""
+
+
 def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
     """The task's error for a job that did not succeed: the remote exception (from the job's
     ``error.json``) once, then the rest of the job's log tail."""

@@ -131,3 +131,45 @@ def test_marking_a_deferred_task_failed_stops_its_job(airflow_stack):
 
     wait_for_ok("the step process to be stopped", lambda: not process_alive(pid), 60)
     assert api.get(ti_path)["state"] == "failed"
+
+
+def _trigger_and_kill_on_the_way_to_the_defer(api, home, dag: str) -> str:
+    """Trigger ``dag``, and mark its task failed while ``execute()`` submits (see
+    fault_operators.KilledWhileSubmitting); returns the task's log path prefix."""
+    api.patch(f"/api/v2/dags/{dag}", {"is_paused": False})
+    run_id = api.post(f"/api/v2/dags/{dag}/dagRuns", {"logical_date": None})["dag_run_id"]
+    ti_path = f"/api/v2/dags/{dag}/dagRuns/{run_id}/taskInstances/hold"
+    wait_for_ok(
+        "execute() to reach the submit", (home / "results" / f"{dag}.submitting").exists, 120
+    )
+    api.patch(ti_path, {"new_state": "failed"})
+    return ti_path
+
+
+def test_a_task_killed_while_its_job_is_submitted_stops_that_job(airflow_stack):
+    """Airflow lets execute() go on after the SIGTERM of a user's mark: the job whose submit
+    was on its way must not run on with nobody watching it."""
+    api, home = airflow_stack
+    pid_file = home / "results" / "killed-while-submitting.pid"
+    ti_path = _trigger_and_kill_on_the_way_to_the_defer(api, home, "killed_while_submitting")
+    wait_for_ok("the step process", pid_file.exists, 60)
+    pid = int(pid_file.read_text())
+
+    wait_for_ok("the step process to be stopped", lambda: not process_alive(pid), 60)
+    assert api.get(ti_path)["state"] == "failed"
+
+
+def test_a_task_killed_before_its_submit_submits_no_job(airflow_stack):
+    api, home = airflow_stack
+    dag = "killed_before_submit"
+    _trigger_and_kill_on_the_way_to_the_defer(api, home, dag)
+    logs = home / "logs" / f"dag_id={dag}"
+    wait_for_ok(
+        "the task to end",
+        lambda: any(
+            "killed before its job was submitted" in p.read_text() for p in logs.rglob("*.log")
+        ),
+        60,
+    )
+    assert not (home / "results" / "killed-before-submit.pid").exists()
+    assert not any("Submitted job" in p.read_text() for p in logs.rglob("*.log"))

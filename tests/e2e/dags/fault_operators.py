@@ -10,6 +10,7 @@ with dag.test(). It imports nothing: each DAG file supplies the operator.
 from __future__ import annotations
 
 import os
+import time
 
 
 class LosesWorkerAfterSubmit:
@@ -62,3 +63,41 @@ class FailsAfterSubmit:
 
     def defer(self, **kwargs):
         raise RuntimeError("simulated: failure after submit")
+
+
+class KilledWhileSubmitting:
+    """The user marks the task failed while ``execute()`` is still on its way to the defer.
+    Airflow's task runner answers the SIGTERM by calling ``on_kill`` and lets ``execute()`` go
+    on: here the submit comes back only after ``on_kill`` ran (a request in flight), or, with
+    ``killed_before_submit``, the kill comes while the job is being prepared."""
+
+    killed_before_submit = False
+
+    def on_kill(self):
+        self._sigterm_seen = True
+        super().on_kill()
+
+    def _wait_for_the_kill(self):
+        results = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
+        open(f"{results}/{self.dag_id}.submitting", "w").close()  # the test kills the task now
+        while not getattr(self, "_sigterm_seen", False):
+            time.sleep(0.05)  # the signal handler runs in this thread, between two sleeps
+
+    def _prepare(self, *args):
+        request = super()._prepare(*args)
+        if self.killed_before_submit:
+            self._wait_for_the_kill()
+        return request
+
+    def make_backend(self):
+        backend = super().make_backend()
+        submit = backend.submit
+
+        def submit_in_flight(request):
+            handle = submit(request)
+            if not self.killed_before_submit:
+                self._wait_for_the_kill()
+            return handle
+
+        backend.submit = submit_in_flight
+        return backend

@@ -215,6 +215,38 @@ def held_until_killed():
 held_until_killed()
 
 
+class KilledWhileSubmitting(fault_operators.KilledWhileSubmitting, LocalStepOperator):
+    pass
+
+
+class KilledBeforeSubmit(KilledWhileSubmitting):
+    killed_before_submit = True
+
+
+@dag(schedule=None)
+def killed_while_submitting():
+    KilledWhileSubmitting(
+        task_id="hold",
+        python_callable=held_step,
+        op_args=[f"{RESULTS}/killed-while-submitting.pid", "/nonexistent/never"],
+    )
+
+
+killed_while_submitting()
+
+
+@dag(schedule=None)
+def killed_before_submit():
+    KilledBeforeSubmit(
+        task_id="hold",
+        python_callable=held_step,
+        op_args=[f"{RESULTS}/killed-before-submit.pid", "/nonexistent/never"],
+    )
+
+
+killed_before_submit()
+
+
 BASE_IMAGE = os.environ.get("STEPOP_TEST_BASE_IMAGE", "stepop-base/python:3.11-bookworm")
 
 
