@@ -34,6 +34,11 @@ from airflow_stepop.triggers.relay_cursor import CursorStore
 LOG_TAIL_LINES = 40
 MAX_BACKOFF_SECONDS = 60.0
 FINAL_LOG_ATTEMPTS = 3  # reads of a finished job's last lines before its event goes out anyway
+# A triggerer's supervisor reads a trigger's log lines and its event from two sockets; the event
+# closes the task's trigger log file, so lines still unread then land in the triggerer's own log
+# (Airflow 3.3, seen with many jobs ending in one poll round). The event waits this long after
+# the last lines, for the supervisor to read them first.
+LAST_LINES_GRACE_SECONDS = 0.5
 
 
 def _passed(end: float | None) -> bool:
@@ -103,6 +108,7 @@ class StepJobTrigger(BaseTrigger):
             event = await self._watch(poller)
         finally:
             await poller.detach()
+        await asyncio.sleep(LAST_LINES_GRACE_SECONDS)
         # Clients are closed before the event goes out: a trigger's code after its yield may
         # never run (``dag.test()`` abandons the generator with its event loop).
         yield event
@@ -154,14 +160,23 @@ class StepJobTrigger(BaseTrigger):
                     await backend.astop(self.handle)
                 return self._event(status, tail)
             if _passed(end):
-                return await self._time_out(backend, tail)
+                return await self._time_out(backend, tail, cursor)
             # Short jobs finish fast, long ones are polled at poll_interval.
             wait = min(self.poll_interval, wait * 2)
 
-    async def _time_out(self, backend: StepBackend, tail: collections.deque[str]) -> TriggerEvent:
+    async def _time_out(
+        self, backend: StepBackend, tail: collections.deque[str], cursor: Any = None
+    ) -> TriggerEvent:
+        """Stop the job at the task's deadline; with a ``cursor`` (the service answers), relay
+        what the step printed while it stopped (a ``finally:`` saving its work, say)."""
         job_id = self.handle["job_id"]
         self.log.error("Job %s passed the task's execution_timeout; stopping it", job_id)
         await backend.astop(self.handle)
+        if cursor is not None:
+            lines, _ = await self._relay(backend, cursor, final=True)
+            for line in lines:
+                self.log.info("[%s] %s", job_id, line)
+            tail.extend(lines)
         return TriggerEvent(
             {
                 "status": "timeout",

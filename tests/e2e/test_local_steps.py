@@ -113,7 +113,9 @@ def test_multiple_outputs_without_deferral(results):
 def test_execution_timeout_stops_the_job(results, tmp_path):
     run = _dags(results).step_times_out().test()
     assert run.state == "failed"
-    assert (results / "failure.txt").read_text().startswith("AirflowTaskTimeout")
+    failure = (results / "failure.txt").read_text()
+    assert failure.startswith("AirflowTaskTimeout")
+    assert "saved my checkpoint" in failure  # printed while the job stopped
     # Every process of the job, however far it got when the deadline came (a pid the step
     # wrote itself was missing when the step started slower than the 5 s deadline): the
     # supervisor leads the job's process group, and the step runs in it.

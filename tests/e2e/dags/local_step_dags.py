@@ -153,7 +153,10 @@ multiple_outputs_step()
 def step_times_out():
     @task.local_step(execution_timeout=timedelta(seconds=5), on_failure_callback=_remember_failure)
     def sleepy():
-        wait_for_file("/nonexistent/never", timeout=600)
+        try:
+            wait_for_file("/nonexistent/never", timeout=600)
+        finally:  # the stop raises StepStopped here: what it prints reaches the task
+            print("saved my checkpoint")
 
     sleepy()
 
