@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_stepop.images.build_log import hints, plain, unreadable_ca_bundle
 from airflow_stepop.settings import DockerSettings
 
 if TYPE_CHECKING:
@@ -62,7 +63,8 @@ class BuildOptions:
 
 
 class ImageBuildError(RuntimeError):
-    """A failed image build; the message carries the tail of the build log."""
+    """A failed image build; the message carries the tail of the build log (colour codes
+    stripped) and, for a failure a ``[stepop]`` build option fixes, that option."""
 
 
 def image_reference(settings: DockerSettings, repository: str, *, copy: bool = False) -> str:
@@ -139,11 +141,15 @@ def _run_build(client: Any, tag: str, options: BuildOptions, **kwargs: Any) -> N
             tag=tag, rm=True, forcerm=True, decode=True, network_mode=options.network_mode, **kwargs
         ):
             if "stream" in chunk:
-                lines.extend(chunk["stream"].splitlines())
+                lines.extend(line for line in plain(chunk["stream"]).splitlines() if line.strip())
             if "error" in chunk:
+                said = hints(lines, options.network_mode, options.ca_bundle)
                 raise ImageBuildError(
-                    f"Building image {tag} failed: {chunk['error'].strip()}\n"
-                    + "\n".join(lines[-30:])
+                    "\n".join(
+                        [f"Building image {tag} failed: {plain(chunk['error']).strip()}"]
+                        + lines[-30:]
+                        + said
+                    )
                 )
     except docker.errors.APIError as exc:
         raise ImageBuildError(f"Building image {tag} failed: {exc}") from exc
@@ -273,12 +279,15 @@ def _build(settings: DockerSettings, client: Any, reference: str, options: Build
             return
         parent = base_tag
 
-    with_ca = bool(options.ca_bundle and settings.requirements)
-    files = {"Dockerfile": dockerfile_text(settings, parent, with_ca).encode()}
+    ca_bundle = options.ca_bundle if settings.requirements else None  # pip's alone
+    files = {"Dockerfile": dockerfile_text(settings, parent, bool(ca_bundle)).encode()}
     if settings.requirements:
         files["stepop-requirements.txt"] = ("\n".join(settings.requirements) + "\n").encode()
-    if with_ca:
-        files[CA_FILE] = Path(options.ca_bundle).read_bytes()  # type: ignore[arg-type]
+    if ca_bundle:
+        try:
+            files[CA_FILE] = Path(ca_bundle).read_bytes()
+        except OSError as exc:
+            raise ImageBuildError(unreadable_ca_bundle(ca_bundle, exc)) from exc
     log.info("Building environment image %s", reference)
     _run_build(
         client,
