@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -114,23 +115,84 @@ def _image_environment(client: Any, image: str) -> dict[str, str]:
 
 def _start(client: Any, request: JobRequest, image: str, **kwargs: Any) -> Any:
     """Create the step's container and start it; a container that fails to start is removed
-    (nobody would come back for it) and the failure says why, in the step's terms."""
+    (nobody would come back for it) and the failure says why, in the step's terms.
+
+    The engine's calls run in a thread of their own, which the task's interruptions
+    (``AirflowTaskTimeout`` from the ``execution_timeout`` alarm, ``KeyboardInterrupt``) never
+    reach: the engine goes on creating a container whose caller left (tens of seconds on vfs),
+    so an interrupted task waits for the engine's answer, removes what it made, then re-raises.
+    """
     import docker.errors
 
-    container = client.containers.create(image, **kwargs)
+    outcome: dict[str, Any] = {}
+    interrupted, done = threading.Event(), threading.Event()
+    threading.Thread(
+        target=_create_and_start,
+        args=(client, image, kwargs, outcome, interrupted, done),
+        name=f"stepop-start-{request.job_name}",
+        daemon=True,
+    ).start()
+    # An Event, not Thread.join(): a join() interrupted by a signal handler's exception marks
+    # the running thread as ended (CPython 3.11's bpo-45274 handling), so no later join() waits.
     try:
-        container.start()
-    except BaseException as exc:
-        try:
-            container.remove(force=True)
-            removed = "The container was removed."
-        except docker.errors.APIError as removal:
-            removed = f"Removing the container failed too: {removal}"
-        if isinstance(exc, docker.errors.APIError):
-            raise ContainerStartError(f"{_start_failure(request, image, exc)} {removed}") from None
-        log.warning("%s", removed)
+        done.wait()
+    except BaseException:
+        interrupted.set()  # a container created from now on is not started
+        log.warning(
+            "Interrupted while the container engine creates and starts container %s; waiting "
+            "for it to finish, to remove the container",
+            request.job_name,
+        )
+        done.wait()  # a second interruption gives up waiting (and removing)
+        if outcome.get("container") is not None:
+            log.warning(
+                "Interrupted task's container %s: %s",
+                request.job_name,
+                _remove(outcome["container"]),
+            )
         raise
+    container, failure = outcome.get("container"), outcome.get("failure")
+    if container is None:  # the engine made no container: nothing to remove
+        raise failure
+    if failure is not None:
+        removed = _remove(container)
+        if isinstance(failure, docker.errors.APIError):
+            raise ContainerStartError(
+                f"{_start_failure(request, image, failure)} {removed}"
+            ) from None
+        log.warning("%s", removed)
+        raise failure
     return container
+
+
+def _create_and_start(
+    client: Any,
+    image: str,
+    kwargs: dict[str, Any],
+    outcome: dict[str, Any],
+    interrupted: threading.Event,
+    done: threading.Event,
+) -> None:
+    """In the starting thread: ``outcome`` gets the container made, and the failure if any."""
+    try:
+        outcome["container"] = client.containers.create(image, **kwargs)
+        if not interrupted.is_set():
+            outcome["container"].start()
+    except BaseException as exc:
+        outcome["failure"] = exc
+    finally:
+        done.set()
+
+
+def _remove(container: Any) -> str:
+    """Remove a container that will not run the step; says how that went, for messages."""
+    import docker.errors
+
+    try:
+        container.remove(force=True)
+        return "The container was removed."
+    except docker.errors.APIError as removal:
+        return f"Removing the container failed too: {removal}"
 
 
 def _start_failure(request: JobRequest, image: str, exc: Any) -> str:

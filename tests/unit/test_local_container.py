@@ -1,8 +1,10 @@
-"""Container mode on an engine that cannot start the step's container: a clear error, and no
-container left behind."""
+"""Container mode on an engine that cannot start the step's container, or a task interrupted
+while its container is created: a clear error, and no container left behind."""
 
 from __future__ import annotations
 
+import signal
+import time
 import uuid
 
 import pytest
@@ -31,26 +33,32 @@ def engine():
     return client, BASE_IMAGE
 
 
+def _request(
+    tmp_path, task_id: str, image: str, resources: ResourceSettings | None = None
+) -> JobRequest:
+    step = StepIdentity("dag", f"run-{uuid.uuid4().hex[:8]}", task_id, -1, 1)
+    staged = stage_step(
+        len, ["four"], {}, root=f"file://{tmp_path}/root", step=step, storage=Storage()
+    )
+    key = task_key(step.dag_id, step.run_id, step.task_id, step.map_index)
+    return JobRequest(
+        job_name(key, 1),
+        key,
+        staged.spec_uri,
+        staged.run_uri,
+        staged.code_uri,
+        resources=resources,
+        docker=DockerSettings(parent_image=image),
+    )
+
+
 @pytest.mark.container
 def test_a_gpu_step_on_an_engine_without_gpus_fails_clearly_and_leaves_no_container(
     tmp_path, engine
 ):
     client, image = engine
-    step = StepIdentity("dag", f"run-{uuid.uuid4().hex[:8]}", "wants_gpu", -1, 1)
-    staged = stage_step(
-        len, ["four"], {}, root=f"file://{tmp_path}/root", step=step, storage=Storage()
-    )
-    key = task_key(step.dag_id, step.run_id, step.task_id, step.map_index)
-    name = job_name(key, 1)
-    request = JobRequest(
-        name,
-        key,
-        staged.spec_uri,
-        staged.run_uri,
-        staged.code_uri,
-        resources=ResourceSettings(gpu_count=1),
-        docker=DockerSettings(parent_image=image),
-    )
+    request = _request(tmp_path, "wants_gpu", image, ResourceSettings(gpu_count=1))
+    name = request.job_name
     from airflow_stepop.backends.local_container import ContainerStartError
 
     try:
@@ -67,3 +75,45 @@ def test_a_gpu_step_on_an_engine_without_gpus_fails_clearly_and_leaves_no_contai
     assert "resources=ResourceSettings(gpu_count=1) asks the container engine for 1 GPU" in message
     assert "NVIDIA Container Toolkit" in message and "drop gpu_count" in message
     assert message.endswith("The container was removed.")
+
+
+@pytest.mark.container
+def test_a_task_timeout_while_its_container_is_created_leaves_no_container(
+    tmp_path, engine, monkeypatch
+):
+    """``execution_timeout``'s alarm goes off while the engine creates the container (tens of
+    seconds on vfs); the engine finishes a create whose caller left, so the task must wait for
+    it and remove the container: nobody would come back for it."""
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+    from airflow.sdk.execution_time.timeout import timeout
+    from docker.models.containers import ContainerCollection
+
+    client, image = engine
+    request = _request(tmp_path, "times_out", image)
+    name = request.job_name
+    create = ContainerCollection.create
+
+    def create_past_the_deadline(self, *args, **kwargs):
+        signal.setitimer(signal.ITIMER_REAL, 0.05)  # the deadline passes during the create
+        return create(self, *args, **kwargs)
+
+    monkeypatch.setattr(ContainerCollection, "create", create_past_the_deadline)
+    handler = signal.getsignal(signal.SIGALRM)
+    since = int(time.time())
+    try:
+        with pytest.raises(AirflowTaskTimeout), timeout(seconds=600):
+            LocalBackend(jobs_dir=str(tmp_path / "jobs")).submit(request)
+        left = [c.name for c in client.containers.list(all=True, filters={"name": name})]
+        # the engine's record of it, up to now (the stream ends at `until`)
+        events = client.events(
+            since=since, until=int(time.time()) + 1, filters={"container": name}, decode=True
+        )
+        actions = [event["Action"] for event in events]
+    finally:  # a failed test leaves nothing either
+        signal.signal(signal.SIGALRM, handler)
+        for container in client.containers.list(all=True, filters={"name": name}):
+            container.remove(force=True)
+
+    assert left == []
+    assert actions[:1] == ["create"] and actions[-1:] == ["destroy"], actions  # made, removed
+    assert "start" not in actions  # an interrupted task's step never runs
