@@ -138,12 +138,13 @@ class ResourceSettings:
             if value is None:
                 continue
             if key == "memory":
-                value = _size(value)
+                value = shown_size(value)
             fields.append(f"{key}={value!r}")
         return f"ResourceSettings({', '.join(fields)})"
 
 
-def _size(size: int) -> str:
+def shown_size(size: int) -> str:
+    """Bytes as a user writes them: ``4GiB``, ``512MiB``."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
         if size % scale == 0:
             return f"{size // scale}{unit}"

@@ -26,6 +26,7 @@ from airflow_stepop.backends.local import (
 from airflow_stepop.backends.naming import key_prefix
 from airflow_stepop.runtime.spec import MAX_RUNTIME_ENV
 from airflow_stepop.runtime.storage import Storage
+from airflow_stepop.settings import shown_size
 
 log = logging.getLogger(__name__)
 
@@ -238,14 +239,37 @@ def status(handle: dict[str, Any], stopped: bool) -> JobStatus:
     if client is None:
         return JobStatus("failed", "the container engine does not answer")
     try:
-        state = _container(client, handle).attrs["State"]
+        attrs = _container(client, handle).attrs
     except docker.errors.NotFound:
         return JobStatus("failed", f"container {handle['job_id']} no longer exists")
+    return container_status(attrs, stopped)
+
+
+def container_status(attrs: dict[str, Any], stopped: bool) -> JobStatus:
+    """The step job's status from the container's ``inspect`` (``attrs``)."""
+    state = attrs["State"]
     if state["Status"] in ("created", "running", "restarting", "paused"):
         return JobStatus("pending" if state["Status"] == "created" else "running")
     if state.get("OOMKilled"):
-        return JobStatus("failed", "OOMKilled: the container ran out of memory")
+        return JobStatus("failed", _out_of_memory((attrs.get("HostConfig") or {}).get("Memory")))
     return _exit_status(int(state.get("ExitCode", -1)), stopped)
+
+
+def _out_of_memory(limit: int | None) -> str:
+    """Why the kernel killed the step, and what raises the limit it hit: the limit is the
+    container's own (``HostConfig.Memory``, from ``ResourceSettings(memory=...)``), or, with
+    none (0), the worker host's memory, which other jobs share."""
+    if not limit:
+        return (
+            "OOMKilled: the container ran out of memory; it had no memory limit of its own "
+            "(no ResourceSettings(memory=...)), so the worker host's memory ran out: free "
+            "memory on the host (fewer steps at once) or give the step less to hold."
+        )
+    return (
+        f"OOMKilled: the container ran out of memory at its limit of {shown_size(limit)}; "
+        "resources=ResourceSettings(memory=...) sets that limit: raise it, e.g. "
+        f"memory={shown_size(2 * limit)!r}."
+    )
 
 
 def logs(handle: dict[str, Any]) -> bytes | None:

@@ -117,3 +117,27 @@ def test_a_task_timeout_while_its_container_is_created_leaves_no_container(
     assert left == []
     assert actions[:1] == ["create"] and actions[-1:] == ["destroy"], actions  # made, removed
     assert "start" not in actions  # an interrupted task's step never runs
+
+
+def _oom_killed(memory: int) -> dict:
+    """A container's ``inspect`` after the kernel killed its step for memory."""
+    state = {"Status": "exited", "OOMKilled": True, "ExitCode": 137}
+    return {"State": state, "HostConfig": {"Memory": memory}}
+
+
+def test_a_step_out_of_memory_says_its_limit_and_what_raises_it():
+    from airflow_stepop.backends.local_container import container_status
+
+    limited = ResourceSettings(memory="512MiB").memory_bytes
+    status = container_status(_oom_killed(limited), stopped=False)
+    assert status.state == "failed"
+    assert status.reason == (
+        "OOMKilled: the container ran out of memory at its limit of 512MiB; "
+        "resources=ResourceSettings(memory=...) sets that limit: raise it, e.g. memory='1GiB'."
+    )
+
+    unlimited = container_status(_oom_killed(0), stopped=False)  # the host's memory ran out
+    assert unlimited.state == "failed"
+    assert "it had no memory limit of its own (no ResourceSettings(memory=...))" in (
+        unlimited.reason
+    )
