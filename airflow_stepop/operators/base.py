@@ -35,7 +35,7 @@ class BaseStepOperator(BaseOperator):
     ui_color = "#c8e6f5"
 
     # The kinds of backend.links() this task process stored (see links/job.py); None: unknown.
-    stored_link_kinds: frozenset[str] | None = None
+    stored_link_kinds: frozenset[str] | None = frozenset()  # a task failed before execute()
     # A backend's limits on job names (service rules).
     job_name_max_length: ClassVar[int] = 63
     # The service's name in its [stepop] options, e.g. "sagemaker" for sagemaker_artifact_root.
@@ -383,6 +383,7 @@ class BaseStepOperator(BaseOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         from airflow_stepop.artifacts.storage import worker_storage
 
+        self.stored_link_kinds = None  # execute() may have stored some: until recalled, ask
         handle = event["handle"]
         storage = worker_storage(self.storage_conn_id)
         backend = self.make_backend()

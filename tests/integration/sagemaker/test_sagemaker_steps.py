@@ -127,6 +127,16 @@ def test_a_failure_before_submit_logs_its_cause_and_no_missing_link_errors(aws, 
     assert xcoms(run)[("unshippable", "_link_StepJobLink", -1)] == ""
 
 
+def test_a_template_that_fails_to_render_logs_no_missing_link_errors(aws, ctl, capfd):
+    """The task fails before execute(): it stored no link, so none is asked for."""
+    run = dags().sm_template_fails_to_render().test()
+    assert run.state == "failed"
+    out, err = capfd.readouterr()
+    assert "UndefinedError" in out + err
+    assert "XCom not found" not in out + err
+    assert "CreateTrainingJob" not in ctl.counters()
+
+
 def test_a_failure_after_submit_with_no_retry_left_stops_the_training_job(aws, ctl):
     run = dags().sm_failure_after_submit().test()
     assert run.state == "failed"

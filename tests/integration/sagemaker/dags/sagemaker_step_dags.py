@@ -156,6 +156,20 @@ sm_fails_before_submit()
 
 
 @dag(schedule=None)
+def sm_template_fails_to_render():
+    SageMakerStepOperator(
+        task_id="seeded",
+        python_callable=len,
+        op_args=[[1]],
+        environment={"SEED": "{{ params.missing.key }}"},
+        docker=PARENT_ONLY,
+    )
+
+
+sm_template_fails_to_render()
+
+
+@dag(schedule=None)
 def sm_spot_resumes():
     @task.sagemaker_step(docker=PARENT_ONLY, spot=True, max_runtime=600)
     def resumable(checkpointed: str):
