@@ -97,12 +97,16 @@ def map_status(description: dict[str, Any]) -> JobStatus:
 
 def console_links(region: str, job_name: str) -> dict[str, str]:
     console = f"https://{region}.console.aws.amazon.com"
-    group = quote(quote(LOG_GROUP, safe=""), safe="").replace("%", "$")
-    stream_filter = quote(quote(f"?logStreamNameFilter={job_name}/", safe=""), safe="")
+
+    # The console's fragment: a path segment is URL-encoded twice, its query once, and '%' is
+    # written '$' (/aws/sagemaker/... -> $252Faws..., ?logStreamNameFilter= -> $3F...$3D).
+    def encoded(value: str) -> str:
+        return quote(quote(value, safe=""), safe="").replace("%", "$")
+
     return {
         "job": f"{console}/sagemaker/home?region={region}#/jobs/{job_name}",
         "logs": f"{console}/cloudwatch/home?region={region}#logsV2:log-groups/log-group/"
-        f"{group}{stream_filter.replace('%', '$')}",
+        f"{encoded(LOG_GROUP)}$3FlogStreamNameFilter$3D{encoded(job_name + '/')}",
     }
 
 

@@ -124,8 +124,12 @@ def test_links_point_at_the_console_and_the_log_streams():
     assert links["job"] == (
         "https://eu-west-1.console.aws.amazon.com/sagemaker/home?region=eu-west-1#/jobs/my-job-t1"
     )
-    assert "$252Faws$252Fsagemaker$252FTrainingJobs" in links["logs"]
-    assert "my-job-t1" in links["logs"]
+    # the log group's streams, filtered on the job's: the console's own fragment encoding
+    assert links["logs"] == (
+        "https://eu-west-1.console.aws.amazon.com/cloudwatch/home?region=eu-west-1#logsV2:"
+        "log-groups/log-group/$252Faws$252Fsagemaker$252FTrainingJobs"
+        "$3FlogStreamNameFilter$3Dmy-job-t1$252F"
+    )
 
 
 def test_cost_is_price_times_billable_seconds_times_instance_count():
