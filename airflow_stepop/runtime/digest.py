@@ -244,6 +244,11 @@ class TreeDigest:
         return self._hasher.hexdigest()
 
 
+# The digest of a directory with no file in it. Object stores keep no empty directory, so such an
+# artifact has nothing to read back: its reference alone says what it was.
+EMPTY_TREE = TreeDigest().hexdigest()
+
+
 def digest_of(path: Path, kind: str) -> tuple[str, int]:
     """The digest of ``kind`` and the size of a file, or of a directory tree."""
     if not path.is_dir():

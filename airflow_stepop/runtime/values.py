@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from airflow_stepop.runtime import materializers
-from airflow_stepop.runtime.digest import LEGACY_KIND, WRITTEN_KIND, digest_of, require_kind
+from airflow_stepop.runtime.digest import (
+    EMPTY_TREE,
+    LEGACY_KIND,
+    WRITTEN_KIND,
+    digest_of,
+    require_kind,
+)
 from airflow_stepop.runtime.spec import python_version
 from airflow_stepop.runtime.storage import HashingWriter, Storage, read_hashed, temporary_beside
 
@@ -170,12 +176,28 @@ def _remove(path: Path) -> None:
 
 def _fetch(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> Path:
     uri = ref["uri"]
+    path, cause = None, None
     try:
         path = storage.fetch(uri, cache_dir / ref["sha256"])
     except FileNotFoundError as exc:
-        raise ArtifactMissingError(_missing(uri)) from exc
-    if not path.exists():
-        raise ArtifactMissingError(_missing(uri))
+        cause = exc
+    if path is not None and path.exists():
+        return path
+    if _empty_tree(ref):
+        return _empty_directory(cache_dir / ref["sha256"])
+    raise ArtifactMissingError(_missing(uri)) from cause
+
+
+def _empty_tree(ref: dict[str, Any]) -> bool:
+    """A returned directory with no file in it: an object store kept nothing of it."""
+    return (
+        ref.get("materializer") == "path" and ref.get("size") == 0 and ref["sha256"] == EMPTY_TREE
+    )
+
+
+def _empty_directory(parent: Path) -> Path:
+    path = parent / "empty"
+    path.mkdir(parents=True, exist_ok=True)
     return path
 
 

@@ -52,3 +52,15 @@ def test_a_reference_from_xcom_loads_with_the_connection_that_wrote_it(connectio
     loaded = deserialize(stored)  # a plain @task downstream, naming no connection
     assert loaded.load() == value
     assert "conn_id" not in loaded.to_record()  # a job reads with its own credentials
+
+
+def test_an_empty_directory_comes_back_from_s3(aws, tmp_path):
+    """S3 keeps no empty directory: the reference alone says the step returned one."""
+    empty = tmp_path / "no-files-yet"
+    empty.mkdir()
+    storage = worker_storage("aws_default")
+    record = values.write_artifact(empty, f"{aws['root']}/refs/empty", storage)
+
+    loaded = ArtifactRef.from_record(record, "aws_default").load()
+
+    assert loaded.is_dir() and not any(loaded.iterdir())
