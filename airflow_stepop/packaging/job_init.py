@@ -21,8 +21,19 @@ AIRFLOW_SIDE = (
     "SageMakerStepOperator",
     "StepFailedError",
     "VertexStepOperator",
-    "get_provider_info",
 )
+
+
+def get_provider_info() -> dict[str, Any]:
+    """Airflow's provider discovery, when a step imports Airflow (or a library that does) in a
+    job whose image has airflow-stepop installed: the distribution's entry point names this
+    function, which the code bundle's package shadows. A job runs no operator, so this
+    provider declares none there."""
+    return {
+        "package-name": "airflow-stepop",
+        "name": "Step operators",
+        "description": "Inside a step's job: the step runtime only.",
+    }
 
 
 def __getattr__(name: str) -> Any:

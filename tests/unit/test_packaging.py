@@ -7,6 +7,7 @@ import io
 import sys
 import textwrap
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -348,10 +349,45 @@ def test_a_steps_module_may_import_settings_and_refs_in_a_job_without_airflow(tm
     assert "Import it in the DAG file instead" in message
 
 
+def test_a_step_may_import_airflow_where_the_job_has_it_and_airflow_stepop_installed(tmp_path):
+    """Airflow's provider discovery finds the installed distribution's entry point, which the
+    bundle's package shadows in a job: importing Airflow (or a library that does) works."""
+    import os
+    import subprocess
+
+    from airflow_stepop.packaging import job_init
+
+    package = tmp_path / "bundle" / "airflow_stepop"
+    package.mkdir(parents=True)
+    # the bundle's airflow_stepop/__init__.py (packaging/bundle.py)
+    (package / "__init__.py").write_text(Path(job_init.__file__).read_text())
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(package.parent),  # as the job's runtime puts the bundle first
+        "AIRFLOW_HOME": str(tmp_path / "home"),
+        "HOME": str(tmp_path),
+    }
+    probe = (
+        "from airflow.providers_manager import ProvidersManager\n"
+        "from airflow.configuration import conf\n"
+        "info = ProvidersManager().providers['airflow-stepop']\n"
+        "print(conf.get('core', 'executor'), info.data['name'])\n"
+    )
+    process = subprocess.run(
+        [sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert process.returncode == 0, process.stderr[-2000:]
+    assert process.stdout.split()[-2:] == ["Step", "operators"]
+
+
 def test_every_public_name_is_either_shipped_to_jobs_or_named_as_airflow_side():
     import airflow_stepop
     from airflow_stepop.packaging import job_init
 
-    assert sorted([*job_init.SHIPPED, *job_init.AIRFLOW_SIDE]) == sorted(airflow_stepop.__all__)
+    own = ["get_provider_info"]  # the job's own, for Airflow imported in a job
+    assert sorted([*job_init.SHIPPED, *job_init.AIRFLOW_SIDE, *own]) == sorted(
+        airflow_stepop.__all__
+    )
     for name, module in job_init.SHIPPED.items():  # the real package's own source of the name
         assert airflow_stepop._EXPORTS[name] == module
