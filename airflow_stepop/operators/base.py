@@ -94,6 +94,16 @@ class BaseStepOperator(BaseOperator):
                 "rendered: it names where every try's files go, so it is fixed when the DAG is "
                 "parsed. Give the URL itself; each run gets its own directory under it."
             )
+        if op_args is not None and not isinstance(op_args, (list, tuple)):
+            raise SettingsError(
+                f"{name}.op_args={op_args!r} must be a list of the callable's positional "
+                "arguments, e.g. op_args=[5] (op_kwargs= takes them by name)."
+            )
+        if op_kwargs is not None and not isinstance(op_kwargs, Mapping):
+            raise SettingsError(
+                f"{name}.op_kwargs={op_kwargs!r} must be a dict of the callable's arguments by "
+                "name, e.g. op_kwargs={'n': 5}."
+            )
         self.python_callable = python_callable
         self.op_args = list(op_args or [])
         self.op_kwargs = dict(op_kwargs or {})

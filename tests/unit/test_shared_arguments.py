@@ -115,6 +115,17 @@ def test_an_artifact_root_without_a_bucket_is_refused(kind, root):
 
 
 @pytest.mark.parametrize("kind", sorted(OPERATORS))
+def test_op_args_must_be_a_list_and_op_kwargs_a_dict(kind):
+    with pytest.raises(SettingsError, match=r"op_args=5 must be a list .* e\.g\. op_args=\[5\]"):
+        _op(kind, op_args=5)
+    with pytest.raises(SettingsError, match=r"op_args='abc' must be a list"):
+        _op(kind, op_args="abc")  # not three arguments 'a', 'b', 'c'
+    with pytest.raises(SettingsError, match=r"op_kwargs=\[1\] must be a dict"):
+        _op(kind, op_kwargs=[1])
+    assert _op(kind, op_args=(1,), op_kwargs={"n": 2}).op_args == [1]
+
+
+@pytest.mark.parametrize("kind", sorted(OPERATORS))
 def test_deferrable_must_be_a_boolean(kind):
     with pytest.raises(SettingsError, match=r"deferrable='no' must be True or False"):
         _op(kind, deferrable="no")
