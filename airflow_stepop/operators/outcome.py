@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,8 @@ def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
         error = storage.read_json(error_uri)
         parts.append(f"The step raised {error['type']}: {error['message']}")
         parts.append("Remote traceback:\n" + error["traceback"].rstrip())
+        if error["type"] == "ModuleNotFoundError":
+            parts.append(_missing_module_hint(error["message"]))
     tail = event.get("log_tail") or []
     if error is not None:  # the traceback is above already: keep only what else the job said
         # (an entry script may also print the exception's summary line last, for a service
@@ -49,6 +52,18 @@ def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
 
         return AirflowTaskTimeout(message)
     return StepFailedError(message)
+
+
+def _missing_module_hint(message: str) -> str:
+    """What gives a job a module its step imports: the job's environment, not the worker's."""
+    named = re.search(r"No module named '([^'.]+)", message)
+    package = named.group(1) if named else "the package"
+    return (
+        f"The job's Python has no module {package!r}: a step imports what its job's "
+        f"environment has. Add the package that provides it with "
+        f"docker=DockerSettings(requirements=[{package!r}]) (or use an image that has it); a "
+        "local step without docker= runs in the worker's own Python, so install it there."
+    )
 
 
 def _without_traceback(tail: list[str], traceback: str) -> list[str]:

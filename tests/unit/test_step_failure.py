@@ -76,3 +76,18 @@ def test_an_entry_scripts_summary_line_after_the_traceback_is_not_shown_again(tm
 
     assert message.endswith("Last lines of the job's log:\nloading features")
     assert message.count("ValueError: no merchant column") == 2  # "raised" and the traceback
+
+
+def test_a_missing_module_says_where_a_job_gets_its_packages(tmp_path):
+    said = "No module named 'pandas.core'"
+    (tmp_path / "error.json").write_text(json.dumps({
+        "type": "ModuleNotFoundError", "message": said,
+        "traceback": f"Traceback (most recent call last):\nModuleNotFoundError: {said}\n",
+    }))  # fmt: skip
+    event = {"status": "failed", "handle": {"job_id": "j1", "run_uri": f"file://{tmp_path}"},
+             "log_tail": []}  # fmt: skip
+
+    message = str(step_failure(event, Storage()))
+
+    assert "The job's Python has no module 'pandas'" in message
+    assert "docker=DockerSettings(requirements=['pandas'])" in message
