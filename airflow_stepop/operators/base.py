@@ -199,6 +199,9 @@ class BaseStepOperator(BaseOperator):
             if self._killed:  # on_kill stopped the job: there is nothing to wait for
                 raise StepKilledError(f"The task was killed: job {handle['job_id']} was stopped")
             if self.deferrable:
+                if not _still_running(ti):
+                    self._killed = True
+                    self._stop_killed(backend, handle)
                 self.defer(trigger=trigger, method_name="execute_complete")
         except TaskDeferred:
             raise
@@ -512,6 +515,23 @@ def rename_step_resources(kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs = dict(kwargs)
         kwargs["step_resources"] = kwargs.pop("resources")
     return kwargs
+
+
+def _still_running(ti: Any) -> bool:
+    """Is this task instance still running, as the API server has it? A user's mark or clear
+    reaches a task process as SIGTERM only at its next heartbeat (every 5 s by default), and
+    the server refuses the deferral of a task no longer running: that process then exits with
+    no ``on_kill``, and a job it submitted would run on with nobody watching. One question
+    before the deferral closes that window to the few milliseconds after it."""
+    try:
+        states = ti.get_task_states(
+            dag_id=ti.dag_id, map_index=ti.map_index, task_ids=[ti.task_id], run_ids=[ti.run_id]
+        )
+    except Exception:  # no answer: the deferral goes ahead, as it would without the question
+        return True
+    key = ti.task_id if ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
+    state = (states.get(ti.run_id) or {}).get(key, "running")
+    return state == "running"
 
 
 def _recall(store: Any) -> dict[str, Any] | None:

@@ -173,3 +173,17 @@ def test_a_task_killed_before_its_submit_submits_no_job(airflow_stack):
     )
     assert not (home / "results" / "killed-before-submit.pid").exists()
     assert not any("Submitted job" in p.read_text() for p in logs.rglob("*.log"))
+
+
+def test_a_task_marked_failed_before_it_defers_stops_its_job(airflow_stack):
+    """The mark reaches the task process as SIGTERM only at its next heartbeat; before that,
+    the server refuses the deferral and the process exits without on_kill."""
+    api, home = airflow_stack
+    dag = "marked_before_defer"
+    pid_file = home / "results" / "marked-before-defer.pid"
+    _trigger_and_kill_on_the_way_to_the_defer(api, home, dag)
+    (home / "results" / f"{dag}.marked").touch()  # the task goes on to its deferral now
+    wait_for_ok("the step process", pid_file.exists, 60)
+    pid = int(pid_file.read_text())
+
+    wait_for_ok("the step process to be stopped", lambda: not process_alive(pid), 60)

@@ -72,6 +72,9 @@ class KilledWhileSubmitting:
     ``killed_before_submit``, the kill comes while the job is being prepared."""
 
     killed_before_submit = False
+    # Hold until the test has marked the task, not until its SIGTERM: Airflow sends that at the
+    # task process's next heartbeat, seconds later, and refuses the deferral before then.
+    held_until_marked = False
 
     def on_kill(self):
         self._sigterm_seen = True
@@ -81,6 +84,8 @@ class KilledWhileSubmitting:
         results = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
         open(f"{results}/{self.dag_id}.submitting", "w").close()  # the test kills the task now
         while not getattr(self, "_sigterm_seen", False):
+            if self.held_until_marked and os.path.exists(f"{results}/{self.dag_id}.marked"):
+                return
             time.sleep(0.05)  # the signal handler runs in this thread, between two sleeps
 
     def _prepare(self, *args):

@@ -250,6 +250,22 @@ def killed_before_submit():
 killed_before_submit()
 
 
+class MarkedBeforeDefer(KilledWhileSubmitting):
+    held_until_marked = True
+
+
+@dag(schedule=None)
+def marked_before_defer():
+    MarkedBeforeDefer(
+        task_id="hold",
+        python_callable=held_step,
+        op_args=[f"{RESULTS}/marked-before-defer.pid", "/nonexistent/never"],
+    )
+
+
+marked_before_defer()
+
+
 BASE_IMAGE = os.environ.get("STEPOP_TEST_BASE_IMAGE", "stepop-base/python:3.11-bookworm")
 
 
