@@ -226,13 +226,22 @@ class KilledBeforeSubmit(KilledWhileSubmitting):
     killed_before_submit = True
 
 
-@dag(schedule=None)
-def killed_while_submitting():
-    KilledWhileSubmitting(
+class MarkedBeforeDefer(KilledWhileSubmitting):
+    held_until_marked = True
+
+
+def _held_until_stopped(operator: type, pid_name: str) -> None:
+    """The held step under a kill on its way to the defer; its job only ends when stopped."""
+    operator(
         task_id="hold",
         python_callable=held_step,
-        op_args=[f"{RESULTS}/killed-while-submitting.pid", "/nonexistent/never"],
+        op_args=[f"{RESULTS}/{pid_name}.pid", "/nonexistent/never"],
     )
+
+
+@dag(schedule=None)
+def killed_while_submitting():
+    _held_until_stopped(KilledWhileSubmitting, "killed-while-submitting")
 
 
 killed_while_submitting()
@@ -240,27 +249,15 @@ killed_while_submitting()
 
 @dag(schedule=None)
 def killed_before_submit():
-    KilledBeforeSubmit(
-        task_id="hold",
-        python_callable=held_step,
-        op_args=[f"{RESULTS}/killed-before-submit.pid", "/nonexistent/never"],
-    )
+    _held_until_stopped(KilledBeforeSubmit, "killed-before-submit")
 
 
 killed_before_submit()
 
 
-class MarkedBeforeDefer(KilledWhileSubmitting):
-    held_until_marked = True
-
-
 @dag(schedule=None)
 def marked_before_defer():
-    MarkedBeforeDefer(
-        task_id="hold",
-        python_callable=held_step,
-        op_args=[f"{RESULTS}/marked-before-defer.pid", "/nonexistent/never"],
-    )
+    _held_until_stopped(MarkedBeforeDefer, "marked-before-defer")
 
 
 marked_before_defer()
