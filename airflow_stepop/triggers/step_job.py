@@ -149,9 +149,7 @@ class StepJobTrigger(BaseTrigger):
                 await self._back_off(f"Polling {job_id}", exc, failures, limit=limit)
                 continue
             lines, cursor = await self._relay(backend, cursor, final=status.terminal)
-            for line in lines:
-                self.log.info("[%s] %s", job_id, line)
-            tail.extend(lines)
+            self._show(lines, tail)
             await cursors.save(cursor, relayed=len(lines), final=status.terminal)
             progress.update(status)
             if status.terminal:
@@ -174,9 +172,7 @@ class StepJobTrigger(BaseTrigger):
         await backend.astop(self.handle)
         if cursor is not None:
             lines, _ = await self._relay(backend, cursor, final=True)
-            for line in lines:
-                self.log.info("[%s] %s", job_id, line)
-            tail.extend(lines)
+            self._show(lines, tail)
         return TriggerEvent(
             {
                 "status": "timeout",
@@ -185,6 +181,12 @@ class StepJobTrigger(BaseTrigger):
                 "log_tail": list(tail),
             }
         )
+
+    def _show(self, lines: list[str], tail: collections.deque[str]) -> None:
+        """The job's lines into the task log, and into the tail its event carries."""
+        for line in lines:
+            self.log.info("[%s] %s", self.handle["job_id"], line)
+        tail.extend(lines)
 
     async def _relay(
         self, backend: StepBackend, cursor: Any, *, final: bool
