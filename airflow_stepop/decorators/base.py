@@ -46,7 +46,7 @@ def step_task_decorator(
         multiple_outputs: bool | None = None,
         **kwargs: Any,
     ) -> TaskDecorator:
-        from airflow_stepop.operators.base import rename_step_resources
+        from airflow_stepop.operators.arguments import rename_step_resources
 
         return task_decorator_factory(
             python_callable=python_callable,

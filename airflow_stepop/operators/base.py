@@ -1,24 +1,36 @@
 """BaseStepOperator: ship one callable to a job, defer while it runs, return references.
 
-A service's operator is a thin subclass that says which backend runs the job. Everything else
-(packaging, inputs, the spec, re-attaching on retry, deferral, results and failures) lives here.
+A service's operator is a thin subclass that says which backend runs the job. The life of a
+step (packaging, inputs, the spec, submit, deferral, kills, results and failures) is driven from
+here; its parts live beside it: the argument checks (``arguments``), what an earlier try left
+(``earlier_try``) and what a finished job left (``outcome``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from collections.abc import Callable, Collection, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_stepop import config
 from airflow_stepop.backends import arguments as check
-from airflow_stepop.operators.outcome import StepKilledError, read_result, shown, step_failure
+from airflow_stepop.operators.arguments import (
+    check_step_arguments,
+    refuse_unknown_arguments,
+    rename_step_resources,
+)
+from airflow_stepop.operators.outcome import (
+    StepKilledError,
+    read_result,
+    report_billing,
+    shown,
+    step_failure,
+)
 from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
 
 if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
@@ -60,50 +72,21 @@ class BaseStepOperator(BaseOperator):
         environment: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
-        _refuse_unknown_arguments(type(self), kwargs)
+        refuse_unknown_arguments(type(self), kwargs)
         super().__init__(**kwargs)
         name = self.argument_owner
         if step_resources is not None:  # resources= of a mapped step (see partial())
             resources = step_resources
-        if not callable(python_callable):
-            raise SettingsError(f"{name}.python_callable={python_callable!r} is not callable.")
-        if resources is not None and not isinstance(resources, ResourceSettings):
-            raise SettingsError(
-                f"{name}.resources={resources!r} must be a ResourceSettings, e.g. "
-                "ResourceSettings(gpu_count=1, memory='16GiB')."
-            )
-        if docker is not None and not isinstance(docker, DockerSettings):
-            raise SettingsError(
-                f"{name}.docker={docker!r} must be a DockerSettings, e.g. "
-                "DockerSettings(parent_image='python:3.11-slim', requirements=['numpy'])."
-            )
-        if poll_interval is not None and (
-            isinstance(poll_interval, bool)
-            or not isinstance(poll_interval, (int, float))
-            or poll_interval <= 0
-        ):
-            raise SettingsError(f"{name}.poll_interval={poll_interval!r} must be seconds > 0.")
-        if artifact_root is not None and (not isinstance(artifact_root, str) or not artifact_root):
-            raise SettingsError(
-                f"{name}.artifact_root={artifact_root!r} must be a URL such as "
-                "'file:///data/stepop', 's3://bucket/prefix' or 'gs://bucket/prefix'."
-            )
-        if check.is_templated(artifact_root):
-            raise SettingsError(
-                f"{name}.artifact_root={artifact_root!r} is a template, but artifact_root is not "
-                "rendered: it names where every try's files go, so it is fixed when the DAG is "
-                "parsed. Give the URL itself; each run gets its own directory under it."
-            )
-        if op_args is not None and not isinstance(op_args, (list, tuple)):
-            raise SettingsError(
-                f"{name}.op_args={op_args!r} must be a list of the callable's positional "
-                "arguments, e.g. op_args=[5] (op_kwargs= takes them by name)."
-            )
-        if op_kwargs is not None and not isinstance(op_kwargs, Mapping):
-            raise SettingsError(
-                f"{name}.op_kwargs={op_kwargs!r} must be a dict of the callable's arguments by "
-                "name, e.g. op_kwargs={'n': 5}."
-            )
+        check_step_arguments(
+            name,
+            python_callable=python_callable,
+            op_args=op_args,
+            op_kwargs=op_kwargs,
+            resources=resources,
+            docker=docker,
+            poll_interval=poll_interval,
+            artifact_root=artifact_root,
+        )
         self.python_callable = python_callable
         self.op_args = list(op_args or [])
         self.op_kwargs = dict(op_kwargs or {})
@@ -144,6 +127,7 @@ class BaseStepOperator(BaseOperator):
 
     def execute(self, context: Any) -> Any:
         from airflow_stepop.backends.naming import task_key
+        from airflow_stepop.operators.earlier_try import earlier_job
 
         self._started = time.time()  # execution_timeout counts from here, as Airflow's does
         self.stored_link_kinds = frozenset()  # none yet: a failure before submit stored none
@@ -151,7 +135,7 @@ class BaseStepOperator(BaseOperator):
         ti = context["ti"]
         key = task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
         store = context.get("task_state_store")
-        decision = self._earlier_job(backend, store, ti.try_number, key)
+        decision = earlier_job(backend, store, ti.try_number, key, self.storage_conn_id, self.log)
         if decision.reuse is not None:  # the UI links to the job that made the result
             self._store_links(context, backend, decision.reuse.handle)
             return decision.reuse.result
@@ -188,10 +172,12 @@ class BaseStepOperator(BaseOperator):
 
     def _follow(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> Any:
         """Record the job for a retry, link it, and wait for it: deferred, or here."""
+        from airflow_stepop.operators.earlier_try import remember
+
         ti = context["ti"]
         self._handle = (backend, handle)
         try:
-            _remember(
+            remember(
                 context.get("task_state_store"), {"handle": handle, "try_number": ti.try_number}
             )
             self._store_links(context, backend, handle)
@@ -245,57 +231,6 @@ class BaseStepOperator(BaseOperator):
             deadline=self._deadline(),
             storage_conn_id=self.storage_conn_id,
         )
-
-    def _earlier_job(
-        self, backend: StepBackend, store: Any, try_number: int, key: str
-    ) -> EarlierJob:
-        """What an earlier try of this task instance left: a live job, a result, or nothing.
-
-        The task state store holds the handle each try submitted, so a retry costs one status
-        call. Without a record (a worker lost between submit and record) a retry asks the
-        service with ``find_active``; a first try asks nothing.
-        """
-        record = _recall(store)
-        if record is None:
-            handle = backend.find_active(key) if try_number > 1 else None
-            return EarlierJob(attach=handle)
-        handle = record["handle"]
-        status = backend.status(handle)
-        if not status.terminal:
-            return EarlierJob(attach=handle)
-        if status.held:  # failed, but the service still holds it: nobody will come back for it
-            backend.stop(handle)
-        if status.state == "succeeded" and not record.get("delivered"):
-            reused = self._reuse(handle, record.get("try_number"))
-            if reused is not None:
-                return EarlierJob(reuse=reused)
-        self.log.info(
-            "The earlier job %s %s%s; running the step again",
-            handle["job_id"],
-            status.state,
-            " and its result was delivered" if record.get("delivered") else "",
-        )
-        return EarlierJob()
-
-    def _reuse(self, handle: dict[str, Any], try_number: Any) -> Reused | None:
-        """The verified result of an earlier try's finished job, or None if it is not whole."""
-        from airflow_stepop.artifacts.storage import worker_storage
-
-        storage = worker_storage(self.storage_conn_id)
-        try:
-            result = read_result(handle, storage, self.storage_conn_id, check_artifacts=True)
-        except Exception as exc:
-            self.log.warning(
-                "Job %s succeeded but its result cannot be used (%s)", handle["job_id"], exc
-            )
-            return None
-        self.log.info(
-            "Job %s of try %s already succeeded and left a verified result: returning it "
-            "without starting a new job",
-            handle["job_id"],
-            try_number,
-        )
-        return Reused(result, handle)
 
     def _store_links(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> None:
         """Links are best effort: an API server that does not answer never fails a step."""
@@ -395,6 +330,7 @@ class BaseStepOperator(BaseOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         from airflow_stepop.artifacts.storage import worker_storage
+        from airflow_stepop.operators.earlier_try import remember
 
         self.stored_link_kinds = None  # execute() may have stored some: until recalled, ask
         handle = event["handle"]
@@ -409,34 +345,14 @@ class BaseStepOperator(BaseOperator):
                 raise step_failure(event, storage)
             result = read_result(handle, storage, self.storage_conn_id)
             self.log.info("Step job %s succeeded; result: %s", handle["job_id"], shown(result))
-            self._report_billing(context, backend, event)
-            _remember(
+            report_billing(self.log, context["ti"], backend, event)
+            remember(
                 context.get("task_state_store"),
                 {"handle": handle, "try_number": context["ti"].try_number, "delivered": True},
             )
             return result
         finally:
             self._release(backend, handle)
-
-    def _report_billing(self, context: Any, backend: StepBackend, event: dict[str, Any]) -> None:
-        """The finished job's billable time and cost: in the task log and an XCom."""
-        key = getattr(backend, "billing_xcom_key", None)
-        billing = backend.billing(event.get("details") or {}) if key else None
-        if not billing:
-            return
-        cost = billing.get("estimated_cost_usd")
-        self.log.info(
-            "Job %s: %s billable s x %s x %s%s%s",
-            event["handle"]["job_id"],
-            billing.get("billable_seconds"),
-            billing.get("count", 1),
-            billing.get("machine"),
-            " (Spot)" if billing.get("spot") else "",
-            f" = about ${cost:.4f} (catalog {billing.get('catalog_date')})"
-            if cost is not None
-            else " (no price in the catalog)",
-        )
-        context["ti"].xcom_push(key=key, value=billing)
 
     def _release(self, backend: StepBackend, handle: dict[str, Any]) -> None:
         """Free the finished job's resources; never hides the step's own result or error."""
@@ -456,67 +372,6 @@ class BaseStepOperator(BaseOperator):
             backend.stop(job)
 
 
-class Reused(NamedTuple):  # named tuples: each frozen dataclass costs a parse ~1 ms
-    result: Any
-    handle: dict[str, Any]  # the earlier try's job, which made it
-
-
-class EarlierJob(NamedTuple):
-    """A retry's choice: re-attach to ``attach``, return ``reuse``, or (neither) submit anew."""
-
-    attach: dict[str, Any] | None = None
-    reuse: Reused | None = None
-
-
-STATE_KEY = "stepop_job"
-
-
-@functools.cache
-def _parameters(owner: type) -> frozenset[str]:
-    """The keyword arguments a class's own ``__init__`` names."""
-    import inspect
-
-    init = vars(owner)["__init__"]
-    init = getattr(init, "__wrapped__", init)  # BaseOperator's metaclass wraps each __init__
-    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    try:
-        found = inspect.signature(init).parameters.values()
-    except (TypeError, ValueError):  # a builtin's __init__, in a user's mixin
-        return frozenset()
-    return frozenset(p.name for p in found if p.kind in kinds) - {"self"}
-
-
-def _refuse_unknown_arguments(cls: type, kwargs: Mapping[str, Any]) -> None:
-    """What reaches here goes to BaseOperator; an argument it does not take either is a typo of
-    one of ours (``instance_typ=``), named with the closest argument (Airflow's own error lists
-    it without a suggestion)."""
-    import difflib
-
-    # "_airflow_*" arguments are Airflow's own, for mapped tasks
-    unknown = sorted(k for k in kwargs if k not in _parameters(BaseOperator) and k[:1] != "_")
-    if not unknown:
-        return
-    known = set().union(*(_parameters(c) for c in cls.__mro__ if "__init__" in vars(c)))
-    name = getattr(cls, "custom_operator_name", None) or cls.__name__
-    hints = []
-    for argument in unknown:
-        close = difflib.get_close_matches(argument, sorted(known), n=1)
-        hints.append(f"{argument}= (did you mean {close[0]}=?)" if close else f"{argument}=")
-    raise TypeError(
-        f"{name} got arguments it does not take: {', '.join(hints)}. See the operator's "
-        "arguments in the docs (README.md, docs/<service>.md)."
-    )
-
-
-def rename_step_resources(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``resources=ResourceSettings(...)`` as ``step_resources`` (Airflow's mapping keeps
-    ``resources`` for its own ``Resources``); any other ``resources`` is left to Airflow."""
-    if isinstance(kwargs.get("resources"), ResourceSettings):
-        kwargs = dict(kwargs)
-        kwargs["step_resources"] = kwargs.pop("resources")
-    return kwargs
-
-
 def _still_running(ti: Any) -> bool:
     """Is this task instance still running, as the API server has it? A user's mark or clear
     reaches a task process as SIGTERM only at its next heartbeat (every 5 s by default), and
@@ -532,20 +387,6 @@ def _still_running(ti: Any) -> bool:
     key = ti.task_id if ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
     state = (states.get(ti.run_id) or {}).get(key, "running")
     return state == "running"
-
-
-def _recall(store: Any) -> dict[str, Any] | None:
-    if store is None:
-        return None
-    record = store.get(STATE_KEY)
-    return record if isinstance(record, dict) and isinstance(record.get("handle"), dict) else None
-
-
-def _remember(store: Any, record: dict[str, Any]) -> None:
-    """Keep the job's handle across tries: the task state store survives retries and clears
-    (``delivered`` tells a cleared task's record from a lost result's)."""
-    if store is not None:
-        store.set(STATE_KEY, record)
 
 
 async def _first_event(trigger: StepJobDeferral) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""What a finished step job left: its result, or the error the task fails with."""
+"""What a finished step job left: its result and billing, or the error the task fails with."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Any
 from airflow_stepop.artifacts.ref import ArtifactRef
 
 if TYPE_CHECKING:
+    from airflow.sdk.types import Logger
+
+    from airflow_stepop.backends.base import StepBackend
     from airflow_stepop.runtime.storage import Storage
 
 
@@ -102,6 +105,27 @@ def read_result(
     return values.decode(
         manifest["outputs"], lambda record: ArtifactRef.from_record(record, conn_id)
     )
+
+
+def report_billing(log: Logger, ti: Any, backend: StepBackend, event: dict[str, Any]) -> None:
+    """The finished job's billable time and cost: in the task log and an XCom."""
+    key = getattr(backend, "billing_xcom_key", None)
+    billing = backend.billing(event.get("details") or {}) if key else None
+    if not billing:
+        return
+    cost = billing.get("estimated_cost_usd")
+    log.info(
+        "Job %s: %s billable s x %s x %s%s%s",
+        event["handle"]["job_id"],
+        billing.get("billable_seconds"),
+        billing.get("count", 1),
+        billing.get("machine"),
+        " (Spot)" if billing.get("spot") else "",
+        f" = about ${cost:.4f} (catalog {billing.get('catalog_date')})"
+        if cost is not None
+        else " (no price in the catalog)",
+    )
+    ti.xcom_push(key=key, value=billing)
 
 
 def _artifact_records(node: Any) -> list[dict[str, Any]]:

@@ -1,0 +1,116 @@
+"""The arguments every step operator takes, checked when the DAG file is parsed.
+
+A wrong value fails the DAG's import with a ``SettingsError`` that names the operator as the
+user wrote it, the argument, the value and a valid example; a misspelt argument is named with
+the closest one the operator takes. A service's own arguments are its backend's to check.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_stepop.backends import arguments as check
+from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
+
+
+def check_step_arguments(
+    name: str,
+    *,
+    python_callable: Any,
+    op_args: Any,
+    op_kwargs: Any,
+    resources: Any,
+    docker: Any,
+    poll_interval: Any,
+    artifact_root: Any,
+) -> None:
+    """Refuse a wrong value of the arguments ``BaseStepOperator`` declares."""
+    if not callable(python_callable):
+        raise SettingsError(f"{name}.python_callable={python_callable!r} is not callable.")
+    if resources is not None and not isinstance(resources, ResourceSettings):
+        raise SettingsError(
+            f"{name}.resources={resources!r} must be a ResourceSettings, e.g. "
+            "ResourceSettings(gpu_count=1, memory='16GiB')."
+        )
+    if docker is not None and not isinstance(docker, DockerSettings):
+        raise SettingsError(
+            f"{name}.docker={docker!r} must be a DockerSettings, e.g. "
+            "DockerSettings(parent_image='python:3.11-slim', requirements=['numpy'])."
+        )
+    if poll_interval is not None and (
+        isinstance(poll_interval, bool)
+        or not isinstance(poll_interval, (int, float))
+        or poll_interval <= 0
+    ):
+        raise SettingsError(f"{name}.poll_interval={poll_interval!r} must be seconds > 0.")
+    if artifact_root is not None and (not isinstance(artifact_root, str) or not artifact_root):
+        raise SettingsError(
+            f"{name}.artifact_root={artifact_root!r} must be a URL such as "
+            "'file:///data/stepop', 's3://bucket/prefix' or 'gs://bucket/prefix'."
+        )
+    if check.is_templated(artifact_root):
+        raise SettingsError(
+            f"{name}.artifact_root={artifact_root!r} is a template, but artifact_root is not "
+            "rendered: it names where every try's files go, so it is fixed when the DAG is "
+            "parsed. Give the URL itself; each run gets its own directory under it."
+        )
+    if op_args is not None and not isinstance(op_args, (list, tuple)):
+        raise SettingsError(
+            f"{name}.op_args={op_args!r} must be a list of the callable's positional "
+            "arguments, e.g. op_args=[5] (op_kwargs= takes them by name)."
+        )
+    if op_kwargs is not None and not isinstance(op_kwargs, Mapping):
+        raise SettingsError(
+            f"{name}.op_kwargs={op_kwargs!r} must be a dict of the callable's arguments by "
+            "name, e.g. op_kwargs={'n': 5}."
+        )
+
+
+@functools.cache
+def _parameters(owner: type) -> frozenset[str]:
+    """The keyword arguments a class's own ``__init__`` names."""
+    import inspect
+
+    init = vars(owner)["__init__"]
+    init = getattr(init, "__wrapped__", init)  # BaseOperator's metaclass wraps each __init__
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    try:
+        found = inspect.signature(init).parameters.values()
+    except (TypeError, ValueError):  # a builtin's __init__, in a user's mixin
+        return frozenset()
+    return frozenset(p.name for p in found if p.kind in kinds) - {"self"}
+
+
+def refuse_unknown_arguments(cls: type, kwargs: Mapping[str, Any]) -> None:
+    """What reaches here goes to BaseOperator; an argument it does not take either is a typo of
+    one of ours (``instance_typ=``), named with the closest argument (Airflow's own error lists
+    it without a suggestion)."""
+    import difflib
+
+    # "_airflow_*" arguments are Airflow's own, for mapped tasks
+    unknown = sorted(k for k in kwargs if k not in _parameters(BaseOperator) and k[:1] != "_")
+    if not unknown:
+        return
+    known = set().union(*(_parameters(c) for c in cls.__mro__ if "__init__" in vars(c)))
+    name = getattr(cls, "custom_operator_name", None) or cls.__name__
+    hints = []
+    for argument in unknown:
+        close = difflib.get_close_matches(argument, sorted(known), n=1)
+        hints.append(f"{argument}= (did you mean {close[0]}=?)" if close else f"{argument}=")
+    raise TypeError(
+        f"{name} got arguments it does not take: {', '.join(hints)}. See the operator's "
+        "arguments in the docs (README.md, docs/<service>.md)."
+    )
+
+
+def rename_step_resources(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``resources=ResourceSettings(...)`` as ``step_resources`` (Airflow's mapping keeps
+    ``resources`` for its own ``Resources``); any other ``resources`` is left to Airflow."""
+    if isinstance(kwargs.get("resources"), ResourceSettings):
+        kwargs = dict(kwargs)
+        kwargs["step_resources"] = kwargs.pop("resources")
+    return kwargs

@@ -1,0 +1,104 @@
+"""What an earlier try of a task instance left: a job still running, a result, or nothing.
+
+Each try records the job it submitted in Airflow's task state store, which survives retries and
+clears, so a retry re-attaches to a live job or returns the verified result of a finished one
+instead of paying for the step again. Imported by ``execute()``, never at DAG parse.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from airflow_stepop.operators.outcome import read_result
+
+if TYPE_CHECKING:
+    from airflow.sdk.types import Logger
+
+    from airflow_stepop.backends.base import StepBackend
+
+STATE_KEY = "stepop_job"
+
+
+class Reused(NamedTuple):  # named tuples: each frozen dataclass costs a parse ~1 ms
+    result: Any
+    handle: dict[str, Any]  # the earlier try's job, which made it
+
+
+class EarlierJob(NamedTuple):
+    """A retry's choice: re-attach to ``attach``, return ``reuse``, or (neither) submit anew."""
+
+    attach: dict[str, Any] | None = None
+    reuse: Reused | None = None
+
+
+def earlier_job(
+    backend: StepBackend,
+    store: Any,
+    try_number: int,
+    key: str,
+    storage_conn_id: str | None,
+    log: Logger,
+) -> EarlierJob:
+    """What to do about an earlier try's job.
+
+    The task state store holds the handle each try submitted, so a retry costs one status
+    call. Without a record (a worker lost between submit and record) a retry asks the
+    service with ``find_active``; a first try asks nothing.
+    """
+    record = recall(store)
+    if record is None:
+        handle = backend.find_active(key) if try_number > 1 else None
+        return EarlierJob(attach=handle)
+    handle = record["handle"]
+    status = backend.status(handle)
+    if not status.terminal:
+        return EarlierJob(attach=handle)
+    if status.held:  # failed, but the service still holds it: nobody will come back for it
+        backend.stop(handle)
+    if status.state == "succeeded" and not record.get("delivered"):
+        reused = _reuse(handle, record.get("try_number"), storage_conn_id, log)
+        if reused is not None:
+            return EarlierJob(reuse=reused)
+    log.info(
+        "The earlier job %s %s%s; running the step again",
+        handle["job_id"],
+        status.state,
+        " and its result was delivered" if record.get("delivered") else "",
+    )
+    return EarlierJob()
+
+
+def _reuse(
+    handle: dict[str, Any], try_number: Any, storage_conn_id: str | None, log: Logger
+) -> Reused | None:
+    """The verified result of an earlier try's finished job, or None if it is not whole."""
+    from airflow_stepop.artifacts.storage import worker_storage
+
+    storage = worker_storage(storage_conn_id)
+    try:
+        result = read_result(handle, storage, storage_conn_id, check_artifacts=True)
+    except Exception as exc:
+        log.warning("Job %s succeeded but its result cannot be used (%s)", handle["job_id"], exc)
+        return None
+    log.info(
+        "Job %s of try %s already succeeded and left a verified result: returning it "
+        "without starting a new job",
+        handle["job_id"],
+        try_number,
+    )
+    return Reused(result, handle)
+
+
+def recall(store: Any) -> dict[str, Any] | None:
+    """The job record an earlier try (or this one) kept, if any."""
+    if store is None:
+        return None
+    record = store.get(STATE_KEY)
+    return record if isinstance(record, dict) and isinstance(record.get("handle"), dict) else None
+
+
+def remember(store: Any, record: dict[str, Any]) -> None:
+    """Keep the job's handle across tries: the task state store survives retries and clears
+    (``delivered`` tells a cleared task's record from a lost result's)."""
+    if store is not None:
+        store.set(STATE_KEY, record)
