@@ -355,6 +355,10 @@ class AzureMLBackend(StepBackend):
             client=lambda: self.aclient, limiter=lambda: log_limiter(self.poll_group()),
         )  # fmt: skip
 
+    def forget(self, handle: dict[str, Any]) -> None:
+        self._states.pop(handle["job_id"], None)
+        self._logs.forget(handle["job_id"])
+
     async def aclose(self) -> None:
         client, self._async = self._async, None
         if client is not None:

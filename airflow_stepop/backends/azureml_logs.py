@@ -32,6 +32,11 @@ class LogRelay:
         """Run history's details of an ended job: its final list of log files."""
         self._files[name] = (user_logs(details), time.monotonic())
 
+    def forget(self, name: str) -> None:
+        """No trigger watches job ``name`` any more."""
+        self._files.pop(name, None)
+        self._read.pop(name, None)
+
     async def read(
         self,
         name: str,

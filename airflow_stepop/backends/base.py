@@ -163,6 +163,11 @@ class StepBackend(abc.ABC):
         """Close what the async calls keep open (clients); the poller calls it when it ends."""
         return None
 
+    def forget(self, handle: dict[str, Any]) -> None:  # noqa: B027 - optional: most keep nothing
+        """Drop what the async calls keep about one job (its last state, its final read): no
+        trigger watches it any more. A poller's backend lives as long as its poll group has
+        triggers, on a busy triggerer for ever."""
+
     def release(self, handle: dict[str, Any]) -> None:
         """Free what a finished job still holds (e.g. a stopped container); logs were relayed."""
         return None

@@ -308,6 +308,10 @@ class SageMakerBackend(StepBackend):
     def prepare_async(self) -> None:
         self._clients.prepare()
 
+    def forget(self, handle: dict[str, Any]) -> None:
+        self._phase.pop(handle["job_id"], None)
+        self._final.discard(handle["job_id"])
+
     async def aclose(self) -> None:
         await self._clients.aclose()
 

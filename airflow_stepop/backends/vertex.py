@@ -251,6 +251,10 @@ class VertexBackend(StepBackend):
         """The connection, read once here in a thread: the async calls use what it cached."""
         self.access.prepare_async()
 
+    def forget(self, handle: dict[str, Any]) -> None:
+        self._state.pop(handle["job_id"], None)
+        self._final.pop(handle["job_id"], None)
+
     async def astatus(self, handle: dict[str, Any]) -> JobStatus:
         async with self.access.ajobs() as client:
             return self._status(await client.get_custom_job(name=handle["name"]))

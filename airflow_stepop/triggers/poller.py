@@ -9,7 +9,10 @@ List calls per poll interval however many jobs it runs. Jobs the batch leaves ou
 per-job knowledge a backend keeps (phases, final reads) is in one place.
 
 A poller belongs to one event loop. Triggers ``attach`` while they run and ``detach`` when they
-end; the last to detach closes the backend's clients and retires the poller.
+end: the first to attach prepares the shared backend (``prepare_async``, once per poller, so a
+backend built only to find its poll group opens no client), the last trigger watching a job
+lets the backend ``forget`` it, and the last to detach closes the backend's clients and retires
+the poller. Several triggers may watch one job (a cleared try's and the retry that re-attached).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,16 +42,37 @@ class JobPoller:
         self.backend = backend
         self.key = key
         self.rounds = 0  # how many batched polls ran (what a benchmark reads)
-        self._waiting: dict[str, _Waiter] = {}
+        self._waiting: dict[int, _Waiter] = {}  # by id(): triggers of one job wait side by side
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_round = 0.0
+        self._prepared: asyncio.Task[None] | None = None
+        self._watched: Counter[str] = Counter()  # job id -> triggers watching it
         self.users = 0
 
-    def attach(self) -> None:
-        self.users += 1
+    async def attach(self, handle: dict[str, Any]) -> None:
+        """Join the poller to watch ``handle``'s job, once its backend is ready for async calls.
 
-    async def detach(self) -> None:
+        The backend's first imports (a cloud SDK: seconds) and reads (a connection) run in a
+        thread, so the triggerer's loop serves the other triggers meanwhile."""
+        self.users += 1
+        self._watched[handle["job_id"]] += 1
+        if self._prepared is None:
+            self._prepared = asyncio.ensure_future(asyncio.to_thread(self.backend.prepare_async))
+        try:
+            await asyncio.shield(self._prepared)
+        except BaseException:
+            if self._prepared.done() and self._prepared.exception() is not None:
+                self._prepared = None  # the next trigger tries again (a connection fixed since)
+            await self.detach(handle)
+            raise
+
+    async def detach(self, handle: dict[str, Any]) -> None:
+        job_id = handle["job_id"]
+        self._watched[job_id] -= 1
+        if self._watched[job_id] <= 0:
+            del self._watched[job_id]
+            self.backend.forget(handle)
         self.users -= 1
         if self.users > 0:
             return
@@ -62,15 +87,14 @@ class JobPoller:
         """The job's state from the first round at or after ``due`` (a ``time.monotonic()``)."""
         loop = asyncio.get_running_loop()
         waiter = _Waiter(handle, due, loop.create_future())
-        self._waiting[handle["job_id"]] = waiter
+        self._waiting[id(waiter)] = waiter
         self._wake.set()
         if self._task is None:
             self._task = loop.create_task(self._run())
         try:
             return await waiter.answer
         finally:
-            if self._waiting.get(handle["job_id"]) is waiter:
-                del self._waiting[handle["job_id"]]
+            del self._waiting[id(waiter)]
 
     async def _run(self) -> None:
         try:
@@ -92,21 +116,22 @@ class JobPoller:
         if not waiters:
             return
         self.rounds += 1
+        jobs = {w.handle["job_id"]: w.handle for w in waiters}  # each job asked about once
         try:
-            answers = await self.backend.astatuses([w.handle for w in waiters])
+            answers: dict[str, JobStatus | BaseException] = dict(
+                await self.backend.astatuses(list(jobs.values()))
+            )
         except Exception as exc:  # every trigger backs off on its own (jittered)
             for waiter in waiters:
                 _settle(waiter, exc)
             return
-        missing = [w for w in waiters if w.handle["job_id"] not in answers]
+        missing = [job_id for job_id in jobs if job_id not in answers]
         singles = await asyncio.gather(
-            *(self.backend.astatus(w.handle) for w in missing), return_exceptions=True
+            *(self.backend.astatus(jobs[job_id]) for job_id in missing), return_exceptions=True
         )
-        for waiter, single in zip(missing, singles, strict=True):
-            _settle(waiter, single)
+        answers.update(zip(missing, singles, strict=True))
         for waiter in waiters:
-            if waiter.handle["job_id"] in answers:
-                _settle(waiter, answers[waiter.handle["job_id"]])
+            _settle(waiter, answers[waiter.handle["job_id"]])
 
 
 def _settle(waiter: _Waiter, answer: JobStatus | BaseException) -> None:

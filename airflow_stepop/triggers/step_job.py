@@ -95,19 +95,20 @@ class StepJobTrigger(BaseTrigger):
         return backend
 
     def _backend_and_group(self) -> tuple[StepBackend, str]:
-        backend = self._prepared_backend()
+        backend = self.backend
         return backend, backend.poll_group()
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        # The backend's first imports (a cloud SDK: seconds) and its poll group (it may read a
-        # connection) run in a thread: the triggerer's loop serves the other triggers meanwhile.
+        # The backend's import and its poll group (it may read a connection) run in a thread:
+        # the triggerer's loop serves the other triggers meanwhile. Only a new poll group's
+        # backend is then prepared for async calls (see JobPoller.attach).
         backend, group = await asyncio.to_thread(self._backend_and_group)
         poller = poller_for(self.backend_path, backend, group)
-        poller.attach()
+        await poller.attach(self.handle)
         try:
             event = await self._watch(poller)
         finally:
-            await poller.detach()
+            await poller.detach(self.handle)
         await asyncio.sleep(LAST_LINES_GRACE_SECONDS)
         # Clients are closed before the event goes out: a trigger's code after its yield may
         # never run (``dag.test()`` abandons the generator with its event loop).

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import ClassVar
 
 import pytest
 
 from airflow_stepop.backends.base import JobStatus, StepBackend
 from airflow_stepop.triggers.poller import poller_for
+from airflow_stepop.triggers.step_job import StepJobTrigger
 from tests.unit.backend_doubles import TriggerSideBackend
 
 
@@ -72,6 +74,81 @@ def test_one_poll_group_shares_one_poller_and_its_backend_within_a_loop():
 
     first, same = asyncio.run(two_pollers())
     assert first is same and same.backend is backend
+
+
+def test_two_triggers_watching_one_job_both_get_its_state():
+    """A cleared try's trigger and the retry that re-attached to its job wait side by side."""
+    backend = ListingBackend(listed={"job-1"})
+
+    async def ask():
+        poller = poller_for("tests.ListingBackend.one_job", backend)
+        due = time.monotonic() + 0.05
+        both = (poller.status({"job_id": "job-1"}, due) for _ in range(2))
+        return await asyncio.wait_for(asyncio.gather(*both), 30)  # a hang guard, not a timing
+
+    answers = asyncio.run(ask())
+    assert [a.state for a in answers] == ["running", "running"]
+    assert backend.list_calls == 1
+
+
+class SucceedingBackend(TriggerSideBackend):
+    """Jobs that have succeeded; every instance records, in ``made``, what was asked of it."""
+
+    made: ClassVar[list[SucceedingBackend]] = []
+
+    def __init__(self) -> None:
+        self.prepared = 0
+        self.forgotten: list[str] = []
+        self.closed = 0
+        SucceedingBackend.made.append(self)
+
+    def prepare_async(self):
+        self.prepared += 1  # a cloud backend opens its async clients here
+
+    def forget(self, handle):
+        self.forgotten.append(handle["job_id"])
+
+    async def aclose(self):
+        self.closed += 1
+
+    async def astatus(self, handle):
+        return JobStatus("succeeded", details={"described": True})
+
+    async def astatuses(self, handles):
+        return {h["job_id"]: JobStatus("succeeded") for h in handles}
+
+
+def _trigger(job_id: str, tmp_path) -> StepJobTrigger:
+    return StepJobTrigger(
+        backend_path=f"{__name__}.SucceedingBackend",
+        backend_kwargs={},
+        handle={"job_id": job_id, "run_uri": tmp_path.as_uri()},
+        poll_interval=0.01,
+    )
+
+
+def test_only_the_poll_group_s_own_backend_is_prepared_and_each_job_forgotten_once(
+    tmp_path, monkeypatch
+):
+    """Each trigger builds a backend to find its poll group; only the poller's is prepared
+    (opens clients), so no trigger leaves clients unclosed, and the shared backend forgets a
+    job once no trigger watches it."""
+    monkeypatch.setattr(SucceedingBackend, "made", [])
+    monkeypatch.setattr("airflow_stepop.triggers.step_job.LAST_LINES_GRACE_SECONDS", 0)
+
+    async def watch_all():
+        triggers = [_trigger(job, tmp_path) for job in ("job-a", "job-a", "job-b")]
+        watching = asyncio.gather(*(anext(t.run()) for t in triggers))
+        return await asyncio.wait_for(watching, 30)  # a hang guard, not a timing
+
+    events = asyncio.run(watch_all())
+    assert [e.payload["status"] for e in events] == ["succeeded"] * 3
+    made = SucceedingBackend.made
+    assert len(made) == 3  # one per trigger, to find its poll group
+    shared = [b for b in made if b.prepared]
+    assert [b.prepared for b in shared] == [1]
+    assert sorted(shared[0].forgotten) == ["job-a", "job-b"]
+    assert shared[0].closed == 1
 
 
 @pytest.mark.parametrize(
