@@ -11,7 +11,7 @@ URLs on Azure) without the bearer token: the token is for the management endpoin
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -44,6 +44,13 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     default = {"https": 443, "http": 80}.get(parts.scheme.lower())
     return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port or default
+
+
+def _next_link(page: dict[str, Any], arm_url: str) -> str | None:
+    """A list page's ``nextLink``, if it points at the management endpoint: the bearer token
+    goes nowhere else."""
+    link = page.get("nextLink")
+    return link if link and _origin(link) == _origin(arm_url) else None
 
 
 def _raise_for(response: Any) -> None:
@@ -100,17 +107,34 @@ class ArmClient:
             policies=_policies(credential, self.workspace.scope, asynchronous=False),
         )
 
-    def request(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+    def _send(self, method: str, url: str, query: dict[str, Any] | None, body: Any = None) -> Any:
         from azure.core.rest import HttpRequest
 
-        url, query = _url(path, params)
-        request = HttpRequest(method, self.workspace.arm_url + url, params=query, json=body)
+        request = HttpRequest(method, url, params=query or {}, json=body)
         response = self._client.send_request(request, connection_verify=self.workspace.verify)
         _raise_for(response)
         return response.json() if response.content else None
 
+    def request(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+        url, query = _url(path, params)
+        return self._send(method, self.workspace.arm_url + url, query, body)
+
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, **params)
+
+    def pages(
+        self, path: str, before: Callable[[], Any] | None = None, **params: Any
+    ) -> Iterator[dict[str, Any]]:
+        """A list's pages, following each page's ``nextLink`` (the sync twin of
+        ``AsyncArmClient.pages``): a list answers at most 100 items a page."""
+        url, query = _url(path, params)
+        link: str | None = self.workspace.arm_url + url
+        while link:
+            if before is not None:
+                before()
+            page = self._send("GET", link, query) or {}
+            yield page
+            link, query = _next_link(page, self.workspace.arm_url), None
 
     def put(self, path: str, body: Any) -> Any:
         return self.request("PUT", path, body)
@@ -174,9 +198,7 @@ class AsyncArmClient:
                 await before()
             page = (await self._send("GET", link, query)).json()
             yield page
-            link, query = page.get("nextLink"), None
-            if link and _origin(link) != _origin(self.workspace.arm_url):
-                return
+            link, query = _next_link(page, self.workspace.arm_url), None
 
     async def post(self, path: str) -> None:
         url, query = _url(path, None)
