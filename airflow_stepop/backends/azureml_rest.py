@@ -82,6 +82,12 @@ def epoch(stamp: str | None) -> float | None:
         return None
 
 
+def _length(content_range: str | None) -> int | None:
+    """The whole file's length from ``Content-Range: bytes a-b/N`` (or ``bytes */N``)."""
+    total = (content_range or "").rpartition("/")[2].strip()
+    return int(total) if total.isdigit() else None
+
+
 def is_transient_error(exc: BaseException) -> bool:
     """Throttling (429), 5xx and connection problems, from azure-core's sync or async side."""
     from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
@@ -220,18 +226,23 @@ class AsyncArmClient:
         url = f"{base}{HISTORY_API}{self.workspace.path}/runs/{job}/details"
         return (await self._send("GET", url, None)).json()
 
-    async def read_log(self, url: str, offset: int) -> bytes:
-        """A log file's bytes from ``offset`` (a SAS URL: no bearer token is sent)."""
+    async def read_log(self, url: str, offset: int, size: int) -> tuple[bytes, int | None]:
+        """At most ``size`` bytes of a log file from ``offset``, and the file's length where the
+        answer tells it (a SAS URL: no bearer token is sent). The range is bounded: an open one
+        would download all the rest of a long log to keep ``size`` of it."""
         from azure.core.rest import HttpRequest
 
         client = await self._pipeline(authenticated=False)
-        request = HttpRequest("GET", url, headers={"Range": f"bytes={offset}-"})
+        request = HttpRequest("GET", url, headers={"Range": f"bytes={offset}-{offset + size - 1}"})
         response = await client.send_request(request, connection_verify=self.workspace.verify)
+        length = _length(response.headers.get("Content-Range"))
         if response.status_code == 416:  # nothing past offset yet
-            return b""
+            return b"", length
         _raise_for(response)
         body = response.content
-        return body if response.status_code == 206 else body[offset:]
+        if response.status_code == 206:
+            return body[:size], length
+        return body[offset : offset + size], len(body)  # the Range was ignored: the whole file
 
     async def aclose(self) -> None:
         clients, self._clients = self._clients, {}
