@@ -6,7 +6,7 @@
   (``[stepop] azureml_image_build``: auto/engine/service; ``azureml_image``);
 * the environment and the job are PUT through Azure ML's REST API (``azureml_rest``); the job
   name is ``naming.job_name`` (per task instance and try); ``find_active`` re-attaches to a
-  live job of the same task instance (one List call filtered by our tag);
+  live job of the same task instance (List calls filtered by our tag, page by page until found);
 * the triggerer side is async (azure-core over aiohttp, ``azure.identity.aio``): one job GET
   per poll, or one List for all watched jobs of a workspace (``astatuses``); run history
   details for the final error and times, and for the log files, read at a bounded rate
@@ -236,16 +236,20 @@ class AzureMLBackend(StepBackend):
         return path
 
     def find_active(self, task_key: str) -> dict[str, Any] | None:
+        """A live job of the task instance, read from every page of the workspace's step jobs
+        until found: the list filters by our tag's key only, so a wide mapped task's newer jobs
+        can fill many pages of 100, and no creation time bounds how old a live job may be."""
         digest = _task_digest(task_key)
-        list_limiter(self.poll_group()).acquire()
-        answer = self.arm.get(f"{self.workspace.path}/jobs", tag=TASK_TAG)
-        for resource in answer.get("value", []):
-            props = resource.get("properties", {})
-            if (props.get("tags") or {}).get(TASK_TAG) != digest:
-                continue
-            if map_status(props.get("status", "")).terminal:
-                continue
-            return self._handle(resource, task_key, None)
+        limiter = list_limiter(self.poll_group())
+        path = f"{self.workspace.path}/jobs"
+        for page in self.arm.pages(path, before=limiter.acquire, tag=TASK_TAG):
+            for resource in page.get("value", []):
+                props = resource.get("properties", {})
+                if (props.get("tags") or {}).get(TASK_TAG) != digest:
+                    continue
+                if map_status(props.get("status", "")).terminal:
+                    continue
+                return self._handle(resource, task_key, None)
         return None
 
     def status(self, handle: dict[str, Any]) -> JobStatus:

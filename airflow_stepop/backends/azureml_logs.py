@@ -1,7 +1,10 @@
 """Azure ML's log lines: the job's user log files (run history), read at a bounded rate.
 
-A job's log files are read at most every LOG_DETAILS_INTERVAL (besides the log-rate budget);
-their list (run history details) is refreshed at most every LOG_FILES_INTERVAL, and at the end.
+A job's log files are read at most every LOG_DETAILS_INTERVAL (besides the log-rate budget),
+one bounded range of LOG_READ_MAX bytes a file and read; their list (run history details) is
+refreshed at most every LOG_FILES_INTERVAL, and at the end. A finished job's last read goes on
+to each file's end (its last FINAL_READ_MAX at most): it is the only read left, and the end of
+a log (the traceback) is what a failure is read for.
 The stored cursor holds file offsets only: a clock reading means nothing to the triggerer on
 another host that resumes it, and the files' URLs (SAS URLs on Azure) stay in memory.
 """
@@ -18,6 +21,7 @@ from airflow_stepop.backends.ratelimit import TokenBucket
 LOG_DETAILS_INTERVAL = 5.0
 LOG_FILES_INTERVAL = 60.0
 LOG_READ_MAX = 1 << 20  # bytes of one log file per call
+FINAL_READ_MAX = 16 * LOG_READ_MAX  # a finished job's last read of one file: its last 16 MiB
 
 
 class LogRelay:
@@ -74,15 +78,43 @@ class LogRelay:
         for path in sorted(files):
             if not token():
                 break
-            offset = offsets.get(path, 0)
-            data = (await client().read_log(files[path], offset))[:LOG_READ_MAX]
-            complete = data.rfind(b"\n") + 1  # a line still being written waits for its end
-            if final:
-                complete = len(data)
-            offsets[path] = offset + complete
-            prefix = f"{rank_of(path)}: " if len(files) > 1 else ""
-            lines.extend(
-                prefix + line for line in data[:complete].decode(errors="replace").splitlines()
+            read, offsets[path] = await read_file(
+                client(), files[path], offsets.get(path, 0), final=final
             )
+            prefix = f"{rank_of(path)}: " if len(files) > 1 else ""
+            lines.extend(prefix + line for line in read)
         cursor["files"] = offsets
         return lines, cursor
+
+
+async def read_file(client: Any, url: str, offset: int, *, final: bool) -> tuple[list[str], int]:
+    """The whole lines of one log file past ``offset``, and the offset after them.
+
+    A running job's file: one range of LOG_READ_MAX (a line still being written waits for its
+    end; the rest waits for the next read). A finished job's: range after range to the end, so
+    its last lines (the traceback) always arrive; when more than FINAL_READ_MAX is left, the
+    read skips to the last FINAL_READ_MAX and says how much it left out.
+    """
+    lines: list[str] = []
+    skipped_from: int | None = None
+    while True:
+        data, length = await client.read_log(url, offset, LOG_READ_MAX)
+        if final and length is not None and length - offset > FINAL_READ_MAX + 1:
+            # from the byte before the last FINAL_READ_MAX: a newline there starts a line
+            skipped_from, offset = offset, length - FINAL_READ_MAX - 1
+            continue
+        full = len(data) == LOG_READ_MAX  # more may follow
+        end = data.rfind(b"\n") + 1 if full or not final else len(data)
+        if end == 0 and full:  # one line longer than a read: pass it on in pieces
+            end = len(data)
+        begin = 0
+        if skipped_from is not None:  # drop the rest of the line the skip landed in
+            begin = min(data.find(b"\n") + 1, end)
+            left_out = offset + begin - skipped_from
+            lines.append(f"[... {left_out} bytes of this log left out: a finished job's last "
+                         f"read relays its last {FINAL_READ_MAX >> 20} MiB ...]")  # fmt: skip
+            skipped_from = None
+        lines.extend(data[begin:end].decode(errors="replace").splitlines())
+        offset += end
+        if not (final and full):
+            return lines, offset

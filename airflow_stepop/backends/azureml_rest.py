@@ -11,7 +11,7 @@ URLs on Azure) without the bearer token: the token is for the management endpoin
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,6 +46,13 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port or default
 
 
+def _next_link(page: dict[str, Any], arm_url: str) -> str | None:
+    """A list page's ``nextLink``, if it points at the management endpoint: the bearer token
+    goes nowhere else."""
+    link = page.get("nextLink")
+    return link if link and _origin(link) == _origin(arm_url) else None
+
+
 def _raise_for(response: Any) -> None:
     """An ``HttpResponseError`` carrying ARM's own error code and message."""
     if response.status_code < 400:
@@ -75,6 +82,12 @@ def epoch(stamp: str | None) -> float | None:
         return None
 
 
+def _length(content_range: str | None) -> int | None:
+    """The whole file's length from ``Content-Range: bytes a-b/N`` (or ``bytes */N``)."""
+    total = (content_range or "").rpartition("/")[2].strip()
+    return int(total) if total.isdigit() else None
+
+
 def is_transient_error(exc: BaseException) -> bool:
     """Throttling (429), 5xx and connection problems, from azure-core's sync or async side."""
     from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
@@ -100,17 +113,34 @@ class ArmClient:
             policies=_policies(credential, self.workspace.scope, asynchronous=False),
         )
 
-    def request(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+    def _send(self, method: str, url: str, query: dict[str, Any] | None, body: Any = None) -> Any:
         from azure.core.rest import HttpRequest
 
-        url, query = _url(path, params)
-        request = HttpRequest(method, self.workspace.arm_url + url, params=query, json=body)
+        request = HttpRequest(method, url, params=query or {}, json=body)
         response = self._client.send_request(request, connection_verify=self.workspace.verify)
         _raise_for(response)
         return response.json() if response.content else None
 
+    def request(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+        url, query = _url(path, params)
+        return self._send(method, self.workspace.arm_url + url, query, body)
+
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, **params)
+
+    def pages(
+        self, path: str, before: Callable[[], Any] | None = None, **params: Any
+    ) -> Iterator[dict[str, Any]]:
+        """A list's pages, following each page's ``nextLink`` (the sync twin of
+        ``AsyncArmClient.pages``): a list answers at most 100 items a page."""
+        url, query = _url(path, params)
+        link: str | None = self.workspace.arm_url + url
+        while link:
+            if before is not None:
+                before()
+            page = self._send("GET", link, query) or {}
+            yield page
+            link, query = _next_link(page, self.workspace.arm_url), None
 
     def put(self, path: str, body: Any) -> Any:
         return self.request("PUT", path, body)
@@ -174,9 +204,7 @@ class AsyncArmClient:
                 await before()
             page = (await self._send("GET", link, query)).json()
             yield page
-            link, query = page.get("nextLink"), None
-            if link and _origin(link) != _origin(self.workspace.arm_url):
-                return
+            link, query = _next_link(page, self.workspace.arm_url), None
 
     async def post(self, path: str) -> None:
         url, query = _url(path, None)
@@ -198,18 +226,23 @@ class AsyncArmClient:
         url = f"{base}{HISTORY_API}{self.workspace.path}/runs/{job}/details"
         return (await self._send("GET", url, None)).json()
 
-    async def read_log(self, url: str, offset: int) -> bytes:
-        """A log file's bytes from ``offset`` (a SAS URL: no bearer token is sent)."""
+    async def read_log(self, url: str, offset: int, size: int) -> tuple[bytes, int | None]:
+        """At most ``size`` bytes of a log file from ``offset``, and the file's length where the
+        answer tells it (a SAS URL: no bearer token is sent). The range is bounded: an open one
+        would download all the rest of a long log to keep ``size`` of it."""
         from azure.core.rest import HttpRequest
 
         client = await self._pipeline(authenticated=False)
-        request = HttpRequest("GET", url, headers={"Range": f"bytes={offset}-"})
+        request = HttpRequest("GET", url, headers={"Range": f"bytes={offset}-{offset + size - 1}"})
         response = await client.send_request(request, connection_verify=self.workspace.verify)
+        length = _length(response.headers.get("Content-Range"))
         if response.status_code == 416:  # nothing past offset yet
-            return b""
+            return b"", length
         _raise_for(response)
         body = response.content
-        return body if response.status_code == 206 else body[offset:]
+        if response.status_code == 206:
+            return body[:size], length
+        return body[offset : offset + size], len(body)  # the Range was ignored: the whole file
 
     async def aclose(self) -> None:
         clients, self._clients = self._clients, {}

@@ -7,6 +7,7 @@ none, as in Azure) and ``logFiles``, URLs of the fake's own log routes. Lines he
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -62,12 +63,13 @@ class RunHistoryRoutes(AzureMLState):
         return Response(200, body)
 
     def log_file(self, req: Request) -> Response:
-        """One log file (a ``logFiles`` URL) as plain text."""
+        """One log file (a ``logFiles`` URL) as plain text, a ``Range`` of it as Blob Storage
+        (where Azure's URLs point) answers one."""
         m = req.match
         assert m is not None
         job = self._job_by_name(m["job"])
         text = "".join(ln.text + "\n" for ln in self._visible(job, m["path"]))
-        return Response(200, raw=text.encode(), content_type="text/plain; charset=utf-8")
+        return ranged(text.encode(), req.headers.get("range"))
 
     def all_logs(self, req: Request) -> Response:
         """Every log line of a job (the ``Studio`` service endpoint) as plain text."""
@@ -76,3 +78,20 @@ class RunHistoryRoutes(AzureMLState):
         job = self._job_by_name(m["job"])
         text = "".join(ln.text + "\n" for ln in self._visible(job))
         return Response(200, raw=text.encode(), content_type="text/plain; charset=utf-8")
+
+
+def ranged(data: bytes, header: str | None) -> Response:
+    """``Range: bytes=a-[b]`` as Blob Storage answers it: 206 with ``Content-Range`` (the end
+    clipped to the blob's), 416 from a start at or past the end; no or another Range: 200."""
+    found = re.fullmatch(r"bytes=(\d+)-(\d*)", (header or "").strip())
+    start = int(found[1]) if found else 0
+    if found is None or (found[2] and int(found[2]) < start):  # not a range it reads
+        return Response(200, raw=data, content_type="text/plain; charset=utf-8")
+    end = min(int(found[2]) if found[2] else len(data) - 1, len(data) - 1)
+    if start >= len(data):
+        headers = {"Content-Range": f"bytes */{len(data)}"}
+        return Response(416, raw=b"", headers=headers, content_type="text/plain; charset=utf-8")
+    headers = {"Content-Range": f"bytes {start}-{end}/{len(data)}"}
+    return Response(
+        206, raw=data[start : end + 1], headers=headers, content_type="text/plain; charset=utf-8"
+    )

@@ -45,7 +45,9 @@ Microsoft.MachineLearningServices/workspaces/{ws}``; any ``api-version`` is acce
 ``GET /history/v1.0{WS-path}/runs/{run}/details``  run history: status, times, ``error``,
                                                ``logFiles`` (what ``MLClient.jobs.stream`` reads)
 ``/mlflow/v1.0{WS-path}/api/2.0/mlflow/...``    MLflow tracking: each job is a run
-``GET /_fake/azureml/logs/{job}/{path}``       one log file (the ``logFiles`` URLs)
+``GET /_fake/azureml/logs/{job}/{path}``       one log file (the ``logFiles`` URLs); a
+                                               ``Range: bytes=a-[b]`` answers 206 or 416, as
+                                               Blob Storage, where Azure's URLs point
 ``GET /_fake/logs/{job}``                      all of a job's log lines as plain text
 plus the control API of :mod:`cloud.fake_http` (``/_fake/faults``, ``/_fake/counters``...).
 

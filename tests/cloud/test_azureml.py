@@ -298,6 +298,24 @@ def test_stream_prints_logs_of_a_running_job(
     assert ml.jobs.get(name).status == "Completed"
 
 
+def test_a_log_file_answers_byte_ranges_as_blob_storage(ml: MLClient, fake: Any) -> None:
+    """The logFiles URLs are Blob Storage SAS URLs on Azure: a reader pages through them."""
+    name = unique("ranges")
+    ml.jobs.create_or_update(make_job("echo 0123456789", name=name))
+    wait_done(ml, name)
+    url = run_details(fake, name)["logFiles"]["user_logs/std_log.txt"]
+    whole = requests.get(url, timeout=5)
+    assert whole.status_code == 200 and whole.content.endswith(b"0123456789\n")
+    size = len(whole.content)
+    part = requests.get(url, headers={"Range": f"bytes={size - 5}-{size + 99}"}, timeout=5)
+    assert part.status_code == 206 and part.content == b"6789\n"  # the end clipped to the blob's
+    assert part.headers["Content-Range"] == f"bytes {size - 5}-{size - 1}/{size}"
+    rest = requests.get(url, headers={"Range": f"bytes={size - 3}-"}, timeout=5)
+    assert rest.status_code == 206 and rest.content == b"89\n"
+    past = requests.get(url, headers={"Range": f"bytes={size}-"}, timeout=5)
+    assert past.status_code == 416 and past.headers["Content-Range"] == f"bytes */{size}"
+
+
 def test_direct_mode_passes_uris(ml: MLClient, fake: Any) -> None:
     name = unique("direct")
     uri = "azureml://datastores/workspaceblobstore/paths/somewhere/"

@@ -1,4 +1,5 @@
-"""The Azure ML poller's status calls for many watched jobs: Jobs_List pages, not describes.
+"""Azure ML's Jobs_List pages: the poller's status calls for many watched jobs (pages, not
+describes), and a retry's search for the live job a lost worker left (``find_active``).
 
 The fake is told to hold two jobs (or one) a page, as the service caps its pages at 100 and
 links the next with ``nextLink``, so that a handful of jobs spans several pages. Jobs run in
@@ -82,5 +83,19 @@ def test_the_pages_stop_at_one_older_than_every_watched_job(azure, ctl, timer_jo
         assert all(isinstance(a, ResourceNotFoundError) for a in answers[2:]), answers
         # the two watched jobs, then one page of an older job: the rest are described
         assert ctl.counters() == {"Jobs_List": 3, "Jobs_Get": 3}
+    finally:
+        cancel(backend, handles)
+
+
+def test_a_retry_finds_its_live_job_behind_pages_of_newer_ones(azure, ctl, timer_jobs):
+    # a worker lost between submit and record: its retry must find the running job, not pay
+    # for a second one, though newer jobs of the workspace (a wide mapped task) fill page 1
+    backend, handles = _submit(azure, 5)
+    try:
+        ctl.reset()
+        ctl.page_size(2)  # newest first: the oldest job is on the third page
+        found = backend.find_active(handles[0]["task_key"])
+        assert found is not None and found["job_id"] == handles[0]["job_id"], found
+        assert ctl.counters() == {"Jobs_List": 3}  # no page past the one that holds it
     finally:
         cancel(backend, handles)

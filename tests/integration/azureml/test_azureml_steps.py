@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from typing import Any
 
 import pytest
@@ -74,6 +75,50 @@ def test_a_raising_step_fails_with_the_remote_exception(azure, ctl):
     assert "The step raised ValueError: bad value 42" in failure
     assert "in explode" in failure  # the remote traceback
     assert "UserError: Execution failed" in failure  # Azure ML's own error for the run
+
+
+def test_a_finished_jobs_last_lines_arrive_however_much_it_printed_since_the_last_read(
+    azure, ctl, capfd
+):
+    # megabytes printed between two reads of a running job, then the end: its final read goes
+    # on to the end of the file, where the last words are, and cuts no line
+    module = dags()
+    run = module.aml_loud_failure().test()
+    assert run.state == "failed"
+    out, err = capfd.readouterr()
+    printed = [int(n) for n in re.findall(r"\] (\d{6}) x{99}(?!x)", out + err)]
+    assert printed == list(range(module.LOUD_LINES))  # in the task log, each line once, whole
+    assert "the last words before the raise" in out + err
+    failure = _read(azure["results"], "failure")
+    assert "The step raised ValueError: loud and failed" in failure
+    tail = failure.split("Last lines of the job's log:")[1]
+    assert "the last words before the raise" in tail  # in the task's exception too
+
+
+def test_a_final_read_past_its_cap_relays_the_end_and_says_what_it_left_out(
+    azure, ctl, capfd, monkeypatch
+):
+    # a job that printed more since its last read than the final read's cap (16 MiB; 1 MiB
+    # here, to print less): its last lines still arrive, whole, after a note of the gap
+    from airflow_stepop.backends import azureml_logs
+
+    monkeypatch.setattr(azureml_logs, "FINAL_READ_MAX", azureml_logs.LOG_READ_MAX)
+    module = dags()
+    run = module.aml_loud_failure().test()
+    assert run.state == "failed"
+    out, err = capfd.readouterr()
+    printed = [int(n) for n in re.findall(r"\] (\d{6}) x{99}(?!x)", out + err)]
+    [(note, after)] = re.findall(  # the note, then the next line: a whole one
+        r"\[\.\.\. (\d+) bytes of this log left out[^\n]*\n[^\n]*?\] (\d{6}) x{99}(?!x)", out + err
+    )
+    missing = sorted(set(range(module.LOUD_LINES)) - set(printed))
+    assert printed == sorted(set(printed)) and printed[-1] == module.LOUD_LINES - 1
+    assert missing == list(range(missing[0], int(after)))  # one gap, up to the line after it
+    assert int(note) >= 107 * len(missing)  # the job's earlier lines, if unread, are in it
+    # the last MiB: these lines, the last words and the traceback, less one cut line at most
+    relayed = 107 * (module.LOUD_LINES - int(after))
+    assert azureml_logs.LOG_READ_MAX - 107 - 1024 < relayed < azureml_logs.LOG_READ_MAX
+    assert "the last words before the raise" in _read(azure["results"], "failure")
 
 
 def test_a_capacity_failure_shows_the_services_reason(azure, ctl):

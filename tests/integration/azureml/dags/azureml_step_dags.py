@@ -90,6 +90,24 @@ def aml_step_raises():
 
 aml_step_raises()
 
+LOUD_LINES = 45_000  # of 107 bytes: 4.6 MiB, more than four of the relay's 1 MiB reads
+
+
+@dag(schedule=None)
+def aml_loud_failure():
+    @task.azureml_step(docker=PARENT_ONLY, on_failure_callback=_remember_failure)
+    def shout(lines: int):
+        filler = "x" * 99
+        for i in range(lines):
+            print(f"{i:06d} {filler}")
+        print("the last words before the raise", flush=True)
+        raise ValueError("loud and failed")
+
+    shout(LOUD_LINES)
+
+
+aml_loud_failure()
+
 
 @dag(schedule=None)
 def aml_capacity():
