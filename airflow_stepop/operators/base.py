@@ -278,6 +278,11 @@ class BaseStepOperator(BaseOperator):
         started = getattr(self, "_started", None) or time.time()
         return started + self.execution_timeout.total_seconds()
 
+    def _mapped_over(self) -> bool:
+        """Whether a task maps over this one's result: Airflow maps over a list or dict XCom
+        only, never over a reference to one, so such a result is kept a list or dict."""
+        return self.has_dag() and next(self.iter_mapped_dependants(), None) is not None
+
     def _prepare(self, context: Any, key: str, backend: StepBackend) -> JobRequest:
         """Upload code and inputs, write the spec: everything the job reads."""
         from airflow_stepop.artifacts.storage import missing_store, worker_storage
@@ -298,6 +303,7 @@ class BaseStepOperator(BaseOperator):
                 storage=storage,
                 multiple_outputs=bool(self.multiple_outputs),
                 inline_limit=config.get_int("inline_result_max_bytes"),
+                mapped_downstream=self._mapped_over(),
             )
         except Exception as exc:
             store = missing_store(root, storage)

@@ -61,6 +61,7 @@ def stage_step(
     storage: Storage,
     multiple_outputs: bool = False,
     inline_limit: int = 64 * 1024,
+    mapped_downstream: bool = False,
 ) -> StagedStep:
     """Upload the code bundle (once per content) and the inputs, then write the spec."""
     run_uri = run_uri_for(root, step)
@@ -104,6 +105,7 @@ def stage_step(
         "kwargs": {k: encode(v, f"kwarg-{k}") for k, v in kwargs.items()},
         "multiple_outputs": multiple_outputs,
         "inline_limit_bytes": inline_limit,
+        "mapped_downstream": mapped_downstream,
     }
     spec_uri = join(run_uri, specs.SPEC_NAME)
     # On one line: json's C encoder writes it (indented, the pure-Python one: ~0.2 ms a step).

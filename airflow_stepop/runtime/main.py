@@ -227,19 +227,27 @@ class StepRun:
 
     def _encode_outputs(self, result: Any) -> dict[str, Any]:
         limit = int(self.spec.get("inline_limit_bytes", 64 * 1024))
+
+        def encode(value: Any, name: str) -> dict[str, Any]:
+            return values.encode(value, name=name, inline_limit=limit, write=self._write)
+
         if self.spec.get("multiple_outputs"):
             if not isinstance(result, dict) or not all(type(k) is str for k in result):
                 raise TypeError(
                     f"multiple_outputs=True needs the function to return a dict with str keys, "
                     f"got {type(result).__name__}."
                 )
-            return {
-                "dict": {
-                    key: values.encode(value, name=key, inline_limit=limit, write=self._write)
-                    for key, value in result.items()
-                }
-            }
-        return values.encode(result, name="return_value", inline_limit=limit, write=self._write)
+            return {"dict": {key: encode(value, key) for key, value in result.items()}}
+        if self.spec.get("mapped_downstream"):
+            # a task mapped over this result needs a list or dict in the XCom, whatever its size:
+            # each item is decided on its own (inline, or an artifact of its own)
+            if isinstance(result, (list, tuple)):
+                items = [encode(item, f"return_value.{i}") for i, item in enumerate(result)]
+                return {"list": items, "tuple": isinstance(result, tuple)}
+            if isinstance(result, dict) and all(type(k) is str for k in result):
+                items = {k: encode(v, f"return_value.{k}") for k, v in result.items()}
+                return {"dict": items}
+        return encode(result, "return_value")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,8 @@ Spec fields (version 1):
     callable       {"kind": "import", "module", "qualname"} or {"kind": "pickle", "member"}
     args, kwargs   value nodes (see values.py)
     multiple_outputs, inline_limit_bytes
+    mapped_downstream  (optional) a task is mapped over the result: a list or dict result stays
+                   one, item by item, however large
 """
 
 from __future__ import annotations

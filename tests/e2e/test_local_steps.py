@@ -104,6 +104,14 @@ def test_a_mapped_task_s_results_feed_a_step(results, capfd):
     assert "XCom not found" not in out + err
 
 
+def test_a_task_maps_over_a_step_s_list_result_larger_than_the_inline_limit(results, monkeypatch):
+    """Airflow maps over a list XCom only: the list stays one, its items decided one by one."""
+    monkeypatch.setenv("AIRFLOW__STEPOP__INLINE_RESULT_MAX_BYTES", "100")  # the list: ~200
+    run = _dags(results).mapped_over_a_large_step_result().test()
+    assert run.state == "success"
+    assert (results / "mapped-over-result.txt").read_text() == "[60, 60, 60]"
+
+
 def test_multiple_outputs_without_deferral(results):
     run = _dags(results).multiple_outputs_step().test()
     assert run.state == "success"

@@ -349,3 +349,26 @@ def mapped_results_into_a_step():
 
 
 mapped_results_into_a_step()
+
+
+@dag(schedule=None)
+def mapped_over_a_large_step_result():
+    """A task mapped over a step's list result, larger than the inline limit the test sets."""
+
+    @task.local_step
+    def names() -> list[str]:
+        return [letter * 60 for letter in "abc"]
+
+    @task
+    def measure(name: str) -> int:
+        return len(name)
+
+    @task
+    def keep(lengths):
+        with open(f"{RESULTS}/mapped-over-result.txt", "w") as handle:
+            handle.write(str(sorted(lengths[:])))
+
+    keep(measure.expand(name=names()))
+
+
+mapped_over_a_large_step_result()
