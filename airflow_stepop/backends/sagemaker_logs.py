@@ -79,7 +79,8 @@ async def read_new_lines(
                 break
             answer = await client.get_log_events(**kwargs)
             events = answer.get("events", [])
-            prefix = f"{name.split('/', 1)[1].split('-')[0]}: " if len(streams) > 1 else ""
+            # a stream is <job>/<host>-<epoch>, e.g. algo-2-1700000000: each line says its host
+            prefix = f"{name.split('/', 1)[1].rsplit('-', 1)[0]}: " if len(streams) > 1 else ""
             lines.extend(prefix + event["message"] for event in events)
             next_token = answer.get("nextForwardToken")
             done = not events or next_token == token

@@ -171,9 +171,11 @@ def test_a_spot_interruption_resumes_from_the_checkpoint(aws, ctl):
     assert job["CheckpointConfig"]["S3Uri"].startswith(aws["root"] + "/")
 
 
-def test_a_two_node_job_gives_each_node_its_rank(aws, ctl):
+def test_a_two_node_job_gives_each_node_its_rank(aws, ctl, capfd):
     run = dags().sm_two_nodes().test()
     assert run.state == "success"
+    out, err = capfd.readouterr()  # each node's lines say which host printed them
+    assert "algo-1: rank 0 here" in out + err and "algo-2: rank 1 here" in out + err
     # Only rank 0 writes the result; its view of the cluster:
     assert xcoms(run)[("ranks", "return_value", -1)] == {
         "MASTER_ADDR": "algo-1",

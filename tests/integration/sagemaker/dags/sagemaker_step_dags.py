@@ -197,6 +197,7 @@ def sm_two_nodes():
     @task.sagemaker_step(docker=PARENT_ONLY, instance_count=2, instance_type="ml.c5.xlarge")
     def ranks():
         names = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK")
+        print("rank", os.environ["RANK"], "here")
         return {name: os.environ[name] for name in names}
 
     ranks()
