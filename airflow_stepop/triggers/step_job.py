@@ -39,6 +39,9 @@ FINAL_LOG_ATTEMPTS = 3  # reads of a finished job's last lines before its event 
 # (Airflow 3.3, seen with many jobs ending in one poll round). The event waits this long after
 # the last lines, for the supervisor to read them first.
 LAST_LINES_GRACE_SECONDS = 0.5
+# How long a job stopped at the task's deadline is followed for its last lines (a cloud's stop
+# is a SIGTERM, a grace period, then the upload; SageMaker's grace is 120 s, most steps need less).
+STOP_WAIT_SECONDS = 60.0
 
 
 def _passed(end: float | None) -> bool:
@@ -144,7 +147,7 @@ class StepJobTrigger(BaseTrigger):
                 if not backend.is_transient(exc):
                     raise
                 if _passed(end):  # the service does not answer, but the deadline holds
-                    return await self._time_out(backend, tail)
+                    return await self._time_out(backend, tail, None, relay=False)
                 failures += 1
                 limit = None if end is None else end - time.monotonic()
                 await self._back_off(f"Polling {job_id}", exc, failures, limit=limit)
@@ -164,16 +167,15 @@ class StepJobTrigger(BaseTrigger):
             wait = min(self.poll_interval, wait * 2)
 
     async def _time_out(
-        self, backend: StepBackend, tail: collections.deque[str], cursor: Any = None
+        self, backend: StepBackend, tail: collections.deque[str], cursor: Any, *, relay: bool = True
     ) -> TriggerEvent:
-        """Stop the job at the task's deadline; with a ``cursor`` (the service answers), relay
+        """Stop the job at the task's deadline; with ``relay`` (the service answers), relay
         what the step printed while it stopped (a ``finally:`` saving its work, say)."""
         job_id = self.handle["job_id"]
         self.log.error("Job %s passed the task's execution_timeout; stopping it", job_id)
         await backend.astop(self.handle)
-        if cursor is not None:
-            lines, _ = await self._relay(backend, cursor, final=True)
-            self._show(lines, tail)
+        if relay:
+            await self._relay_until_ended(backend, tail, cursor)
         return TriggerEvent(
             {
                 "status": "timeout",
@@ -182,6 +184,28 @@ class StepJobTrigger(BaseTrigger):
                 "log_tail": list(tail),
             }
         )
+
+    async def _relay_until_ended(
+        self, backend: StepBackend, tail: collections.deque[str], cursor: Any
+    ) -> None:
+        """Relay the lines of a job being stopped until the service says it ended (at most
+        ``STOP_WAIT_SECONDS``): on a cloud a stop is a SIGTERM, a grace period and an upload, so
+        what a ``finally:`` prints comes after the stop call returns."""
+        give_up = time.monotonic() + STOP_WAIT_SECONDS
+        wait = backend.first_poll_seconds
+        while True:
+            try:
+                ended = (await backend.astatus(self.handle)).terminal
+            except Exception:  # no answer: relay what is there and go
+                ended = True
+            if ended or time.monotonic() + wait > give_up:
+                lines, _ = await self._relay(backend, cursor, final=True)
+                self._show(lines, tail)
+                return
+            lines, cursor = await self._relay(backend, cursor, final=False)
+            self._show(lines, tail)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, 5.0)
 
     def _show(self, lines: list[str], tail: collections.deque[str]) -> None:
         """The job's lines into the task log, and into the tail its event carries."""

@@ -51,7 +51,7 @@ class RunningBackend(TriggerSideBackend):
         self.stopped_at.append(self.clock.time())
 
     async def astatus(self, handle):
-        return JobStatus("running")
+        return JobStatus("stopped" if self.stopped_at else "running")
 
 
 class Poller:
@@ -168,6 +168,33 @@ def test_a_service_that_stops_answering_still_has_its_job_stopped_at_the_deadlin
     assert event.payload["status"] == "timeout"
     assert backend.stopped_at == [pytest.approx(START + 8.0)]
     assert max(poller.dues) == pytest.approx(8.0)
+
+
+def test_what_a_job_prints_while_it_stops_at_the_deadline_is_relayed(
+    clock, tmp_path, monkeypatch
+):
+    """A cloud's stop returns at once; the step's ``finally:`` prints during the grace period
+    that follows, and the trigger follows the job until the service says it stopped."""
+
+    async def sleep(delay):
+        clock.until(clock.monotonic() + delay)
+
+    class SlowToStop(RunningBackend):
+        async def astatus(self, handle):
+            if self.stopped_at and clock.time() - self.stopped_at[0] >= 3:
+                return JobStatus("stopped")
+            return JobStatus("running")
+
+        async def alogs(self, handle, cursor):
+            if self.stopped_at and clock.time() - self.stopped_at[0] >= 2 and not cursor:
+                return ["saving a checkpoint in finally:"], {"read": True}
+            return [], cursor
+
+    monkeypatch.setattr(step_job.asyncio, "sleep", sleep)
+    backend = SlowToStop(clock)
+    event = asyncio.run(_trigger(tmp_path, deadline=START + 8.0)._watch(Poller(backend, clock)))
+    assert event.payload["status"] == "timeout"
+    assert event.payload["log_tail"] == ["saving a checkpoint in finally:"]
 
 
 def test_without_a_deadline_the_wait_grows_to_the_poll_interval(clock, tmp_path):

@@ -66,7 +66,9 @@ def test_a_step_runs_as_a_training_job_and_a_plain_task_loads_its_result(
 def test_the_execution_timeout_stops_the_job_before_its_max_runtime(aws, ctl):
     run = dags().sm_times_out().test()
     assert run.state == "failed"
-    assert _read(aws["results"], "failure").startswith("AirflowTaskTimeout")
+    failure = _read(aws["results"], "failure")
+    assert failure.startswith("AirflowTaskTimeout")
+    assert "sleeper saved its work" in failure  # printed while the job was stopping
     [job] = training_jobs("sm-times-out-sleeper")
     assert job["StoppingCondition"] == {"MaxRuntimeInSeconds": 20 + 300}  # a backstop
     assert ctl.counters()["StopTrainingJob"] == 1

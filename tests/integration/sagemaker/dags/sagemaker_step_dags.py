@@ -65,7 +65,10 @@ def sm_times_out():
     def sleeper():
         import time
 
-        time.sleep(300)
+        try:
+            time.sleep(300)
+        finally:  # runs in the stop's grace period, after StopTrainingJob has returned
+            print("sleeper saved its work")
 
     sleeper()
 
