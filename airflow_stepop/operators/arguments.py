@@ -114,3 +114,21 @@ def rename_step_resources(kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs = dict(kwargs)
         kwargs["step_resources"] = kwargs.pop("resources")
     return kwargs
+
+
+def refuse_secrets(name: str, environment: Mapping[str, str]) -> None:
+    """After rendering: a value Airflow's secrets masker hides (a connection's password, a
+    sensitive Variable) must not reach the job's definition, where the service's console and
+    API show it to anyone who may list jobs."""
+    if not environment:
+        return
+    from airflow.sdk.log import redact
+
+    secret = sorted(key for key, value in environment.items() if redact(value) != value)
+    if secret:
+        raise SettingsError(
+            f"{name}.environment[{secret[0]!r}] holds a value Airflow masks as a secret (from a "
+            "connection or a sensitive Variable). A job's environment is stored in its "
+            "definition, which the service's console and API show. Read the secret inside the "
+            "step instead (e.g. from your cloud's secret store, with the job's own identity)."
+        )

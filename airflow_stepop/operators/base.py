@@ -21,6 +21,7 @@ from airflow_stepop import config
 from airflow_stepop.backends import arguments as check
 from airflow_stepop.operators.arguments import (
     check_step_arguments,
+    refuse_secrets,
     refuse_unknown_arguments,
     rename_step_resources,
 )
@@ -290,6 +291,7 @@ class BaseStepOperator(BaseOperator):
         from airflow_stepop.backends.naming import job_name
         from airflow_stepop.packaging.staging import StepIdentity, stage_step
 
+        refuse_secrets(self.argument_owner, self.environment)
         ti = context["ti"]
         root = backend.artifact_root(self.step_artifact_root())
         storage = worker_storage(self.storage_conn_id)

@@ -52,6 +52,21 @@ def test_a_large_array_passes_by_reference_and_a_dict_inline(results, artifact_r
     assert len(npy) == 1 and npy[0].stat().st_size > 50 * 2**20
 
 
+def test_a_connection_secret_in_the_environment_is_refused_before_any_job(
+    results, monkeypatch, tmp_path
+):
+    """A job's environment is stored in its definition: a masked secret never goes there."""
+    uri = "postgresql://app:PWSECRET-stepop-7731@db.example:5432/app"
+    monkeypatch.setenv("AIRFLOW_CONN_STEPOP_TEST_DB", uri)
+    run = _dags(results).secret_in_environment().test()
+    assert run.state == "failed"
+    failure = (results / "failure.txt").read_text()
+    assert failure.startswith("SettingsError: ")
+    assert "environment['DB_PASSWORD'] holds a value Airflow masks as a secret" in failure
+    assert "PWSECRET" not in failure
+    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())
+
+
 def test_a_path_returned_inside_a_dict_travels_as_its_own_artifact(results):
     run = _dags(results).returns_a_model_and_its_score().test()
     assert run.state == "success"

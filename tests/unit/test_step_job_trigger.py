@@ -170,9 +170,7 @@ def test_a_service_that_stops_answering_still_has_its_job_stopped_at_the_deadlin
     assert max(poller.dues) == pytest.approx(8.0)
 
 
-def test_what_a_job_prints_while_it_stops_at_the_deadline_is_relayed(
-    clock, tmp_path, monkeypatch
-):
+def test_what_a_job_prints_while_it_stops_at_the_deadline_is_relayed(clock, tmp_path, monkeypatch):
     """A cloud's stop returns at once; the step's ``finally:`` prints during the grace period
     that follows, and the trigger follows the job until the service says it stopped."""
 

@@ -372,3 +372,20 @@ def mapped_over_a_large_step_result():
 
 
 mapped_over_a_large_step_result()
+
+
+@dag(schedule=None)
+def secret_in_environment():
+    """A connection's password templated into a step's environment (the test defines it)."""
+
+    @task.local_step(
+        environment={"DB_PASSWORD": "{{ conn.stepop_test_db.password }}"},
+        on_failure_callback=_remember_failure,
+    )
+    def connect():
+        return "connected"
+
+    connect()
+
+
+secret_in_environment()
