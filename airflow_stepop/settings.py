@@ -11,7 +11,7 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ def parse_memory(value: int | str, field_name: str = "memory") -> int:
     if isinstance(value, int):
         if value <= 0:
             raise SettingsError(f"{field_name}={value!r} must be a positive number of bytes.")
+        _refuse_tiny(field_name, value, value)
         return value
     if isinstance(value, str):
         match = _MEMORY_RE.match(value)
@@ -63,11 +64,26 @@ def parse_memory(value: int | str, field_name: str = "memory") -> int:
         if match and unit in _MEMORY_UNITS:
             amount = float(match.group(1)) * _MEMORY_UNITS[unit]
             if amount >= 1:
+                _refuse_tiny(field_name, value, int(amount))
                 return int(amount)
     raise SettingsError(
         f"{field_name}={value!r} is not a size. Use an int of bytes or a string like '8GB' "
         "(powers of 1000), '8GiB' / '8Gi' (powers of 1024) or '512MiB'."
     )
+
+
+def _refuse_tiny(field_name: str, value: int | str, size: int) -> None:
+    """Under a MiB no step runs (docker's least is 6 MiB): a number meant in GiB or GB."""
+    if size >= 2**20:
+        return
+    number = str(value).strip().rstrip("bB")
+    fix = (
+        f"Give a unit: '{number}GiB' (or '{number}GB'), or an int of bytes such as "
+        f"{number} * 2**30."
+        if number.isdigit()
+        else "Give at least '1MiB', e.g. '512MiB' or '16GiB'."
+    )
+    raise SettingsError(f"{field_name}={value!r} is {size} bytes, too little for any step. {fix}")
 
 
 def _positive_int(name: str, value: Any) -> None:
@@ -77,6 +93,33 @@ def _positive_int(name: str, value: Any) -> None:
         raise SettingsError(f"ResourceSettings.{name}={value!r} must be a whole number >= 1.")
 
 
+def _named_fields(cls: type) -> type:
+    """A misspelt field (``ResourceSettings(memroy=...)``) is named with the closest real one;
+    a dataclass's own error is a bare TypeError that lists nothing."""
+    import functools
+
+    init = cls.__init__
+    names = tuple(f.name for f in fields(cls))
+
+    @functools.wraps(init)
+    def checked_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        unknown = [k for k in kwargs if k not in names]
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], names, n=1)
+            hint = f" (did you mean {close[0]}=?)" if close else ""
+            raise SettingsError(
+                f"{cls.__name__} has no field {unknown[0]!r}{hint}; its fields are "
+                f"{', '.join(names)}."
+            )
+        init(self, *args, **kwargs)
+
+    cls.__init__ = checked_init  # type: ignore[misc]
+    return cls
+
+
+@_named_fields
 @dataclass(frozen=True)
 class ResourceSettings:
     """Hardware for one step, in the same words on every service.
@@ -158,8 +201,8 @@ _APT_NAME = re.compile(r"^[a-z0-9][a-z0-9+.\-]*(=[A-Za-z0-9.+~:\-]+)?$")
 def _string_tuple(owner: str, name: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Sequence):
         raise SettingsError(
-            f"{owner}.{name}={value!r} must be a list of strings, e.g. [{value!r}]."
-            if isinstance(value, str)
+            f"{owner}.{name}={value!r} must be a list of strings, e.g. {value.split()!r}."
+            if isinstance(value, str) and value.split()
             else f"{owner}.{name}={value!r} must be a list of strings."
         )
     for item in value:
@@ -209,6 +252,7 @@ def _dockerfile(owner: str, value: Any) -> str:
     return str(path)
 
 
+@_named_fields
 @dataclass(frozen=True)
 class DockerSettings:
     """The step's environment image; its tag is a hash of everything that shapes it.

@@ -16,7 +16,7 @@ from airflow_stepop.settings import SettingsError, parse_memory
         ("8Gi", 8 * 2**30),
         ("512MiB", 512 * 2**20),
         ("1.5GiB", int(1.5 * 2**30)),
-        (4096, 4096),
+        (4 * 2**30, 4 * 2**30),
         (" 16 gib ", 16 * 2**30),
     ],
 )
@@ -31,6 +31,35 @@ def test_memory_refuses_other_values_naming_field_and_fix(bad):
         ResourceSettings(memory=bad)
     assert "ResourceSettings.memory" in str(err.value)
     assert repr(bad) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "fix"), [(16, "'16GiB' (or '16GB')"), ("16", "'16GiB'"), ("512KiB", "'512MiB'")]
+)
+def test_memory_too_small_for_any_step_is_refused_with_the_unit_it_lacks(value, fix):
+    """memory=16 meant 16 GiB, not 16 bytes (it picked the smallest machine, or docker
+    refused it with a bare API error)."""
+    with pytest.raises(SettingsError, match="too little for any step") as err:
+        ResourceSettings(memory=value)
+    assert fix in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("settings", "kwargs", "hint"),
+    [
+        (ResourceSettings, {"memroy": "8GiB"}, "'memroy' (did you mean memory=?)"),
+        (DockerSettings, {"requirement": ["numpy"]}, "'requirement' (did you mean requirements=?)"),
+    ],
+)
+def test_a_misspelt_settings_field_is_named_with_the_closest_one(settings, kwargs, hint):
+    with pytest.raises(SettingsError) as err:
+        settings(**kwargs)
+    assert f"{settings.__name__} has no field {hint}" in str(err.value)
+
+
+def test_a_string_where_a_list_belongs_is_refused_with_the_list_it_meant():
+    with pytest.raises(SettingsError, match=r"e\.g\. \['numpy', 'pandas'\]"):
+        DockerSettings(requirements="numpy pandas")
 
 
 @pytest.mark.parametrize(("text", "fix"), [("8G", "'8GB'"), ("512m", "'512MiB'"), ("1T", "'1TB'")])
