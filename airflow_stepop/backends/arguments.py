@@ -20,7 +20,8 @@ CONN_ID = re.compile(r"^[\w.\-]+$")
 BUCKET_NAME = {
     "s3": (re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"),
            "S3 bucket names are 3-63 lowercase letters, digits, '.' or '-'."),
-    "gs": (re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"),
+    # at most 63 between dots (so 63 in all without one), 222 in all
+    "gs": (re.compile(r"(?!.*[a-z0-9_-]{64})[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"),
            "GCS bucket names are 3-63 lowercase letters, digits, '-', '_' or '.' (up to 222 "
            "with dots)."),
 }  # fmt: skip

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,8 @@ _REPOSITORY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*(:\d+)?(/[a-z0-9][a-z0-9.
 @dataclass(frozen=True)
 class Registry:
     repository: str  # host[:port]/name, no tag
-    auth_config: dict[str, str] | None = None  # for the docker SDK; never logged or stored
+    # for the docker SDK; never logged or stored, so not in the repr either
+    auth_config: dict[str, str] | None = field(default=None, repr=False)
 
 
 def check_repository(value: Any, field: str, example: str) -> str:

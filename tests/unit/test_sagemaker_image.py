@@ -139,3 +139,9 @@ def test_service_image_copies_a_parent_the_service_cannot_pull_and_keeps_one_it_
     )
     assert other != image
     assert builder.image_reference(parent_only, f"{LOCAL}/env", copy=True) == image
+
+
+def test_a_registry_s_password_is_not_in_its_repr():
+    """A Registry may reach a log line or a traceback's locals: its token must not."""
+    registry = Registry(f"{LOCAL}/env", {"username": "AWS", "password": "TOKEN-SECRET-1"})
+    assert "TOKEN-SECRET-1" not in repr(registry) and f"{LOCAL}/env" in repr(registry)

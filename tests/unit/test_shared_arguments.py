@@ -232,12 +232,18 @@ def test_an_explicit_machine_lacking_what_resources_asks_for_is_refused(
     [
         ("sagemaker", "s3://My_Bucket/x", "My_Bucket"),
         ("vertex", "gs://Bad_Bucket!/x", "Bad_Bucket!"),
+        ("vertex", f"gs://{'b' * 64}/x", "b" * 64),  # 63 at most without dots
+        ("vertex", f"gs://a.{'b' * 64}.c/x", f"a.{'b' * 64}.c"),  # and between dots
     ],
 )
 def test_an_artifact_root_whose_bucket_name_the_store_refuses_is_refused(kind, root, bucket):
     with pytest.raises(SettingsError) as err:
         _op(kind, artifact_root=root)
     assert f"{bucket!r} is not a bucket name" in str(err.value)
+
+
+def test_a_long_dotted_gcs_bucket_name_is_taken():
+    _op("vertex", artifact_root=f"gs://{'.'.join(['b' * 60] * 3)}/x")  # 182 characters
 
 
 @pytest.mark.parametrize(
