@@ -44,7 +44,7 @@ from airflow_stepop.backends.azureml_roots import (
     resolve_datastore,
 )
 from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
-from airflow_stepop.backends.naming import key_prefix
+from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
 from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.hooks.azureml_fs import quiet_request_logs
@@ -53,10 +53,6 @@ from airflow_stepop.triggers.list_pages import WatchedPages
 
 log = logging.getLogger(__name__)
 quiet_request_logs()  # the step's artifacts travel through Azure Blob (abfs://, az://)
-
-
-def _task_digest(task_key: str) -> str:
-    return key_prefix(task_key).rsplit("-", 1)[1]
 
 
 class AzureMLBackend(StepBackend):
@@ -124,7 +120,7 @@ class AzureMLBackend(StepBackend):
         environment_id = self._environment(request, storage)
         tags = {f"airflow_{k}": str(v)[:256] for k, v in request.labels.items()}
         tags.update(job.tags)
-        tags[TASK_TAG] = _task_digest(request.task_key)
+        tags[TASK_TAG] = task_digest(request.task_key)
         properties = {"stepop_run_uri": request.run_uri, "stepop_output_uri": output_uri}
         if job.instance_type:
             properties["stepop_vm_size"] = job.instance_type
@@ -239,7 +235,7 @@ class AzureMLBackend(StepBackend):
         """A live job of the task instance, read from every page of the workspace's step jobs
         until found: the list filters by our tag's key only, so a wide mapped task's newer jobs
         can fill many pages of 100, and no creation time bounds how old a live job may be."""
-        digest = _task_digest(task_key)
+        digest = task_digest(task_key)
         limiter = list_limiter(self.poll_group())
         path = f"{self.workspace.path}/jobs"
         for page in self.arm.pages(path, before=limiter.acquire, tag=TASK_TAG):

@@ -26,7 +26,6 @@ from typing import Any
 
 from airflow_stepop.settings import SettingsError
 
-BLOB_SCHEMES = ("abfs", "abfss", "az")
 EXAMPLES = (
     "'abfs://mycontainer/stepop', 'az://mycontainer/stepop' or "
     "'azureml://datastores/workspaceblobstore/paths/stepop'"

@@ -14,22 +14,28 @@ def task_key(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
 TRY_DIGITS = 4  # room kept for the try number, so a task's names share one prefix up to try 9999
 
 
-def job_name(key: str, try_number: int, *, max_length: int = 63, separator: str = "-") -> str:
+def job_name(key: str, try_number: int, *, max_length: int = 63) -> str:
     """A readable, unique name: a slug of the task, a hash of the full key, and the try.
 
     The result matches ``^[a-zA-Z0-9](-*[a-zA-Z0-9])*$`` (SageMaker's rule; also valid for
     containers, Vertex labels after lowercasing, and Azure ML) and is at most ``max_length``.
     Every try of one task instance starts with the same ``key_prefix``.
     """
-    return f"{key_prefix(key, max_length=max_length, separator=separator)}{separator}t{try_number}"
+    return f"{key_prefix(key, max_length=max_length)}-t{try_number}"
 
 
-def key_prefix(key: str, *, max_length: int = 63, separator: str = "-") -> str:
+def key_prefix(key: str, *, max_length: int = 63) -> str:
     """The part of every job name of a task instance that does not depend on the try."""
-    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     dag_id, _, rest = key.partition("/")
     task_id = rest.split("/")[1] if rest.count("/") >= 2 else rest
-    slug = re.sub(r"[^A-Za-z0-9]+", separator, f"{dag_id}{separator}{task_id}").strip(separator)
-    budget = max_length - len(f"{separator}{digest}{separator}t") - TRY_DIGITS
-    slug = slug[: max(1, budget)].rstrip(separator) or "step"
-    return f"{slug}{separator}{digest}"
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{dag_id}-{task_id}").strip("-")
+    digest = task_digest(key)
+    budget = max_length - len(f"-{digest}-t") - TRY_DIGITS
+    slug = slug[: max(1, budget)].rstrip("-") or "step"
+    return f"{slug}-{digest}"
+
+
+def task_digest(key: str) -> str:
+    """A short hash of the task instance's key: in every job name, tag or label of its tries,
+    what a retry finds its earlier job by (the readable slug may be cut)."""
+    return hashlib.sha256(key.encode()).hexdigest()[:10]

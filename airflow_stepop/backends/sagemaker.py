@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
-from airflow_stepop.backends.naming import key_prefix
+from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.ratelimit import list_limiter
 from airflow_stepop.backends.sagemaker_clients import Clients
 from airflow_stepop.backends.sagemaker_config import CATALOG, SageMakerJobConfig
@@ -227,7 +227,7 @@ class SageMakerBackend(StepBackend):
     def find_active(self, task_key: str) -> dict[str, Any] | None:
         # The key's hash is in every try's name; the readable slug before it may be cut
         # shorter for long ids and many tries, so match on the hash and the try suffix.
-        digest = key_prefix(task_key).rsplit("-", 1)[1]
+        digest = task_digest(task_key)
         client = self._clients.hook("sagemaker").conn
         list_limiter(self.poll_group()).acquire()
         answer = client.list_training_jobs(

@@ -14,7 +14,6 @@ from typing import Any
 from airflow_stepop.backends.base import JobRequest
 
 MAX_CHANNELS = 20
-RESERVED_CHANNELS = ("code", "run")
 ENV_VALUE_MAX = 512
 ENV_ENTRIES_MAX = 100
 TAG_VALUE = re.compile(r"[^\w.:/=+\-@ ]", re.UNICODE)
@@ -26,12 +25,6 @@ class SageMakerConfigError(ValueError):
 
 def sanitize_tag(value: str, limit: int = 256) -> str:
     return TAG_VALUE.sub("_", value)[:limit]
-
-
-def s3_parts(uri: str) -> tuple[str, str]:
-    rest = uri.split("://", 1)[1]
-    bucket, _, key = rest.partition("/")
-    return bucket, key
 
 
 def _refs(node: Any) -> list[str]:

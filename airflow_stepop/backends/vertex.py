@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
+from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
 from airflow_stepop.backends.vertex_api import ALIVE, GoogleAccess, is_transient_error, map_state
 from airflow_stepop.backends.vertex_config import VertexJobConfig
@@ -34,7 +35,6 @@ from airflow_stepop.backends.vertex_job import (
     epoch,
     job_details,
     rfc3339,
-    task_digest,
 )
 from airflow_stepop.runtime.storage import join
 from airflow_stepop.triggers.list_pages import WatchedPages

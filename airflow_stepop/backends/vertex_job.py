@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow_stepop.backends.base import JobRequest
-from airflow_stepop.backends.naming import key_prefix
+from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.vertex_config import (
     AIRFLOW_LABEL_PREFIX,
     CATALOG,
@@ -47,10 +47,6 @@ class VertexConfigError(ValueError):
 
 def label_value(value: Any) -> str:
     return _LABEL_VALUE.sub("-", str(value).lower())[:63]
-
-
-def task_digest(task_key: str) -> str:
-    return key_prefix(task_key).rsplit("-", 1)[1]
 
 
 def gcs_path(uri: str) -> str:

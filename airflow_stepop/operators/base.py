@@ -49,8 +49,6 @@ class BaseStepOperator(BaseOperator):
 
     # The kinds of backend.links() this task process stored (see links/job.py); None: unknown.
     stored_link_kinds: frozenset[str] | None = frozenset()  # a task failed before execute()
-    # A backend's limits on job names (service rules).
-    job_name_max_length: ClassVar[int] = 63
     # The service's name in its [stepop] options, e.g. "sagemaker" for sagemaker_artifact_root.
     service: ClassVar[str | None] = None
     # What on_kill needs: whether the task was killed, and the job this try submitted or
@@ -318,7 +316,7 @@ class BaseStepOperator(BaseOperator):
                 "that exists."
             ) from exc
         return JobRequest(
-            job_name=job_name(key, ti.try_number, max_length=self.job_name_max_length),
+            job_name=job_name(key, ti.try_number),
             task_key=key,
             spec_uri=staged.spec_uri,
             run_uri=staged.run_uri,
