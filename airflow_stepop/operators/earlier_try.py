@@ -50,7 +50,19 @@ def earlier_job(
         handle = backend.find_active(key) if try_number > 1 else None
         return EarlierJob(attach=handle)
     handle = record["handle"]
-    status = backend.status(handle)
+    try:
+        status = backend.status(handle)
+    except Exception as exc:
+        if backend.is_transient(exc):  # the service may still run it: ask again next try
+            raise
+        # gone (deleted, expired) or unreadable: nothing to re-attach to or reuse; a retry
+        # failing on it for ever would never run the step again
+        log.warning(
+            "The earlier job %s cannot be looked up (%s); running the step again",
+            handle["job_id"],
+            exc,
+        )
+        return EarlierJob()
     if not status.terminal:
         return EarlierJob(attach=handle)
     if status.held:  # failed, but the service still holds it: nobody will come back for it

@@ -1,0 +1,49 @@
+"""What a retry does about the job an earlier try of its task instance recorded."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from airflow_stepop.backends.base import JobStatus
+from airflow_stepop.operators.earlier_try import STATE_KEY, earlier_job
+from tests.unit.backend_doubles import TriggerSideBackend
+
+LOG = logging.getLogger("tests.earlier_try")
+
+
+class GoneJobBackend(TriggerSideBackend):
+    """A service that answers a describe of the recorded job with ``error``."""
+
+    def __init__(self, error: Exception | None) -> None:
+        self.error = error
+
+    async def astatus(self, handle):
+        if self.error is not None:
+            raise self.error
+        return JobStatus("running")
+
+
+def _store(job_id: str) -> dict:
+    return {STATE_KEY: {"handle": {"job_id": job_id}, "try_number": 1}}
+
+
+def test_a_recorded_job_the_service_no_longer_has_is_run_again(caplog):
+    """A deleted job's describe fails for good: every retry used to fail on it, for ever."""
+    backend = GoneJobBackend(LookupError("CustomJob 123 is not found"))
+    with caplog.at_level(logging.WARNING):
+        decision = earlier_job(backend, _store("job-123"), 2, "d/r/t/-1", None, LOG)
+    assert decision.attach is None and decision.reuse is None  # submit anew
+    assert "The earlier job job-123 cannot be looked up (CustomJob 123 is not found)" in caplog.text
+
+
+def test_a_service_that_does_not_answer_fails_the_try_rather_than_submitting_a_second_job():
+    backend = GoneJobBackend(ConnectionError("connection reset"))
+    with pytest.raises(ConnectionError):
+        earlier_job(backend, _store("job-123"), 2, "d/r/t/-1", None, LOG)
+
+
+def test_a_recorded_job_still_running_is_re_attached_to():
+    decision = earlier_job(GoneJobBackend(None), _store("job-123"), 2, "d/r/t/-1", None, LOG)
+    assert decision.attach == {"job_id": "job-123"}
