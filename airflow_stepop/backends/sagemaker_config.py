@@ -228,6 +228,8 @@ class SageMakerArguments:
                 "needs max_wait >= max_runtime."
             )
         machine = load_catalog(CATALOG).get(instance_type)
+        if machine is None:  # not in our catalog: perhaps new, perhaps a typo
+            _check_training_instance_type(owner, instance_type, explicit=bool(self.instance_type))
         repository = self.image_repository or config.get("sagemaker_image_repository") or None
         if image_uri:  # rendered: a template's value is only known now
             check_image_uri(owner, image_uri, repository)
@@ -242,6 +244,28 @@ class SageMakerArguments:
             price_per_hour=machine.price_per_hour if machine else None,
         )
         return SageMakerJobConfig(**fields)
+
+
+def _check_training_instance_type(owner: str, instance_type: str, *, explicit: bool) -> None:
+    """Refuse a type the service's own API model does not list (botocore's, about 0.2 s to
+    load, so only for a type the catalog lacks): a typo fails here with the closest names, not
+    as a bare ClientError after the image build and the uploads."""
+    import difflib
+
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    known = model.shape_for("TrainingInstanceType").enum
+    if instance_type in known:
+        return
+    source = f"{owner}.instance_type" if explicit else "[stepop] sagemaker_default_instance_type"
+    close = difflib.get_close_matches(instance_type, known, n=3, cutoff=0.75)
+    closest = f"; the closest: {', '.join(map(repr, close))}" if close else ""
+    raise SettingsError(
+        f"{source}={instance_type!r} is not a SageMaker training instance type (botocore "
+        f"{botocore.__version__} lists {len(known)}){closest}. Give one it lists, or resources= "
+        "to have one chosen (docs/sagemaker.md)."
+    )
 
 
 def _seconds(owner: str, name: str, value: Any, high: int, *, low: int) -> int | None:

@@ -122,6 +122,37 @@ def test_a_default_instance_type_that_is_not_one_names_the_option(monkeypatch):
     assert _op(instance_type="ml.m5.large")._job_config().instance_type == "ml.m5.large"
 
 
+@pytest.mark.parametrize(
+    ("instance_type", "default", "named"),
+    [
+        ("ml.m5.huge", "ml.m5.large", "SageMakerStepOperator.instance_type='ml.m5.huge'"),
+        (None, "ml.g5.xlarg", "[stepop] sagemaker_default_instance_type='ml.g5.xlarg'"),
+    ],
+)
+def test_an_instance_type_the_service_does_not_have_is_refused_before_any_call(
+    monkeypatch, instance_type, default, named
+):
+    """Not in our catalog and not in the API's own list: a typo. It failed as a bare
+    ClientError at CreateTrainingJob, after the image build and the uploads."""
+    monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ROLE", "r")
+    monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", "s3://bucket/stepop")
+    monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_DEFAULT_INSTANCE_TYPE", default)
+    with pytest.raises(SettingsError) as err:
+        _op(instance_type=instance_type)._job_config()
+    assert str(err.value).startswith(f"{named} is not a SageMaker training instance type")
+    assert "the closest: 'ml." in str(err.value)
+
+
+def test_an_instance_type_newer_than_the_catalog_is_taken_if_the_service_lists_it(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ROLE", "r")
+    monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", "s3://bucket/stepop")
+    from airflow_stepop.backends.sagemaker_config import CATALOG
+    from airflow_stepop.catalog import load as load_catalog
+
+    assert load_catalog(CATALOG).get("ml.c5n.xlarge") is None  # pick another if it is added
+    assert _op(instance_type="ml.c5n.xlarge")._job_config().instance_type == "ml.c5n.xlarge"
+
+
 def test_a_service_artifact_root_lets_local_and_cloud_steps_share_a_deployment(monkeypatch):
     from airflow_stepop import LocalStepOperator
 
