@@ -11,6 +11,7 @@ records live under ``[stepop] local_jobs_dir``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import logging
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -214,15 +216,21 @@ class LocalBackend(StepBackend):
 
             local_container.stop(handle, timeout=STOP_GRACE_SECONDS)
             return
-        pid = handle["pid"]
-        if not _alive(job_dir):  # alive means the pid is still our supervisor's
-            return
-        os.kill(pid, signal.SIGTERM)  # the supervisor forwards it to the step
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while time.monotonic() < deadline and _alive(job_dir):
-            time.sleep(0.1)
-        if _alive(job_dir):
-            os.killpg(pid, signal.SIGKILL)
+        group = handle["pid"]  # the supervisor's, which leads the job's session and group
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile: nothing to stop
+            if _alive(job_dir):  # alive means the pid is still our supervisor's
+                os.kill(group, signal.SIGTERM)  # the supervisor forwards it to the step
+                if _still(lambda: _alive(job_dir)):
+                    os.killpg(group, signal.SIGKILL)
+                    return
+            # A step that outlived its supervisor (killed with SIGKILL) is stopped by its own
+            # pid, and only while that pid is still the step's. It is in the job's group, so
+            # the group is the job's (no process gets a group's id while the group has members).
+            step = _orphan_step(job_dir, group)
+            if step is not None:
+                os.kill(step, signal.SIGTERM)
+                if _still(lambda: _orphan_step(job_dir, group) is not None):
+                    os.killpg(group, signal.SIGKILL)
 
     def release(self, handle: dict[str, Any]) -> None:
         if handle["mode"] == "container":
@@ -246,6 +254,8 @@ class LocalBackend(StepBackend):
             return JobStatus("running")
         if exit_file.exists():  # ended between the two checks
             return _exit_status(int(exit_file.read_text()), stopped)
+        if _orphan_step(job_dir, handle["pid"]) is not None:
+            return JobStatus("running")  # its supervisor was killed; the step was not
         if stopped:  # stopped so early that the supervisor had no time to record an exit code
             return JobStatus("stopped", "stopped on request")
         return JobStatus("failed", "the job's supervisor process disappeared (killed or lost)")
@@ -316,6 +326,30 @@ def _alive(job_dir: Path) -> bool:
     finally:
         os.close(fd)  # also drops the lock if we just took it
     return False
+
+
+def _still(running: Callable[[], bool]) -> bool:
+    """Whether ``running`` still holds after the stop's grace period (checked every 0.1 s)."""
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    while time.monotonic() < deadline and running():
+        time.sleep(0.1)
+    return running()
+
+
+def _orphan_step(job_dir: Path, group: int) -> int | None:
+    """The pid of the job's step when it still runs with no supervisor, else None.
+
+    The step is the process child.pid names, if it still has the start time recorded there
+    and is in the job's process group: a pid reused by another process has another start
+    time. Without a recorded start time (no /proc) nothing is known for sure: None.
+    """
+    if _alive(job_dir):
+        return None
+    try:
+        pid, start = (job_dir / supervisor.CHILD_PID).read_text().split()
+    except (FileNotFoundError, ValueError):
+        return None
+    return int(pid) if supervisor.process_stat(int(pid)) == (start, group) else None
 
 
 def _engine(timeout: int = 30) -> Any | None:
