@@ -59,6 +59,21 @@ def steps(tmp_path, monkeypatch):
                     print(f"after {i}", flush=True)
                 return "done"
 
+            def bursts(release):
+                for burst in range(5):
+                    for i in range(100):
+                        print(f"out {burst} {i}", flush=True)
+                        if i % 10 == 0:
+                            print(f"err {burst} {i}", file=sys.stderr, flush=True)
+                    time.sleep(0.05)
+                print("x" * 40000, flush=True)  # the engine keeps it as pieces of 16 KiB
+                print("out end", flush=True)
+                while not Path(release).exists():
+                    time.sleep(0.05)
+                for i in range(50):
+                    print(f"after {i}", flush=True)
+                return "done"
+
             def where():
                 return {
                     "python": sys.executable,
