@@ -37,6 +37,10 @@ class ContainerStartError(RuntimeError):
     """The engine created the step's container but could not start it (e.g. no GPU runtime)."""
 
 
+class ParentImageError(RuntimeError):
+    """The engine has no ``DockerSettings.parent_image`` and cannot pull it."""
+
+
 def submit(
     client: Any, request: JobRequest, job_dir: Path, bundle: Path, max_runtime_s: int | None
 ) -> dict[str, Any]:
@@ -109,9 +113,21 @@ def _image_environment(client: Any, image: str) -> dict[str, str]:
     try:
         found = client.images.get(image)
     except docker.errors.ImageNotFound:
-        found = client.images.pull(image)
+        try:
+            found = client.images.pull(image)
+        except docker.errors.APIError as exc:
+            raise ParentImageError(_pull_failure(image, exc)) from None
     pairs = (entry.partition("=") for entry in found.attrs["Config"].get("Env") or ())
     return {name: value for name, _, value in pairs}
+
+
+def _pull_failure(image: str, exc: Any) -> str:
+    said = str(getattr(exc, "explanation", None) or exc)
+    return (
+        f"DockerSettings.parent_image={image!r} cannot be pulled by the container engine on "
+        f"this worker (it said: {said}). Check the image's name and tag, and that the worker's "
+        "engine can reach that registry and is logged in to it (docker login) if it is private."
+    )
 
 
 def _start(client: Any, request: JobRequest, image: str, **kwargs: Any) -> Any:
