@@ -11,6 +11,7 @@ records live under ``[stepop] local_jobs_dir``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import logging
@@ -18,7 +19,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +122,8 @@ class LocalBackend(StepBackend):
         self.jobs_dir = Path(jobs_dir)
         self.python = python or sys.executable
         self.max_runtime_s = max_runtime_s
+        self._client: Any = None  # the container engine's, made at the first call that needs it
+        self._client_lock = threading.Lock()  # the triggerer calls from several threads
 
     def serialize(self) -> dict[str, Any]:
         return {
@@ -138,9 +143,10 @@ class LocalBackend(StepBackend):
         if request.docker is not None and (client := _engine(timeout=120)) is not None:
             from airflow_stepop.backends import local_container
 
-            handle = local_container.submit(
-                client, request, job_dir, bundle, max_runtime_s=self.max_runtime_s
-            )
+            with contextlib.closing(client):  # its own: a longer timeout than the polls'
+                handle = local_container.submit(
+                    client, request, job_dir, bundle, max_runtime_s=self.max_runtime_s
+                )
         else:
             if request.docker is not None:
                 log.warning("docker= is set but no container engine answers: running as a process")
@@ -212,23 +218,52 @@ class LocalBackend(StepBackend):
         if handle["mode"] == "container":
             from airflow_stepop.backends import local_container
 
-            local_container.stop(handle, timeout=STOP_GRACE_SECONDS)
+            local_container.stop(self._engine_client(), handle, timeout=STOP_GRACE_SECONDS)
             return
-        pid = handle["pid"]
-        if not _alive(job_dir):  # alive means the pid is still our supervisor's
-            return
-        os.kill(pid, signal.SIGTERM)  # the supervisor forwards it to the step
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while time.monotonic() < deadline and _alive(job_dir):
-            time.sleep(0.1)
-        if _alive(job_dir):
-            os.killpg(pid, signal.SIGKILL)
+        group = handle["pid"]  # the supervisor's, which leads the job's session and group
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile: nothing to stop
+            if _alive(job_dir):  # alive means the pid is still our supervisor's
+                os.kill(group, signal.SIGTERM)  # the supervisor forwards it to the step
+                if _still(lambda: _alive(job_dir)):
+                    os.killpg(group, signal.SIGKILL)
+                    return
+            # A step that outlived its supervisor (killed with SIGKILL) is stopped by its own
+            # pid, and only while that pid is still the step's. It is in the job's group, so
+            # the group is the job's (no process gets a group's id while the group has members).
+            step = _orphan_step(job_dir, group)
+            if step is not None:
+                os.kill(step, signal.SIGTERM)
+                if _still(lambda: _orphan_step(job_dir, group) is not None):
+                    os.killpg(group, signal.SIGKILL)
 
     def release(self, handle: dict[str, Any]) -> None:
+        """Remove a finished container; the worker's last call for the job, so the engine's
+        client is closed too (a later call makes a new one)."""
         if handle["mode"] == "container":
             from airflow_stepop.backends import local_container
 
-            local_container.release(handle)
+            try:
+                local_container.release(self._engine_client(), handle)
+            finally:
+                self._close_engine()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self._close_engine)
+
+    def _engine_client(self) -> Any | None:
+        """This backend's client of the container engine: one for all its calls (a new client
+        pings the engine and opens a connection), made when first needed. None while no engine
+        answers (asked again at the next call)."""
+        with self._client_lock:
+            if self._client is None:
+                self._client = _engine()
+            return self._client
+
+    def _close_engine(self) -> None:
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
     # ---- state and logs ------------------------------------------------------------------
 
@@ -238,7 +273,7 @@ class LocalBackend(StepBackend):
         if handle["mode"] == "container":
             from airflow_stepop.backends import local_container
 
-            return local_container.status(handle, stopped)
+            return local_container.status(self._engine_client(), handle, stopped)
         exit_file = job_dir / supervisor.EXIT_CODE
         if exit_file.exists():
             return _exit_status(int(exit_file.read_text()), stopped)
@@ -246,29 +281,27 @@ class LocalBackend(StepBackend):
             return JobStatus("running")
         if exit_file.exists():  # ended between the two checks
             return _exit_status(int(exit_file.read_text()), stopped)
+        if _orphan_step(job_dir, handle["pid"]) is not None:
+            return JobStatus("running")  # its supervisor was killed; the step was not
         if stopped:  # stopped so early that the supervisor had no time to record an exit code
             return JobStatus("stopped", "stopped on request")
         return JobStatus("failed", "the job's supervisor process disappeared (killed or lost)")
 
-    def _logs(self, handle: dict[str, Any], cursor: int | None) -> tuple[list[str], int]:
-        cursor = cursor or 0
+    def _logs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
         if handle["mode"] == "container":
             from airflow_stepop.backends import local_container
 
-            raw = local_container.logs(handle)
-            if raw is None:
+            return local_container.logs(self._engine_client(), handle, cursor)
+        cursor = cursor or 0
+        path = Path(handle["job_dir"]) / supervisor.OUTPUT_LOG
+        try:
+            if path.stat().st_size <= cursor:  # nothing new: no open, no read
                 return [], cursor
-            data = raw[cursor:]
-        else:
-            path = Path(handle["job_dir"]) / supervisor.OUTPUT_LOG
-            try:
-                if path.stat().st_size <= cursor:  # nothing new: no open, no read
-                    return [], cursor
-            except FileNotFoundError:
-                return [], cursor
-            with open(path, "rb") as handle_file:
-                handle_file.seek(cursor)
-                data = handle_file.read()
+        except FileNotFoundError:
+            return [], cursor
+        with open(path, "rb") as handle_file:
+            handle_file.seek(cursor)
+            data = handle_file.read()
         complete = data.rfind(b"\n") + 1  # hold back a partial last line
         lines = data[:complete].decode("utf-8", "replace").splitlines()
         return lines, cursor + complete
@@ -316,6 +349,30 @@ def _alive(job_dir: Path) -> bool:
     finally:
         os.close(fd)  # also drops the lock if we just took it
     return False
+
+
+def _still(running: Callable[[], bool]) -> bool:
+    """Whether ``running`` still holds after the stop's grace period (checked every 0.1 s)."""
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    while time.monotonic() < deadline and running():
+        time.sleep(0.1)
+    return running()
+
+
+def _orphan_step(job_dir: Path, group: int) -> int | None:
+    """The pid of the job's step when it still runs with no supervisor, else None.
+
+    The step is the process child.pid names, if it still has the start time recorded there
+    and is in the job's process group: a pid reused by another process has another start
+    time. Without a recorded start time (no /proc) nothing is known for sure: None.
+    """
+    if _alive(job_dir):
+        return None
+    try:
+        pid, start = (job_dir / supervisor.CHILD_PID).read_text().split()
+    except (FileNotFoundError, ValueError):
+        return None
+    return int(pid) if supervisor.process_stat(int(pid)) == (start, group) else None
 
 
 def _engine(timeout: int = 30) -> Any | None:

@@ -14,10 +14,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from airflow_stepop.backends import local_container_logs as container_logs
 from airflow_stepop.backends.base import JobRequest, JobStatus
 from airflow_stepop.backends.local import (
     CHECKPOINT_ENV,
-    _engine,
     _exit_status,
     _local_bundle,
     behind_bundle,
@@ -35,6 +35,10 @@ TASK_KEY_LABEL = "airflow-stepop.task-key"
 
 class ContainerStartError(RuntimeError):
     """The engine created the step's container but could not start it (e.g. no GPU runtime)."""
+
+
+class ParentImageError(RuntimeError):
+    """The engine has no ``DockerSettings.parent_image`` and cannot pull it."""
 
 
 def submit(
@@ -109,9 +113,21 @@ def _image_environment(client: Any, image: str) -> dict[str, str]:
     try:
         found = client.images.get(image)
     except docker.errors.ImageNotFound:
-        found = client.images.pull(image)
+        try:
+            found = client.images.pull(image)
+        except docker.errors.APIError as exc:
+            raise ParentImageError(_pull_failure(image, exc)) from None
     pairs = (entry.partition("=") for entry in found.attrs["Config"].get("Env") or ())
     return {name: value for name, _, value in pairs}
+
+
+def _pull_failure(image: str, exc: Any) -> str:
+    said = str(getattr(exc, "explanation", None) or exc)
+    return (
+        f"DockerSettings.parent_image={image!r} cannot be pulled by the container engine on "
+        f"this worker (it said: {said}). Check the image's name and tag, and that the worker's "
+        "engine can reach that registry and is logged in to it (docker login) if it is private."
+    )
 
 
 def _start(client: Any, request: JobRequest, image: str, **kwargs: Any) -> Any:
@@ -211,38 +227,40 @@ def _start_failure(request: JobRequest, image: str, exc: Any) -> str:
     return f"The container of step job {request.job_name} (image {image}) could not start: {said}."
 
 
-def stop(handle: dict[str, Any], timeout: float) -> None:
-    client = _engine()
-    if client is not None:
+def stop(client: Any, handle: dict[str, Any], timeout: float) -> None:
+    if client is None:
+        return
+    try:
         _container(client, handle).stop(timeout=int(timeout))
+    except _engine_down():
+        pass
 
 
-def release(handle: dict[str, Any]) -> None:
+def release(client: Any, handle: dict[str, Any]) -> None:
     """Remove the finished container (its logs were relayed)."""
-    client = _engine()
     if client is None:
         return
     import docker.errors
 
     try:
         _container(client, handle).remove()
-    except docker.errors.NotFound:
+    except (docker.errors.NotFound, *_engine_down()):
         pass
     except docker.errors.APIError as exc:  # still running (a re-attached try owns it)
         log.warning("Could not remove container %s: %s", handle["job_id"], exc)
 
 
-def status(handle: dict[str, Any], stopped: bool) -> JobStatus:
+def status(client: Any, handle: dict[str, Any], stopped: bool) -> JobStatus:
     import docker.errors
 
-    client = _engine()
-    if client is None:
-        return JobStatus("failed", "the container engine does not answer")
     try:
-        attrs = _container(client, handle).attrs
+        if client is not None:
+            return container_status(_container(client, handle).attrs, stopped)
     except docker.errors.NotFound:
         return JobStatus("failed", f"container {handle['job_id']} no longer exists")
-    return container_status(attrs, stopped)
+    except _engine_down():
+        pass
+    return JobStatus("failed", "the container engine does not answer")
 
 
 def container_status(attrs: dict[str, Any], stopped: bool) -> JobStatus:
@@ -272,12 +290,22 @@ def _out_of_memory(limit: int | None) -> str:
     )
 
 
-def logs(handle: dict[str, Any]) -> bytes | None:
-    """The container's whole output so far; None when the engine does not answer."""
-    client = _engine()
-    if client is None:
-        return None
-    return _container(client, handle).logs(stdout=True, stderr=True)
+def logs(client: Any, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
+    """The lines the container printed since ``cursor``, and the cursor to use next."""
+    try:
+        if client is not None:
+            return container_logs.read(_container(client, handle), cursor)
+    except _engine_down():
+        pass
+    return [], cursor
+
+
+def _engine_down() -> tuple[type[Exception], ...]:
+    """An engine that stopped answering (refused, timed out): treated as one that does not
+    answer the client's first ping, i.e. as no engine."""
+    import requests
+
+    return (requests.exceptions.ConnectionError, requests.exceptions.Timeout)
 
 
 def _artifact_root_dir(run_dir: Path, request: JobRequest) -> Path:

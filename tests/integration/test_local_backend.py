@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 import textwrap
 import uuid
@@ -14,7 +15,7 @@ import pytest
 
 from airflow_stepop import DockerSettings, ResourceSettings
 from airflow_stepop.backends.base import JobRequest
-from airflow_stepop.backends.local import LocalBackend
+from airflow_stepop.backends.local import LocalBackend, _alive
 from airflow_stepop.backends.naming import job_name, task_key
 from airflow_stepop.packaging.staging import StepIdentity, stage_step
 from airflow_stepop.runtime.storage import Storage
@@ -55,6 +56,21 @@ def steps(tmp_path, monkeypatch):
                 while not Path(release).exists():
                     time.sleep(0.05)
                 for i in range(3):
+                    print(f"after {i}", flush=True)
+                return "done"
+
+            def bursts(release):
+                for burst in range(5):
+                    for i in range(100):
+                        print(f"out {burst} {i}", flush=True)
+                        if i % 10 == 0:
+                            print(f"err {burst} {i}", file=sys.stderr, flush=True)
+                    time.sleep(0.05)
+                print("x" * 40000, flush=True)  # the engine keeps it as pieces of 16 KiB
+                print("out end", flush=True)
+                while not Path(release).exists():
+                    time.sleep(0.05)
+                for i in range(50):
                     print(f"after {i}", flush=True)
                 return "done"
 
@@ -196,6 +212,36 @@ def test_user_kill_stops_the_job(tmp_path, steps):
     assert status.state == "stopped"
     error = storage.read_json(handle["run_uri"] + "/error.json")
     assert error["type"] == "StepStopped"
+
+
+def test_a_stop_ends_a_step_that_outlived_its_supervisor_and_no_other_process(tmp_path, steps):
+    """The supervisor is killed (SIGKILL: it forwards nothing) and the step runs on: the job
+    reads as running, and a stop ends the step, found by the pid and start time it recorded;
+    a process that has the step's pid with another start time (a reused pid) is left alone."""
+    pid_file, release = tmp_path / "pid", tmp_path / "never"
+    backend, handle, _, storage = _submit(tmp_path, steps.held, [str(pid_file), str(release)])
+    job_dir = Path(handle["job_dir"])
+    step = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 120, "the step"))
+    try:
+        os.kill(handle["pid"], signal.SIGKILL)
+        wait_for(lambda: not _alive(job_dir), 30, "the supervisor's lock to be released")
+        assert backend._status(handle).state == "running"
+
+        record = job_dir / "child.pid"
+        recorded = record.read_text()
+        record.write_text(f"{step} 1")  # the pid, with another process's start time
+        backend.stop(handle)
+        assert process_alive(step)
+
+        record.write_text(recorded)
+        backend.stop(handle)
+        assert not process_alive(step)
+        assert backend._status(handle).state == "stopped"
+        error = storage.read_json(handle["run_uri"] + "/error.json")
+        assert error["type"] == "StepStopped"  # a graceful stop first, as with a supervisor
+    finally:
+        if process_alive(step):
+            os.kill(step, signal.SIGKILL)
 
 
 def test_a_job_nobody_watches_ends_at_its_max_runtime(tmp_path, steps):

@@ -3,6 +3,7 @@ while its container is created: a clear error, and no container left behind."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 import uuid
@@ -141,3 +142,16 @@ def test_a_step_out_of_memory_says_its_limit_and_what_raises_it():
     assert "it had no memory limit of its own (no ResourceSettings(memory=...))" in (
         unlimited.reason
     )
+
+
+@pytest.mark.container
+def test_a_parent_image_that_does_not_exist_fails_naming_the_setting_and_the_fix(tmp_path, engine):
+    registry = os.environ.get("STEPOP_REGISTRY", "127.0.0.1:5000")
+    missing = f"{registry}/stepop-no-such-image:{uuid.uuid4().hex[:8]}"
+    request = _request(tmp_path, "no_parent", missing)
+    with pytest.raises(RuntimeError) as failed:  # a message, not the SDK's NotFound traceback
+        LocalBackend(jobs_dir=str(tmp_path / "jobs")).submit(request)
+    message = str(failed.value)
+    assert message.startswith(f"DockerSettings.parent_image={missing!r} cannot be pulled")
+    assert "manifest unknown" in message or "not found" in message  # the engine's reason
+    assert "Check the image's name and tag" in message and "logged in" in message
