@@ -328,8 +328,8 @@ def _exit_status(code: int, stopped: bool) -> JobStatus:
     if code == MAX_RUNTIME_EXIT_CODE or code == -signal.SIGALRM:
         return JobStatus(
             "failed",
-            "the job ran past its max_runtime (max_runtime=, by default the task's "
-            "execution_timeout plus 5 minutes) and was ended",
+            "the job ran past its max_runtime (the operator's max_runtime argument; by "
+            "default the task's execution_timeout plus 5 minutes) and was ended",
         )
     if code < 0:
         return JobStatus("failed", f"the step process was killed by signal {-code}")

@@ -254,7 +254,7 @@ def test_a_job_nobody_watches_ends_at_its_max_runtime(tmp_path, steps):
     wait_for(lambda: backend._status(handle).terminal, 120, "the job to end at its limit")
     status = backend._status(handle)
     assert status.state == "failed"
-    assert "ran past its max_runtime" in status.reason
+    assert "ran past its max_runtime (the operator's max_runtime argument;" in status.reason
     assert not process_alive(int(pid_file.read_text()))
     error = storage.read_json(handle["run_uri"] + "/error.json")
     assert error["type"] == "StepTimedOut"
