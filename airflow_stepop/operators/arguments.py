@@ -68,6 +68,26 @@ def check_step_arguments(
             f"{name}.op_kwargs={op_kwargs!r} must be a dict of the callable's arguments by "
             "name, e.g. op_kwargs={'n': 5}."
         )
+    _refuse_unbindable(name, python_callable, op_args or (), op_kwargs or {})
+
+
+def _refuse_unbindable(name: str, function: Any, args: Any, kwargs: Mapping[str, Any]) -> None:
+    """Arguments the callable cannot take would fail only in the job, after its submit (and on
+    a cloud, its machine's start): refused now, as ``@task`` does for a call."""
+    import inspect
+
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without one: the job will say
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as err:
+        shown = getattr(function, "__name__", repr(function))
+        raise SettingsError(
+            f"{name}: {shown}{signature} cannot be called with op_args={list(args)!r}, "
+            f"op_kwargs={dict(kwargs)!r} ({err}). Pass what its parameters name."
+        ) from None
 
 
 @functools.cache

@@ -194,7 +194,7 @@ def test_a_bad_service_root_names_the_option_it_came_from(monkeypatch):
     monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", "file:///tmp/stepop")
     monkeypatch.setenv("AIRFLOW__STEPOP__AZUREML_ARTIFACT_ROOT", "gs://b/x")
     with DAG("aml_root", schedule=None):
-        op = AzureMLStepOperator(task_id="t", python_callable=len, image_uri="python:3.11")
+        op = AzureMLStepOperator(task_id="t", python_callable=dict, image_uri="python:3.11")
     with pytest.raises(SettingsError, match=r"\[stepop\] azureml_artifact_root = 'gs://b/x'"):
         op.make_backend()
 

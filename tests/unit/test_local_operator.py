@@ -28,7 +28,7 @@ from airflow_stepop.settings import SettingsError
 )
 def test_a_root_the_jobs_cannot_read_is_refused_when_the_step_is_declared(root, problem):
     with pytest.raises(SettingsError) as refused, DAG("wrong_root", schedule=None):
-        LocalStepOperator(task_id="t", python_callable=len, artifact_root=root)
+        LocalStepOperator(task_id="t", python_callable=dict, artifact_root=root)
     message = str(refused.value)
     assert f"LocalStepOperator.artifact_root={root!r} {problem}" in message
     assert "file:// URL or an absolute path such as 'file:///data/stepop'" in message
@@ -56,7 +56,7 @@ def test_the_decorator_refuses_it_at_parse_time():
 )
 def test_local_roots_are_accepted(root):
     with DAG("local_root", schedule=None):
-        op = LocalStepOperator(task_id="t", python_callable=len, artifact_root=root)
+        op = LocalStepOperator(task_id="t", python_callable=dict, artifact_root=root)
     assert op.step_artifact_root() == root
 
 
@@ -89,13 +89,31 @@ def test_a_configured_remote_root_is_refused_before_anything_is_uploaded(monkeyp
 )
 def test_a_jobs_own_runtime_limit(arguments, limit):
     with DAG("limits", schedule=None):
-        op = LocalStepOperator(task_id="t", python_callable=len, **arguments)
+        op = LocalStepOperator(task_id="t", python_callable=dict, **arguments)
     assert op.make_backend().max_runtime_s == limit
 
 
 def test_a_wrong_max_runtime_is_refused_at_parse_time():
     with pytest.raises(SettingsError) as refused, DAG("limits", schedule=None):
-        LocalStepOperator(task_id="t", python_callable=len, max_runtime="1h")
+        LocalStepOperator(task_id="t", python_callable=dict, max_runtime="1h")
     assert "LocalStepOperator.max_runtime='1h' must be a timedelta or whole seconds" in str(
         refused.value
     )
+
+
+def test_arguments_the_callable_cannot_take_are_refused_at_parse():
+    """The job would fail on them only after its submit (on a cloud, after its machine's start);
+    ``@task`` refuses such a call itself, the classic operator did not."""
+
+    def train(x, epochs=1):
+        return x
+
+    with pytest.raises(SettingsError) as err:
+        LocalStepOperator(task_id="t", python_callable=train, op_kwargs={"y": 1})
+    assert str(err.value).startswith(
+        "LocalStepOperator: train(x, epochs=1) cannot be called with op_args=[], "
+        "op_kwargs={'y': 1} (missing a required argument: 'x')"
+    )
+    with pytest.raises(SettingsError, match="too many positional arguments"):
+        LocalStepOperator(task_id="t", python_callable=train, op_args=[1, 2, 3])
+    LocalStepOperator(task_id="t", python_callable=train, op_args=[1], op_kwargs={"epochs": 2})

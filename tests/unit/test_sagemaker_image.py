@@ -48,7 +48,7 @@ def test_sagemaker_pulls_from_ecr_and_from_the_image_repositorys_registry(
 
 def _op(**kwargs):
     with DAG("sm_images", schedule=None):
-        return SageMakerStepOperator(task_id="t", python_callable=len, **kwargs)
+        return SageMakerStepOperator(task_id="t", python_callable=dict, **kwargs)
 
 
 def test_an_image_uri_sagemaker_cannot_pull_fails_the_dag_at_parse_time():

@@ -16,7 +16,7 @@ IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1"
 def _op(**kwargs):
     kwargs.setdefault("image_uri", IMAGE)
     with DAG("sm_args", schedule=None):
-        return SageMakerStepOperator(task_id="t", python_callable=len, **kwargs)
+        return SageMakerStepOperator(task_id="t", python_callable=dict, **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -162,7 +162,7 @@ def test_a_service_artifact_root_lets_local_and_cloud_steps_share_a_deployment(m
     assert _op().step_artifact_root() == "s3://bucket/stepop"
     _op()._job_config()  # an s3:// root: accepted
     with DAG("mixed", schedule=None):
-        local = LocalStepOperator(task_id="l", python_callable=len)
+        local = LocalStepOperator(task_id="l", python_callable=dict)
     assert local.step_artifact_root() == "file:///tmp/stepop"
     assert _op(artifact_root="s3://other/x").step_artifact_root() == "s3://other/x"
     monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ARTIFACT_ROOT", "gs://b/x")

@@ -25,7 +25,9 @@ OPERATORS = {
 def _op(kind: str, environment: object = None, **arguments: object) -> object:
     cls, kwargs = OPERATORS[kind]
     with DAG(f"args_{kind}", schedule=None):
-        return cls(task_id="t", python_callable=len, environment=environment, **kwargs, **arguments)
+        return cls(
+            task_id="t", python_callable=dict, environment=environment, **kwargs, **arguments
+        )
 
 
 @pytest.mark.parametrize("kind", sorted(OPERATORS))

@@ -18,7 +18,7 @@ IMAGE = "us-central1-docker.pkg.dev/my-project/train/env:1"
 def _op(**kwargs):
     kwargs.setdefault("image_uri", IMAGE)
     with DAG("vx_args", schedule=None):
-        return VertexStepOperator(task_id="t", python_callable=len, **kwargs)
+        return VertexStepOperator(task_id="t", python_callable=dict, **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -277,7 +277,7 @@ def test_links_name_the_job_its_logs_and_the_experiments_runs():
 def test_a_link_the_task_never_stored_is_not_looked_up():
     from airflow_stepop.links.job import StepExperimentLink, StepJobLink
 
-    operator = VertexStepOperator(task_id="t", python_callable=len, image_uri=IMAGE)
+    operator = VertexStepOperator(task_id="t", python_callable=dict, image_uri=IMAGE)
 
     def lookup_fails(**kwargs):
         raise AssertionError("looked up")

@@ -238,7 +238,7 @@ def test_every_bad_argument_is_refused_before_any_api_call(azure, ctl, arguments
 
     kwargs = {"image_uri": BASE, **arguments}
     with pytest.raises(SettingsError) as err, DAG("aml_refused", schedule=None):
-        AzureMLStepOperator(task_id="bad", python_callable=len, **kwargs)
+        AzureMLStepOperator(task_id="bad", python_callable=dict, **kwargs)
     assert named in str(err.value)
     assert ctl.counters() == {}
 
@@ -252,7 +252,7 @@ def test_a_request_nothing_fits_names_the_closest_sizes(azure, ctl):
     with pytest.raises(NoFittingMachineError) as err, DAG("aml_refused", schedule=None):
         AzureMLStepOperator(
             task_id="huge",
-            python_callable=len,
+            python_callable=dict,
             image_uri=BASE,
             resources=ResourceSettings(gpu_count=16, gpu_type="H100", memory="4TiB"),
         )

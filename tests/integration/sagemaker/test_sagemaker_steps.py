@@ -199,7 +199,7 @@ def test_a_request_nothing_fits_is_refused_before_any_api_call(aws, ctl):
     with pytest.raises(NoFittingMachineError) as err, DAG("sm_refused", schedule=None):
         SageMakerStepOperator(
             task_id="huge",
-            python_callable=len,
+            python_callable=dict,
             image_uri=BASE,
             resources=ResourceSettings(gpu_count=16, gpu_type="H100", memory="4TiB"),
         )

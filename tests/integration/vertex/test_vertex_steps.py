@@ -285,7 +285,7 @@ def test_every_bad_argument_is_refused_before_any_api_call(gcp, ctl):
     ]
     for kwargs in bad:
         with pytest.raises(SettingsError), DAG("vx_refused", schedule=None):
-            VertexStepOperator(task_id="t", python_callable=len, image_uri=BASE, **kwargs)
+            VertexStepOperator(task_id="t", python_callable=dict, image_uri=BASE, **kwargs)
     assert ctl.counters() == {}
 
 
