@@ -103,8 +103,9 @@ class AzureMLJobConfig:
                 owner, "max_runtime", max_runtime, low=1, high=MAX_RUNTIME_LIMIT, service="Azure ML"
             )
         check.matching(
-            owner, "experiment_name", experiment_name, _EXPERIMENT, "an experiment name",
-            "nightly_training",
+            owner, "experiment_name", experiment_name, _EXPERIMENT,
+            "an experiment name (up to 255 letters, digits, '_' or '-', not starting with '_' or "
+            "'-')", "nightly_training",
         )  # fmt: skip
         tag_map = check.string_map(
             owner, "tags", tags, key_pattern=_TAG_KEY,

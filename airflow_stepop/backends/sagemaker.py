@@ -166,6 +166,7 @@ class SageMakerBackend(StepBackend):
             "Training job %s: %d x %s, image %s", request.job_name, job.instance_count,
             job.instance_type, image,
         )  # fmt: skip
+        spot = ", spot" if job.spot else ""
         return {
             "job_id": request.job_name,
             "task_key": request.task_key,
@@ -174,7 +175,7 @@ class SageMakerBackend(StepBackend):
             "region": self.region,
             "image": image,
             "image_built": built,
-            "machine": f"{job.instance_type} x {job.instance_count}",
+            "machine": f"{job.instance_type} x {job.instance_count}{spot}",
             "price_per_hour": self._hourly_price(job),
         }
 

@@ -130,6 +130,14 @@ def test_experiment_names_from_dag_ids_are_valid():
     assert experiment_for("__x") == "x"
 
 
+def test_an_experiment_name_the_service_refuses_is_named_with_its_rule():
+    with pytest.raises(SettingsError) as err:
+        config(experiment_name="my exp!")
+    assert "experiment_name='my exp!' is not an experiment name (up to 255 letters, digits, " in (
+        str(err.value)
+    )
+
+
 def test_the_job_price_counts_every_instance_and_uses_the_low_priority_rate_for_spot():
     dedicated, low = prices("Standard_NC6s_v3")
     assert low is not None and 0 < low < dedicated

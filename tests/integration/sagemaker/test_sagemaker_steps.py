@@ -159,12 +159,14 @@ def test_throttling_on_a_fifth_of_the_calls_still_succeeds(aws, ctl):
     assert sum(counters.values()) >= 5
 
 
-def test_a_spot_interruption_resumes_from_the_checkpoint(aws, ctl):
+def test_a_spot_interruption_resumes_from_the_checkpoint(aws, ctl, capfd):
     # the first attempt is preempted once it has written its checkpoint, never before
     checkpointed = aws["results"] / "checkpointed"
     with preempted_once_checkpointed(ctl, checkpointed, match="resumable"):
         run = dags().sm_spot_resumes().test()
     assert run.state == "success"
+    out, err = capfd.readouterr()
+    assert " x 1, spot" in out + err  # the progress lines say what the job runs on
     assert xcoms(run)[("resumable", "return_value", -1)] == "resumed at epoch 7"
     job = [j for j in training_jobs("resumable") if j["TrainingJobStatus"] == "Completed"][-1]
     statuses = [t["Status"] for t in job["SecondaryStatusTransitions"]]
