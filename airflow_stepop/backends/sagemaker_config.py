@@ -9,6 +9,7 @@ instance type from ``[stepop]``, ``max_runtime`` from ``execution_timeout`` plus
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
@@ -246,16 +247,25 @@ class SageMakerArguments:
         return SageMakerJobConfig(**fields)
 
 
+@functools.cache
+def _training_instance_types() -> tuple[str, ...]:
+    """The training instance types of botocore's SageMaker model, loaded once per process (the
+    worker's execute() and execute_complete() both build the job's configuration)."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    return tuple(model.shape_for("TrainingInstanceType").enum)
+
+
 def _check_training_instance_type(owner: str, instance_type: str, *, explicit: bool) -> None:
     """Refuse a type the service's own API model does not list (botocore's, about 0.2 s to
     load, so only for a type the catalog lacks): a typo fails here with the closest names, not
     as a bare ClientError after the image build and the uploads."""
     import difflib
 
-    import botocore.session
+    import botocore
 
-    model = botocore.session.get_session().get_service_model("sagemaker")
-    known = model.shape_for("TrainingInstanceType").enum
+    known = _training_instance_types()
     if instance_type in known:
         return
     source = f"{owner}.instance_type" if explicit else "[stepop] sagemaker_default_instance_type"
