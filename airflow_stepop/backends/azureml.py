@@ -267,6 +267,11 @@ class AzureMLBackend(StepBackend):
     def is_transient(self, exc: Exception) -> bool:
         return is_transient_error(exc)
 
+    def is_gone(self, exc: Exception) -> bool:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        return isinstance(exc, ResourceNotFoundError)
+
     def billing(self, details: dict[str, Any]) -> dict[str, Any] | None:
         """Run seconds x instances x the catalog price (the low-priority price for Spot jobs and
         low-priority clusters)."""

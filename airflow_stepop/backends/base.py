@@ -176,6 +176,13 @@ class StepBackend(abc.ABC):
         """Whether a failed call is worth retrying after a pause (throttling, 5xx, network)."""
         return isinstance(exc, (ConnectionError, TimeoutError))
 
+    def is_gone(self, exc: Exception) -> bool:
+        """Whether a failed ``status`` call says the service has no such job (deleted,
+        expired): a retry then runs the step again. Any other failure (access denied, say)
+        fails the retry instead, since a second job beside one that may still run would be
+        paid for twice."""
+        return isinstance(exc, FileNotFoundError)
+
     # The XCom key under which the operator pushes billing(details), e.g. "sagemaker_billing".
     billing_xcom_key: str | None = None
 

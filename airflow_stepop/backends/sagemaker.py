@@ -41,6 +41,7 @@ from airflow_stepop.backends.sagemaker_job import (
     console_links,
     error_code,
     estimate_cost,
+    is_gone_error,
     is_transient_error,
     map_status,
 )
@@ -303,6 +304,9 @@ class SageMakerBackend(StepBackend):
 
     def is_transient(self, exc: Exception) -> bool:
         return is_transient_error(exc)
+
+    def is_gone(self, exc: Exception) -> bool:
+        return is_gone_error(exc)
 
     # ---- triggerer side ----------------------------------------------------------------
 

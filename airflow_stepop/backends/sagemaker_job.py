@@ -5,7 +5,8 @@ Pure functions (no API call), so the mapping and the billing arithmetic are unit
 * ``map_status``: TrainingJobStatus and SecondaryStatus to a ``JobStatus`` (a job stopped by
   its own ``max_runtime``/``max_wait`` is a failure, not a stop);
 * ``is_transient_error``: throttling, 5xx and connection errors of botocore or aiobotocore,
-  which the trigger retries after a pause;
+  which the trigger retries after a pause; ``is_gone_error``: a describe of a job SageMaker
+  does not have;
 * ``console_links``: the AWS console's job page and its CloudWatch log streams;
 * ``billing_facts`` / ``estimate_cost``: billable seconds x instance count x the catalog's
   on-demand price.
@@ -76,6 +77,16 @@ def is_transient_error(exc: BaseException) -> bool:
 def error_code(exc: BaseException) -> str:
     response = getattr(exc, "response", None) or {}
     return str(response.get("Error", {}).get("Code", ""))
+
+
+def is_gone_error(exc: BaseException) -> bool:
+    """DescribeTrainingJob of a name SageMaker does not know: ``ValidationException``,
+    "Requested resource not found." (the API has no not-found code for training jobs)."""
+    response = getattr(exc, "response", None) or {}
+    message = str(response.get("Error", {}).get("Message", "")).lower()
+    return error_code(exc) == "ResourceNotFound" or (
+        error_code(exc) == "ValidationException" and "not found" in message
+    )
 
 
 def map_status(description: dict[str, Any]) -> JobStatus:

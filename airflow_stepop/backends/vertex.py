@@ -232,6 +232,11 @@ class VertexBackend(StepBackend):
     def is_transient(self, exc: Exception) -> bool:
         return is_transient_error(exc)
 
+    def is_gone(self, exc: Exception) -> bool:
+        from google.api_core.exceptions import NotFound
+
+        return isinstance(exc, NotFound)
+
     # ---- triggerer side ----------------------------------------------------------------
 
     def _status(self, job: Any) -> JobStatus:

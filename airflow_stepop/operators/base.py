@@ -126,7 +126,7 @@ class BaseStepOperator(BaseOperator):
 
     def execute(self, context: Any) -> Any:
         from airflow_stepop.backends.naming import task_key
-        from airflow_stepop.operators.earlier_try import earlier_job
+        from airflow_stepop.operators.earlier_try import EarlierJobUnknownError, earlier_job
 
         self._started = time.time()  # execution_timeout counts from here, as Airflow's does
         self.stored_link_kinds = frozenset()  # none yet: a failure before submit stored none
@@ -134,7 +134,13 @@ class BaseStepOperator(BaseOperator):
         ti = context["ti"]
         key = task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
         store = context.get("task_state_store")
-        decision = earlier_job(backend, store, ti.try_number, key, self.storage_conn_id, self.log)
+        try:
+            decision = earlier_job(
+                backend, store, ti.try_number, key, self.storage_conn_id, self.log
+            )
+        except EarlierJobUnknownError as exc:  # it may still run: the last try stops it
+            self._left_to_retry(backend, exc.handle, ti)
+            raise
         if decision.reuse is not None:  # the UI links to the job that made the result
             self._store_links(context, backend, decision.reuse.handle)
             return decision.reuse.result
@@ -192,7 +198,7 @@ class BaseStepOperator(BaseOperator):
             raise
         except BaseException:
             if not self._killed:  # a killed task's job is stopped already
-                self._stop_unless_retried(backend, handle, ti)
+                self._left_to_retry(backend, handle, ti)
             raise
         try:
             event = asyncio.run(_first_event(trigger))
@@ -252,19 +258,21 @@ class BaseStepOperator(BaseOperator):
         except Exception:
             self.stored_link_kinds = None
 
-    def _stop_unless_retried(self, backend: StepBackend, handle: dict[str, Any], ti: Any) -> None:
-        """After a failure past the submit: a retry will re-attach; with none left, stop the job."""
+    def _left_to_retry(self, backend: StepBackend, handle: dict[str, Any], ti: Any) -> bool:
+        """After a failure past the submit: whether a retry is left to re-attach to the job;
+        with none left, the job is stopped."""
         max_tries = getattr(ti, "max_tries", None)
         if max_tries is None:
             max_tries = self.retries or 0
         if self.retries and ti.try_number <= max_tries:
             self.log.warning("Leaving job %s to the retry, which re-attaches", handle["job_id"])
-            return
+            return True
         self.log.warning("No retry is left: stopping job %s", handle["job_id"])
         try:
             backend.stop(handle)
         except Exception as exc:
             self.log.error("Could not stop job %s: %s", handle["job_id"], exc)
+        return False
 
     def step_artifact_root(self) -> str:
         """The operator's artifact_root, else the service's [stepop] option, else the default."""
@@ -346,6 +354,10 @@ class BaseStepOperator(BaseOperator):
         stopped_by_us = self._killed  # on_kill, not deferrable
         if event["status"] == "stopped" and handle.get("earlier_try") and not stopped_by_us:
             return self._run_again(context, backend, handle)
+        # A job its trigger could not follow may still run: a retry re-attaches to it, or it
+        # is stopped now (and released below).
+        if event["status"] == "unwatched" and self._left_to_retry(backend, handle, context["ti"]):
+            raise step_failure(event, storage)
         try:
             if event["status"] != "succeeded":
                 raise step_failure(event, storage)

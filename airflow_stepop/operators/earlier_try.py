@@ -19,6 +19,14 @@ if TYPE_CHECKING:
 STATE_KEY = "stepop_job"
 
 
+class EarlierJobUnknownError(RuntimeError):
+    """The service did not say what became of an earlier try's job (no answer, access denied)."""
+
+    def __init__(self, message: str, handle: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.handle = handle
+
+
 class Reused(NamedTuple):  # named tuples: each frozen dataclass costs a parse ~1 ms
     result: Any
     handle: dict[str, Any]  # the earlier try's job, which made it
@@ -53,14 +61,17 @@ def earlier_job(
     try:
         status = backend.status(handle)
     except Exception as exc:
-        if backend.is_transient(exc):  # the service may still run it: ask again next try
-            raise
-        # gone (deleted, expired) or unreadable: nothing to re-attach to or reuse; a retry
-        # failing on it for ever would never run the step again
+        if not backend.is_gone(exc):  # it may still run: a second job would be paid twice
+            raise EarlierJobUnknownError(
+                f"Cannot look up job {handle['job_id']} of an earlier try "
+                f"({type(exc).__name__}: {exc}); this try fails rather than start a second "
+                "job beside one that may still run. A later try asks again.",
+                handle,
+            ) from exc
+        # deleted or expired: nothing to re-attach to or reuse; a retry failing on it for ever
+        # would never run the step again
         log.warning(
-            "The earlier job %s cannot be looked up (%s); running the step again",
-            handle["job_id"],
-            exc,
+            "The earlier job %s is gone (%s); running the step again", handle["job_id"], exc
         )
         return EarlierJob()
     if not status.terminal:

@@ -21,7 +21,7 @@ import asyncio
 import collections
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -105,13 +105,17 @@ class StepJobTrigger(BaseTrigger):
         # The backend's import and its poll group (it may read a connection) run in a thread:
         # the triggerer's loop serves the other triggers meanwhile. Only a new poll group's
         # backend is then prepared for async calls (see JobPoller.attach).
-        backend, group = await asyncio.to_thread(self._backend_and_group)
-        poller = poller_for(self.backend_path, backend, group)
-        await poller.attach(self.handle)
         try:
-            event = await self._watch(poller)
-        finally:
-            await poller.detach(self.handle)
+            backend, group = await asyncio.to_thread(self._backend_and_group)
+            poller = poller_for(self.backend_path, backend, group)
+            await poller.attach(self.handle)
+        except Exception as exc:  # a connection deleted since the deferral, say
+            event = self._unwatched(exc, [])
+        else:
+            try:
+                event = await self._watch(poller)
+            finally:
+                await poller.detach(self.handle)
         await asyncio.sleep(LAST_LINES_GRACE_SECONDS)
         # Clients are closed before the event goes out: a trigger's code after its yield may
         # never run (``dag.test()`` abandons the generator with its event loop).
@@ -145,7 +149,7 @@ class StepJobTrigger(BaseTrigger):
                 failures = 0
             except Exception as exc:
                 if not backend.is_transient(exc):
-                    raise
+                    return self._unwatched(exc, tail)
                 if _passed(end):  # the service does not answer, but the deadline holds
                     return await self._time_out(backend, tail, None, relay=False)
                 failures += 1
@@ -252,6 +256,24 @@ class StepJobTrigger(BaseTrigger):
             delay = max(0.0, min(delay, limit))
         self.log.warning("%s failed (%s); retrying in %.0fs", what, exc, delay)
         await asyncio.sleep(delay)
+
+    def _unwatched(self, exc: Exception, tail: Collection[str]) -> TriggerEvent:
+        """The event for a job this trigger cannot follow (an error no retry of the call
+        mends: credentials revoked, a connection deleted). Raising instead would fail the task
+        with no ``on_kill``, its job running on unwatched; the event lets ``execute_complete``
+        stop the job, or leave it to a retry that re-attaches."""
+        self.log.error(
+            "Cannot follow job %s: %s: %s", self.handle["job_id"], type(exc).__name__, exc,
+            exc_info=exc,
+        )  # fmt: skip
+        return TriggerEvent(
+            {
+                "status": "unwatched",
+                "reason": f"its state could not be read ({type(exc).__name__}: {exc})",
+                "handle": self.handle,
+                "log_tail": list(tail),
+            }
+        )
 
     def _event(self, status: JobStatus, tail: collections.deque[str]) -> TriggerEvent:
         return TriggerEvent(

@@ -40,3 +40,19 @@ def test_a_failure_after_submit_with_no_retry_left_stops_the_job(results, tmp_pa
     [job_dir] = list((tmp_path / "jobs").iterdir())
     handle = json.loads((job_dir / "job.json").read_text())
     assert LocalBackend(str(tmp_path / "jobs")).status(handle).state == "stopped"
+
+
+def test_a_job_nobody_can_follow_is_left_to_the_retry_then_stopped_never_run_twice(
+    results, tmp_path
+):
+    """The service refuses status calls (credentials revoked, say): try 1's trigger cannot
+    follow the job and leaves it to the retry; the retry cannot look it up either, fails
+    rather than submit a second job, and, the last try, stops it. Before, the trigger raised
+    and the task failed with its job running on, and a retry submitted a second job."""
+    from airflow_stepop.backends.local import LocalBackend
+
+    run = _dags().unwatchable_job().test()
+    assert run.state == "failed"
+    [job_dir] = list((tmp_path / "jobs").iterdir())  # no second job
+    handle = json.loads((job_dir / "job.json").read_text())
+    assert LocalBackend(str(tmp_path / "jobs")).status(handle).state == "stopped"

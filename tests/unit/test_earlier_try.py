@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from airflow_stepop.backends.base import JobStatus
-from airflow_stepop.operators.earlier_try import STATE_KEY, earlier_job
+from airflow_stepop.operators.earlier_try import STATE_KEY, EarlierJobUnknownError, earlier_job
 from tests.unit.backend_doubles import TriggerSideBackend
 
 LOG = logging.getLogger("tests.earlier_try")
@@ -18,6 +18,9 @@ class GoneJobBackend(TriggerSideBackend):
 
     def __init__(self, error: Exception | None) -> None:
         self.error = error
+
+    def is_gone(self, exc):
+        return isinstance(exc, LookupError)
 
     async def astatus(self, handle):
         if self.error is not None:
@@ -35,13 +38,24 @@ def test_a_recorded_job_the_service_no_longer_has_is_run_again(caplog):
     with caplog.at_level(logging.WARNING):
         decision = earlier_job(backend, _store("job-123"), 2, "d/r/t/-1", None, LOG)
     assert decision.attach is None and decision.reuse is None  # submit anew
-    assert "The earlier job job-123 cannot be looked up (CustomJob 123 is not found)" in caplog.text
+    assert "The earlier job job-123 is gone (CustomJob 123 is not found)" in caplog.text
 
 
-def test_a_service_that_does_not_answer_fails_the_try_rather_than_submitting_a_second_job():
-    backend = GoneJobBackend(ConnectionError("connection reset"))
-    with pytest.raises(ConnectionError):
+@pytest.mark.parametrize(
+    "error",
+    [ConnectionError("connection reset"), PermissionError("AccessDenied: not authorized")],
+    ids=["no answer", "access denied"],
+)
+def test_a_job_the_service_does_not_say_is_gone_fails_the_try_rather_than_run_a_second(error):
+    """An access-denied describe used to count as a gone job: the retry submitted a second job
+    while the first ran on, unwatched and billed."""
+    backend = GoneJobBackend(error)
+    with pytest.raises(EarlierJobUnknownError) as failed:
         earlier_job(backend, _store("job-123"), 2, "d/r/t/-1", None, LOG)
+    assert str(failed.value).startswith(
+        f"Cannot look up job job-123 of an earlier try ({type(error).__name__}: {error}); "
+        "this try fails rather than start a second job"
+    )
 
 
 def test_a_recorded_job_still_running_is_re_attached_to():

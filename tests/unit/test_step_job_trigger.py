@@ -240,3 +240,28 @@ def test_the_poller_runs_a_round_for_a_trigger_due_before_the_others():
     poller, answer = asyncio.run(ask())
     assert answer.state == "running" and poller.rounds == 1
     assert backend.listed == [["late", "soon"]]  # one round answers every waiting trigger
+
+
+class UnreachableBackend(TriggerSideBackend):
+    """A service the triggerer cannot reach for good: its connection was deleted, say."""
+
+    def prepare_async(self):
+        raise KeyError("The conn_id `aws_default` isn't defined")
+
+    async def astatus(self, handle):
+        raise AssertionError("never asked: the backend could not be prepared")
+
+
+def test_a_trigger_that_cannot_reach_the_service_hands_the_job_back_to_the_task(tmp_path):
+    """Raising would fail the task with no on_kill and its job running on: the event lets
+    execute_complete stop the job, or leave it to a retry."""
+    trigger = StepJobTrigger(
+        backend_path=f"{__name__}.UnreachableBackend",
+        backend_kwargs={},
+        handle={"job_id": "dag-task-t1", "run_uri": tmp_path.as_uri()},
+    )
+    event = asyncio.run(anext(aiter(trigger.run())))
+    assert event.payload["status"] == "unwatched"
+    assert event.payload["reason"] == (
+        'its state could not be read (KeyError: "The conn_id `aws_default` isn\'t defined")'
+    )

@@ -1,5 +1,6 @@
 """DAGs for the faults that cost money or data: a lost worker after success, a failure after
-submit with no retry left. Run with dag.test() on the local backend."""
+submit with no retry left, a job its trigger cannot follow. Run with dag.test() on the local
+backend."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from airflow.sdk import dag
 from step_helpers import record_pid, wait_for_file
 
 from airflow_stepop import LocalStepOperator
+from airflow_stepop.backends.local import LocalBackend
 
 RESULTS = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
 
@@ -54,3 +56,33 @@ def failure_after_submit_without_retry():
 
 
 failure_after_submit_without_retry()
+
+
+class StatusRefused(LocalBackend):
+    """A service that refuses the trigger's status calls with an error no retry mends (its
+    credentials revoked while the job runs, say); the worker's own calls still work."""
+
+    async def astatuses(self, handles):
+        raise PermissionError("simulated: the service refuses status calls")
+
+    async def astatus(self, handle):
+        raise PermissionError("simulated: the service refuses status calls")
+
+
+class Unwatchable(LocalStepOperator):
+    def make_backend(self):
+        return StatusRefused(**super().make_backend().serialize())
+
+
+@dag(schedule=None)
+def unwatchable_job():
+    Unwatchable(
+        task_id="unwatched",
+        python_callable=hold_forever,
+        op_args=[f"{RESULTS}/u.pid"],
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+    )
+
+
+unwatchable_job()

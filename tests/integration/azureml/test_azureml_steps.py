@@ -468,3 +468,18 @@ def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_sto
     assert all(f"after {i}" in logged for i in range(3))
     assert "before" not in logged  # not relayed twice
     assert ctl.counters()["Jobs_CreateOrUpdate"] == 1  # resuming never submits
+
+
+def test_a_retry_whose_recorded_job_azure_ml_no_longer_has_runs_the_step_again(azure, ctl):
+    """Azure ML answers a GET of an unknown job with 404: the job is gone, so the retry submits
+    anew instead of failing."""
+    import logging
+
+    from airflow_stepop.backends.azureml import AzureMLBackend
+    from airflow_stepop.backends.azureml_config import AzureMLJobConfig
+    from airflow_stepop.operators.earlier_try import STATE_KEY, EarlierJob, earlier_job
+
+    backend = AzureMLBackend(job=AzureMLJobConfig(image_uri=BASE, instance_type="Standard_DS3_v2"))
+    record = {STATE_KEY: {"handle": {"job_id": "aml-deleted-job"}, "try_number": 1}}
+    decision = earlier_job(backend, record, 2, "d/r/t/-1", None, logging.getLogger(__name__))
+    assert decision == EarlierJob()

@@ -442,3 +442,19 @@ def test_concurrent_steps_share_one_list_per_poll_and_one_describe_per_finished_
     # one page per poll round for all twelve jobs (a round with all of them running, and the
     # rounds until they ended), not one describe per job per poll
     assert 2 <= counters["ListTrainingJobs"] < counters["DescribeTrainingJob"]
+
+
+def test_a_retry_whose_recorded_job_sagemaker_no_longer_has_runs_the_step_again(aws, ctl):
+    """SageMaker answers a describe of an unknown name with ValidationException "Requested
+    resource not found.": the job is gone, so the retry submits anew instead of failing."""
+    import logging
+
+    from airflow_stepop.backends.sagemaker import SageMakerBackend, SageMakerJobConfig
+    from airflow_stepop.operators.earlier_try import STATE_KEY, EarlierJob, earlier_job
+
+    backend = SageMakerBackend(
+        job=SageMakerJobConfig(role=ROLE, instance_type="ml.m5.large", image_uri=BASE)
+    )
+    record = {STATE_KEY: {"handle": {"job_id": "sm-deleted-job"}, "try_number": 1}}
+    decision = earlier_job(backend, record, 2, "d/r/t/-1", None, logging.getLogger(__name__))
+    assert decision == EarlierJob()

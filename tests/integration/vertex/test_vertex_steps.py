@@ -11,7 +11,7 @@ import requests
 from airflow_stepop import ArtifactRef
 from tests.integration.fault_steps import hold, two_phases
 from tests.integration.faults import preempted_once_checkpointed, submit_step, trigger_for
-from tests.integration.vertex.conftest import custom_jobs, dags, xcoms
+from tests.integration.vertex.conftest import PROJECT, custom_jobs, dags, xcoms
 
 TOTAL = float(sum(range(100_000)))
 BASE = "127.0.0.1:5000/stepop-base/python:3.11-bookworm"
@@ -426,3 +426,19 @@ def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_sto
     assert all(logged.count(f"[{job_id}] after {i}") == 1 for i in range(3))
     assert f"[{job_id}] before" not in logged  # not relayed twice
     assert ctl.counters()["CreateCustomJob"] == 1  # resuming never submits
+
+
+def test_a_retry_whose_recorded_job_vertex_no_longer_has_runs_the_step_again(gcp, ctl):
+    """Vertex AI answers GetCustomJob of an unknown job with 404 NotFound: the job is gone, so
+    the retry submits anew instead of failing."""
+    import logging
+
+    from airflow_stepop.backends.vertex import VertexBackend
+    from airflow_stepop.backends.vertex_config import VertexJobConfig
+    from airflow_stepop.operators.earlier_try import STATE_KEY, EarlierJob, earlier_job
+
+    backend = VertexBackend(job=VertexJobConfig(machine_type="n1-standard-4", image_uri=BASE))
+    name = f"projects/{PROJECT}/locations/us-central1/customJobs/4242424242"
+    record = {STATE_KEY: {"handle": {"job_id": "4242424242", "name": name}, "try_number": 1}}
+    decision = earlier_job(backend, record, 2, "d/r/t/-1", None, logging.getLogger(__name__))
+    assert decision == EarlierJob()
