@@ -45,6 +45,7 @@ class AzureMLStepOperator(BaseStepOperator):
     """
 
     service = "azureml"
+    connection_argument = "azureml_conn_id"
 
     operator_extra_links = (StepJobLink(), StepExperimentLink(), StepLogsLink())
     template_fields = (*BaseStepOperator.template_fields, "image_uri")

@@ -51,6 +51,11 @@ class BaseStepOperator(BaseOperator):
     stored_link_kinds: frozenset[str] | None = frozenset()  # a task failed before execute()
     # The service's name in its [stepop] options, e.g. "sagemaker" for sagemaker_artifact_root.
     service: ClassVar[str | None] = None
+    # The argument naming the step's Airflow connection (e.g. "gcp_conn_id"), looked up when
+    # the task runs; a missing connection of the id ``ambient_default`` means the worker's own
+    # credentials (the amazon provider's rule), not a mistake.
+    connection_argument: ClassVar[str | None] = None
+    ambient_default: ClassVar[str | None] = None
     # What on_kill needs: whether the task was killed, and the job this try submitted or
     # re-attached to (with its backend), once there is one.
     _killed: bool = False
@@ -130,6 +135,7 @@ class BaseStepOperator(BaseOperator):
 
         self._started = time.time()  # execution_timeout counts from here, as Airflow's does
         self.stored_link_kinds = frozenset()  # none yet: a failure before submit stored none
+        self._check_connection()
         backend = self.make_backend()
         ti = context["ti"]
         key = task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
@@ -153,6 +159,27 @@ class BaseStepOperator(BaseOperator):
         else:
             handle = self._submit(context, key, backend)
         return self._follow(context, backend, handle)
+
+    def _check_connection(self) -> None:
+        """A connection id Airflow does not have fails here, naming the argument, before
+        anything is uploaded: a cloud SDK's own error names neither, and the amazon provider
+        would run the job on the worker's ambient credentials instead."""
+        name = self.connection_argument
+        conn_id = getattr(self, name) if name else None
+        if not conn_id or conn_id == self.ambient_default:
+            return
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            BaseHook.get_connection(conn_id)
+        except AirflowNotFoundException:
+            raise SettingsError(
+                f"{self.argument_owner}.{name}={conn_id!r}: Airflow has no connection with that "
+                f"id. Create it (Admin > Connections, `airflow connections add {conn_id} ...`, "
+                f"or the environment variable AIRFLOW_CONN_{conn_id.upper()}), or pass {name}= "
+                "the id of one that exists."
+            ) from None
 
     def _submit(self, context: Any, key: str, backend: StepBackend) -> dict[str, Any]:
         """Submit the step's job, unless the task was killed while it was being prepared.

@@ -45,6 +45,8 @@ class SageMakerStepOperator(BaseStepOperator):
     """
 
     service = "sagemaker"
+    connection_argument = "aws_conn_id"
+    ambient_default = "aws_default"  # missing: boto3's credential chain, as in Airflow
 
     operator_extra_links = (StepJobLink(), StepLogsLink())
     template_fields = (*BaseStepOperator.template_fields, "role", "image_uri")

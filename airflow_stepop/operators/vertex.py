@@ -51,6 +51,7 @@ class VertexStepOperator(BaseStepOperator):
     """
 
     service = "vertex"
+    connection_argument = "gcp_conn_id"
 
     operator_extra_links = (StepJobLink(), StepLogsLink(), StepExperimentLink())
     template_fields = (*BaseStepOperator.template_fields, "image_uri")

@@ -1,0 +1,76 @@
+"""A step's connection id that Airflow does not have fails the task before anything is uploaded,
+naming the argument."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from airflow.sdk.bases.operator import ExecutorSafeguard
+
+from airflow_stepop import AzureMLStepOperator, SageMakerStepOperator, VertexStepOperator
+from airflow_stepop.settings import SettingsError
+
+ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1.0"
+TI = SimpleNamespace(dag_id="d", run_id="r", task_id="t", map_index=-1, try_number=1)
+
+
+class Unreached(RuntimeError):
+    """The operator went on past the connection check (to its backend)."""
+
+
+@pytest.mark.parametrize(
+    ("operator", "argument", "extra"),
+    [
+        (SageMakerStepOperator, "aws_conn_id", {"instance_type": "ml.m5.large", "image_uri": ECR}),
+        (VertexStepOperator, "gcp_conn_id", {"machine_type": "n1-standard-4", "image_uri": "i:1"}),
+        (
+            AzureMLStepOperator,
+            "azureml_conn_id",
+            {"instance_type": "Standard_DS3_v2", "image_uri": "i:1"},
+        ),
+    ],
+)
+def test_a_connection_airflow_does_not_have_is_named_with_its_argument(
+    operator, argument, extra, monkeypatch
+):
+    """Before: Airflow's "The conn_id ... isn't defined" from deep in a cloud SDK, after the
+    code bundle was uploaded; on SageMaker the amazon provider ran the job on the worker's own
+    credentials instead."""
+    monkeypatch.setattr(operator, "make_backend", lambda self: (_ for _ in ()).throw(Unreached()))
+    op = operator(task_id="t", python_callable=dict, **extra, **{argument: "prod_typo"})
+    with pytest.raises(SettingsError) as refused:
+        op.execute(
+            {"ti": TI}, **{f"{operator.__name__}__sentinel": ExecutorSafeguard.sentinel_value}
+        )
+    assert str(refused.value) == (
+        f"{operator.__name__}.{argument}='prod_typo': Airflow has no connection with that id. "
+        "Create it (Admin > Connections, `airflow connections add prod_typo ...`, or the "
+        f"environment variable AIRFLOW_CONN_PROD_TYPO), or pass {argument}= the id of one that "
+        "exists."
+    )
+
+
+def test_a_connection_that_exists_passes(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_GCP_PROD", '{"conn_type": "google_cloud_platform"}')
+    monkeypatch.setattr(
+        VertexStepOperator, "make_backend", lambda self: (_ for _ in ()).throw(Unreached())
+    )
+    op = VertexStepOperator(task_id="t", python_callable=dict, image_uri="img:1",
+                            machine_type="n1-standard-4", gcp_conn_id="gcp_prod")  # fmt: skip
+    with pytest.raises(Unreached):
+        op.execute({"ti": TI}, VertexStepOperator__sentinel=ExecutorSafeguard.sentinel_value)
+
+
+@pytest.mark.parametrize("conn_id", ["aws_default", None])
+def test_sagemaker_without_aws_default_uses_the_ambient_credentials_as_airflow_does(
+    conn_id, monkeypatch
+):
+    monkeypatch.delenv("AIRFLOW_CONN_AWS_DEFAULT", raising=False)
+    monkeypatch.setattr(
+        SageMakerStepOperator, "make_backend", lambda self: (_ for _ in ()).throw(Unreached())
+    )
+    op = SageMakerStepOperator(task_id="t", python_callable=dict, image_uri=ECR,
+                               instance_type="ml.m5.large", aws_conn_id=conn_id)  # fmt: skip
+    with pytest.raises(Unreached):
+        op.execute({"ti": TI}, SageMakerStepOperator__sentinel=ExecutorSafeguard.sentinel_value)
