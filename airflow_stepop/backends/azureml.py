@@ -22,7 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from airflow_stepop.backends.azureml_config import CATALOG, TASK_TAG, AzureMLJobConfig, prices
+from airflow_stepop.backends.azureml_config import CATALOG, TASK_TAG, AzureMLJobConfig, hourly_price
 from airflow_stepop.backends.azureml_launch import (
     ENTRY_FILE,
     LAUNCH_FILE,
@@ -160,8 +160,7 @@ class AzureMLBackend(StepBackend):
         size = own.get("stepop_vm_size") or (props.get("resources") or {}).get("instanceType")
         count = int((props.get("resources") or {}).get("instanceCount") or 1)
         spot = low_priority(props)
-        dedicated, low = prices(size) if size else (None, None)
-        price = (low if spot and low is not None else dedicated) if size else None
+        price = hourly_price(size, spot) if size else None
         handle = {
             "job_id": resource["name"],
             "task_key": task_key,
@@ -279,8 +278,7 @@ class AzureMLBackend(StepBackend):
         if not seconds or not details.get("instance_type"):
             return None
         spot = details.get("low_priority", details.get("job_tier") == "Spot")
-        dedicated, low = prices(details["instance_type"])
-        price = low if spot and low is not None else dedicated
+        price = hourly_price(details["instance_type"], spot)
         count = int(details.get("instance_count") or 1)
         return {
             "job_name": details.get("job_name"),

@@ -160,7 +160,7 @@ class AzureMLJobConfig:
         """USD per hour for the whole job (all instances; the low-priority price for Spot)."""
         if not self.instance_type:
             return None
-        price = prices(self.instance_type)[1 if self.spot else 0]
+        price = hourly_price(self.instance_type, self.spot)
         return None if price is None else round(price * self.instance_count, 6)
 
     def machine(self) -> str:
@@ -229,12 +229,11 @@ def _identity(owner: str, value: Any) -> dict[str, str] | None:
     )
 
 
-def prices(instance_type: str) -> tuple[float | None, float | None]:
-    """(dedicated, low-priority) USD per instance-hour from the catalog; None when unknown."""
+def hourly_price(instance_type: str, spot: bool) -> float | None:
+    """USD per instance-hour from the catalog (see ``MachineType.hourly_price``); None when the
+    catalog does not list the size."""
     machine = load_catalog(CATALOG).get(instance_type)
-    if machine is None:
-        return None, None
-    return machine.price_per_hour, getattr(machine, "spot_price_per_hour", None)
+    return None if machine is None else machine.hourly_price(spot)
 
 
 def _check_reserved_tags(owner: str, tags: dict[str, str]) -> None:

@@ -186,8 +186,7 @@ class SageMakerBackend(StepBackend):
         machine = load_catalog(CATALOG).get(job.instance_type)
         if machine is None:
             return None
-        price = machine.spot_price_per_hour if job.spot else None
-        price = price if price is not None else machine.price_per_hour
+        price = machine.hourly_price(job.spot)
         return None if price is None else price * job.instance_count
 
     def _image(self, request: JobRequest) -> tuple[str, bool]:
@@ -285,11 +284,8 @@ class SageMakerBackend(StepBackend):
             return None
         catalog = load_catalog(CATALOG)
         machine = catalog.get(details.get("ResourceConfig", {}).get("InstanceType", ""))
-        price = None
-        if machine is not None:
-            spot = details.get("EnableManagedSpotTraining")
-            price = machine.spot_price_per_hour if spot else machine.price_per_hour
-            price = price if price is not None else machine.price_per_hour
+        spot = bool(details.get("EnableManagedSpotTraining"))
+        price = None if machine is None else machine.hourly_price(spot)
         billing = estimate_cost(details, price)
         billing.update(
             machine=billing["instance_type"],

@@ -197,9 +197,7 @@ class VertexJobConfig:
                 "value)."
             )
         row = catalog.get(machine_name(machine, accelerator, count))
-        price = None
-        if row is not None:
-            price = row.spot_price_per_hour if spot else row.price_per_hour
+        price = None if row is None else row.hourly_price(spot)
         return cls(
             machine_type=machine, accelerator_type=accelerator, accelerator_count=count,
             replica_count=replicas, boot_disk_size_gb=disk, max_runtime_s=runtime, spot=spot,

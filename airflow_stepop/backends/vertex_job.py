@@ -196,11 +196,7 @@ def billing(details: dict[str, Any]) -> dict[str, Any] | None:
         details["machine_type"], details.get("accelerator_type"), details["accelerator_count"]
     )
     row = catalog.get(name)
-    price = (
-        None
-        if row is None
-        else (row.spot_price_per_hour if details["spot"] else row.price_per_hour)
-    )
+    price = None if row is None else row.hourly_price(details["spot"])
     seconds = max(0.0, epoch(details["end_time"]) - epoch(details["start_time"]))
     replicas = int(details["replica_count"])
     billable = round(seconds, 3)

@@ -47,6 +47,13 @@ class MachineType:
     price_per_hour: float | None
     spot_price_per_hour: float | None = None
 
+    def hourly_price(self, spot: bool = False) -> float | None:
+        """USD per machine-hour: the Spot (low-priority) price for a Spot machine when the
+        catalog has one, else the on-demand price, what a Spot machine costs at most."""
+        if spot and self.spot_price_per_hour is not None:
+            return self.spot_price_per_hour
+        return self.price_per_hour
+
     def gpu_names(self) -> frozenset[str]:
         """The normalized names its GPU answers to: the catalog's model, and that model with its
         memory (an 80 GiB 'H100' is also 'NVIDIA_H100_80GB', the name Vertex AI gives it)."""

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_stepop.backends.azureml_config import AzureMLJobConfig, experiment_for, prices
+from airflow_stepop.backends.azureml_config import AzureMLJobConfig, experiment_for, hourly_price
 from airflow_stepop.catalog import NoFittingMachineError
 from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
@@ -139,8 +139,8 @@ def test_an_experiment_name_the_service_refuses_is_named_with_its_rule():
 
 
 def test_the_job_price_counts_every_instance_and_uses_the_low_priority_rate_for_spot():
-    dedicated, low = prices("Standard_NC6s_v3")
-    assert low is not None and 0 < low < dedicated
+    dedicated, low = hourly_price("Standard_NC6s_v3", False), hourly_price("Standard_NC6s_v3", True)
+    assert low is not None and dedicated is not None and 0 < low < dedicated
     job = config(instance_type="Standard_NC6s_v3", instance_count=2)
     assert job.price_per_hour() == pytest.approx(2 * dedicated)
     assert config(instance_type="Standard_NC6s_v3", spot=True).price_per_hour() == low
@@ -154,7 +154,7 @@ def test_every_catalog_size_is_one_azure_ml_accepts_and_is_priced():
     assert catalog.date != "unknown" and catalog.region == "eastus"
     for machine in catalog.types:
         assert canonical_instance_type(machine.name) == machine.name
-        assert machine.price_per_hour and prices(machine.name)[1]
+        assert machine.price_per_hour and machine.spot_price_per_hour
         gpu_model, gpu_count = INSTANCE_TYPES[machine.name]
         model = gpu_model.split("_")[0]  # the fake says A100_80GB; the catalog has its memory
         assert (machine.gpu_model or "", machine.gpu_count) == (model, gpu_count)

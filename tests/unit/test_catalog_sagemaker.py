@@ -81,3 +81,13 @@ def test_another_service_reuses_the_resolver_with_its_own_file():
     assert other.service == "Example cloud" and other.get("small").vcpu == 2
     assert other.resolve(ResourceSettings(gpu_count=1)).name == "big"
     assert other.resolve(ResourceSettings()).name == "small"
+
+
+def test_spot_is_priced_at_the_spot_rate_where_known_else_on_demand_at_most(catalog):
+    """One rule for every service's progress lines and billing: SageMaker's catalog has no
+    Spot prices (managed Spot varies), so a Spot job is shown at the on-demand price."""
+    machine = catalog.get("ml.g5.xlarge")
+    assert machine.spot_price_per_hour is None
+    assert machine.hourly_price(spot=True) == machine.hourly_price() == machine.price_per_hour
+    vertex = load("vertex_custom_training").get("n1-standard-4")
+    assert vertex.hourly_price(spot=True) == vertex.spot_price_per_hour < vertex.price_per_hour
