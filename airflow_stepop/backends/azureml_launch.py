@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime
 from typing import Any
 
 from airflow_stepop.backends.azureml_config import AzureMLJobConfig
+from airflow_stepop.backends.azureml_rest import epoch
 from airflow_stepop.backends.base import JobRequest, JobStatus
 
 ENTRY_FILE = "stepop_entry.py"
@@ -255,7 +255,7 @@ def rank_of(path: str) -> str:
 def billing_facts(resource: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
     """What billing needs from the job resource and its run history details (small, JSON)."""
     props = resource.get("properties", {})
-    started, ended = _time(details.get("startTimeUtc")), _time(details.get("endTimeUtc"))
+    started, ended = epoch(details.get("startTimeUtc")), epoch(details.get("endTimeUtc"))
     seconds = math.ceil(ended - started) if started is not None and ended is not None else 0
     stepop = props.get("properties") or {}
     return {
@@ -267,15 +267,6 @@ def billing_facts(resource: dict[str, Any], details: dict[str, Any]) -> dict[str
         "low_priority": low_priority(props),
         "run_seconds": max(0, seconds),
     }
-
-
-def _time(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def studio_links(workspace: Any, job_name: str, experiment: str | None) -> dict[str, str]:
