@@ -11,6 +11,7 @@ from airflow_stepop.artifacts.ref import as_record
 from airflow_stepop.packaging.cache import BundleCache
 from airflow_stepop.runtime import spec as specs
 from airflow_stepop.runtime import values
+from airflow_stepop.runtime.materializers import NoMaterializerError
 from airflow_stepop.runtime.storage import Storage, join
 
 
@@ -45,6 +46,23 @@ def _segment(value: object) -> str:
     return text.strip("_") or "_"
 
 
+def _argument_label(function: Callable[..., Any], name: str) -> str:
+    """An input's artifact name as the user wrote the argument: ``arg1.0`` ->
+    ``op_args[1][0] (parameter 'batch')``, ``kwarg-model`` -> ``op_kwargs['model']``."""
+    head, *path = name.split(".")
+    inner = "".join(f"[{p}]" if p.isdigit() else f"[{p!r}]" for p in path)
+    if head.startswith("kwarg-"):
+        return f"op_kwargs[{head[6:]!r}]{inner}"
+    index = int(head[3:])
+    try:
+        import inspect
+
+        parameter = list(inspect.signature(function).parameters)[index]
+    except (TypeError, ValueError, IndexError):  # no signature, or *args
+        return f"op_args[{index}]{inner}"
+    return f"op_args[{index}]{inner} (parameter {parameter!r})"
+
+
 def run_uri_for(root: str, step: StepIdentity) -> str:
     """The run directory of one attempt: <root>/<dag>/<run>/<task>/<map_index>/<try>."""
     parts = (step.dag_id, step.run_id, step.task_id, step.map_index, step.try_number)
@@ -76,7 +94,16 @@ def stage_step(
         storage.write_bytes(code_uri, bundle.data)
 
     def write_input(value: Any, name: str) -> dict[str, Any]:
-        return values.write_artifact(value, join(run_uri, specs.INPUTS_DIR, name), storage)
+        try:
+            return values.write_artifact(value, join(run_uri, specs.INPUTS_DIR, name), storage)
+        except NoMaterializerError as exc:
+            raise NoMaterializerError(
+                f"The step's argument {_argument_label(function, name)} cannot be sent to its job: "
+                f"{exc.reason}. Pass a value of one of those types instead; for a lock, a client "
+                "or an open file, pass what the step needs to make its own (a path, a URL, "
+                "settings).",
+                exc.reason,
+            ) from exc.__cause__
 
     def as_ref(value: Any) -> dict[str, Any] | None:
         record = as_record(value)

@@ -21,7 +21,12 @@ from airflow_stepop.runtime.storage import copy_hashed
 
 
 class NoMaterializerError(TypeError):
-    """A value that no materializer can write."""
+    """A value that no materializer can write; ``reason`` says why, without the fix (which
+    differs for a step's result and for an argument given to it)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def is_strict_json(value: Any) -> bool:
@@ -211,12 +216,16 @@ class CloudpickleMaterializer(Materializer):
         try:
             data = cloudpickle.dumps(value)
         except Exception as exc:
+            reason = (
+                f"a value of type {type_name(value)} is not JSON, str, bytes, a numpy array, a "
+                f"pandas DataFrame or a pathlib.Path, and cloudpickle refused it "
+                f"({type(exc).__name__}: {exc})"
+            )
             raise NoMaterializerError(
-                f"No materializer can write a value of type {type_name(value)}: it is not JSON, "
-                f"str, bytes, a numpy array, a pandas DataFrame or a pathlib.Path, and "
-                f"cloudpickle refused it ({type(exc).__name__}: {exc}). Return one of those "
+                f"No materializer can write the step's result: {reason}. Return one of those "
                 "types instead: e.g. list(...) of a generator, or save the object to files in a "
-                "directory and return that Path."
+                "directory and return that Path.",
+                reason,
             ) from exc
         stream.write(data)
 

@@ -391,3 +391,36 @@ def test_every_public_name_is_either_shipped_to_jobs_or_named_as_airflow_side():
     )
     for name, module in job_init.SHIPPED.items():  # the real package's own source of the name
         assert airflow_stepop._EXPORTS[name] == module
+
+
+@pytest.mark.parametrize(
+    ("by_keyword", "named"),
+    [(False, "op_args[0] (parameter 'x')"), (True, "op_kwargs['x']")],
+)
+def test_an_argument_that_cannot_be_sent_is_named_with_an_argument_fix(
+    user_code, tmp_path, monkeypatch, by_keyword, named
+):
+    """It used to get the message written for a result ("Return one of those types")."""
+    import threading
+
+    from airflow_stepop.packaging.staging import StepIdentity, stage_step
+    from airflow_stepop.runtime.materializers import NoMaterializerError
+    from airflow_stepop.runtime.storage import Storage
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "home"))
+    lock = threading.Lock()
+    with pytest.raises(NoMaterializerError) as refused:
+        stage_step(
+            importlib.import_module("dag_file").step,
+            [] if by_keyword else [lock],
+            {"x": lock} if by_keyword else {},
+            root=f"file://{tmp_path}/root",
+            step=StepIdentity("d", "r", "t", -1, 1),
+            storage=Storage(),
+        )
+    message = str(refused.value)
+    assert message.startswith(
+        f"The step's argument {named} cannot be sent to its job: a value of type "
+        "_thread.lock is not JSON"
+    )
+    assert "Pass a value of one of those types instead; for a lock, a client" in message
