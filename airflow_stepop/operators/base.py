@@ -136,6 +136,7 @@ class BaseStepOperator(BaseOperator):
         self._started = time.time()  # execution_timeout counts from here, as Airflow's does
         self.stored_link_kinds = frozenset()  # none yet: a failure before submit stored none
         self._check_connection()
+        self._refuse_empty_renders()
         backend = self.make_backend()
         ti = context["ti"]
         key = task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
@@ -180,6 +181,18 @@ class BaseStepOperator(BaseOperator):
                 f"or the environment variable AIRFLOW_CONN_{conn_id.upper()}), or pass {name}= "
                 "the id of one that exists."
             ) from None
+
+    def _refuse_empty_renders(self) -> None:
+        """A service's templated argument (``image_uri``, ``role``) that rendered to '': the
+        parse refuses '', so its template read an empty Variable, param or XCom. Said here,
+        rather than as the argument missing, or a default used in its place."""
+        for name in self.template_fields:
+            if name not in BaseStepOperator.template_fields and getattr(self, name, None) == "":
+                raise SettingsError(
+                    f"{self.argument_owner}.{name} is '' after its template was rendered: the "
+                    f"Variable, param or XCom it reads is empty. Give that a value, or leave "
+                    f"{name}= out."
+                )
 
     def _submit(self, context: Any, key: str, backend: StepBackend) -> dict[str, Any]:
         """Submit the step's job, unless the task was killed while it was being prepared.

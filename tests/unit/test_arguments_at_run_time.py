@@ -1,5 +1,5 @@
-"""A step's connection id that Airflow does not have fails the task before anything is uploaded,
-naming the argument."""
+"""Arguments only the running task can check, refused before anything is uploaded and named: a
+connection id that Airflow does not have, a template that rendered empty."""
 
 from __future__ import annotations
 
@@ -74,3 +74,33 @@ def test_sagemaker_without_aws_default_uses_the_ambient_credentials_as_airflow_d
                                instance_type="ml.m5.large", aws_conn_id=conn_id)  # fmt: skip
     with pytest.raises(Unreached):
         op.execute({"ti": TI}, SageMakerStepOperator__sentinel=ExecutorSafeguard.sentinel_value)
+
+
+@pytest.mark.parametrize(
+    ("operator", "argument", "extra"),
+    [
+        (SageMakerStepOperator, "image_uri", {"instance_type": "ml.m5.large"}),
+        (SageMakerStepOperator, "role", {"instance_type": "ml.m5.large", "image_uri": ECR}),
+        (VertexStepOperator, "image_uri", {"machine_type": "n1-standard-4"}),
+        (AzureMLStepOperator, "image_uri", {"instance_type": "Standard_DS3_v2"}),
+    ],
+)
+def test_a_template_that_rendered_empty_is_named(operator, argument, extra, monkeypatch):
+    """``image_uri="{{ var.value.image }}"`` with the Variable empty: before, 'steps need
+    image_uri= or docker=', as if the argument had not been given."""
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", '{"conn_type": "aws"}')
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", '{"conn_type": "google_cloud_platform"}'
+    )
+    monkeypatch.setenv("AIRFLOW_CONN_AZUREML_DEFAULT", '{"conn_type": "azure_ml"}')
+    monkeypatch.setattr(operator, "make_backend", lambda self: (_ for _ in ()).throw(Unreached()))
+    op = operator(task_id="t", python_callable=dict, **{argument: "{{ var.value.x }}", **extra})
+    setattr(op, argument, "")  # as render_template_fields leaves it
+    with pytest.raises(SettingsError) as refused:
+        op.execute(
+            {"ti": TI}, **{f"{operator.__name__}__sentinel": ExecutorSafeguard.sentinel_value}
+        )
+    assert str(refused.value) == (
+        f"{operator.__name__}.{argument} is '' after its template was rendered: the Variable, "
+        f"param or XCom it reads is empty. Give that a value, or leave {argument}= out."
+    )
