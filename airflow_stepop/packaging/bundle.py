@@ -18,6 +18,7 @@ import ast
 import hashlib
 import importlib.util
 import io
+import logging
 import sys
 import sysconfig
 import types
@@ -38,6 +39,11 @@ from airflow_stepop.packaging.cache import (
 from airflow_stepop.runtime.spec import BUNDLE_CALLABLE, BUNDLE_CODE_DIR, BUNDLE_DEPS_DIR
 
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+# A callable pickled by value above this size captured data (a closure's variables, globals of
+# the DAG file it uses): worth a warning, since it is pickled and uploaded again at each change.
+LARGE_PICKLE_BYTES = 10 * 2**20
+
+log = logging.getLogger(__name__)
 
 
 def _stdlib_and_site_dirs() -> tuple[Path, ...]:
@@ -216,6 +222,15 @@ def _build(
         import cloudpickle
 
         pickled = pickle_by_value(function)
+        if len(pickled) > LARGE_PICKLE_BYTES:
+            log.warning(
+                "The step %s travels pickled with what it uses, %.0f MiB: it captures data (a "
+                "closure's variables, or globals of its module). That data is uploaded with its "
+                "code, again whenever it changes; pass it as an argument (an ArtifactRef from "
+                "an upstream step) or load it inside the step instead.",
+                function.__qualname__,
+                len(pickled) / 2**20,
+            )
         files[BUNDLE_CALLABLE] = pickled
         for path in _package_files(cloudpickle):
             rel = path.relative_to(Path(cloudpickle.__file__).parent.parent).as_posix()

@@ -424,3 +424,21 @@ def test_an_argument_that_cannot_be_sent_is_named_with_an_argument_fix(
         "_thread.lock is not JSON"
     )
     assert "Pass a value of one of those types instead; for a lock, a client" in message
+
+
+def test_a_step_that_captures_large_data_is_warned_about(caplog):
+    """A DAG-file step closing over a 12 MiB array went into the code bundle with no word."""
+    import logging
+
+    data = b"\x00" * (12 * 2**20)
+
+    def step():
+        return len(data)
+
+    with caplog.at_level(logging.WARNING, logger="airflow_stepop.packaging.bundle"):
+        build_bundle(step)
+    assert "travels pickled with what it uses, 12 MiB: it captures data" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="airflow_stepop.packaging.bundle"):
+        build_bundle(lambda: 1)
+    assert caplog.text == ""
