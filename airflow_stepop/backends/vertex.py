@@ -321,11 +321,10 @@ class VertexBackend(StepBackend):
         lines: list[str] = []
         seen: dict[str, float] = dict(cursor["seen"])
         newest = cursor["ts"]
-        for _ in range(FINAL_LOG_PAGES if final else 1):
-            if not final and not limiter.try_acquire():  # a last read takes no token
-                break
-            answer = await access.log_entries(body)
-            for entry in answer.get("entries", []):
+
+        def take(entries: list[dict[str, Any]]) -> None:
+            nonlocal newest
+            for entry in entries:
                 if entry.get("insertId") in seen:
                     continue
                 stamp = entry.get("timestamp") or newest or "1970-01-01T00:00:00Z"
@@ -336,13 +335,41 @@ class VertexBackend(StepBackend):
                 )
                 task = entry.get("resource", {}).get("labels", {}).get("task_name", "")
                 lines.append(f"{task}: {text}" if handle.get("replicas", 1) > 1 and task else text)
+
+        for _ in range(FINAL_LOG_PAGES if final else 1):
+            if not final and not limiter.try_acquire():  # a last read takes no token
+                break
+            answer = await access.log_entries(body)
+            take(answer.get("entries", []))
             if not answer.get("nextPageToken"):
                 break
             body["pageToken"] = answer["nextPageToken"]
+        else:
+            if final and answer.get("nextPageToken"):  # the end (a traceback) matters most
+                take(await self._last_entries(access, body, query, newest, lines))
         if newest:  # keep ids only inside the look-back window
             floor = epoch(newest) - LOG_LOOKBACK_S
             seen = {key: stamp for key, stamp in seen.items() if stamp >= floor}
         return lines, {"ts": newest, "seen": seen}
+
+    @staticmethod
+    async def _last_entries(
+        access: GoogleAccess, body: dict[str, Any], query: str, newest: str | None, lines: list[str]
+    ) -> list[dict[str, Any]]:
+        """A finished job's last page of entries, when its last read stopped at
+        ``FINAL_LOG_PAGES`` with more to come; ``lines`` gets a line saying some were left out."""
+        after = f' AND timestamp>"{newest}"' if newest else ""
+        body = {**body, "filter": query + after, "orderBy": "timestamp desc"}
+        body.pop("pageToken", None)
+        answer = await access.log_entries(body)
+        entries = answer.get("entries", [])
+        if answer.get("nextPageToken"):  # more than this page: some were left out
+            lines.append(
+                f"[stepop] More than {FINAL_LOG_PAGES * body['pageSize']} log lines were unread "
+                "when the job ended: the lines before its last "
+                f"{len(entries)} are left out here (Cloud Logging has them all)."
+            )
+        return entries[::-1]
 
     async def astop(self, handle: dict[str, Any]) -> None:
         from google.api_core import exceptions

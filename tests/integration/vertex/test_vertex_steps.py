@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 import requests
@@ -67,6 +68,26 @@ def test_a_raising_step_fails_with_the_remote_exception_and_the_job_error(gcp, c
     assert "The step raised ValueError: bad value 42" in failure
     assert 'in explode\n    raise ValueError(f"bad value {x}")' in failure  # remote traceback
     assert "about to fail" in failure  # the log tail, relayed from Cloud Logging
+
+
+def test_a_final_read_past_its_cap_relays_the_end_and_says_lines_were_left_out(
+    gcp, ctl, capfd, monkeypatch
+):
+    """A job that printed more since its last read than the final read's cap (20 pages of 1000;
+    1 page here, to print less): its traceback and last lines still arrive, after a note of
+    the gap. Before, the read stopped at the cap and they were lost."""
+    from airflow_stepop.backends import vertex
+
+    monkeypatch.setattr(vertex, "FINAL_LOG_PAGES", 1)
+    module = dags()
+    run = module.vx_loud_failure().test()
+    assert run.state == "failed"
+    out = capfd.readouterr().out
+    printed = [int(n) for n in re.findall(r"\] (\d{6}) loud\b", out)]
+    assert printed == sorted(set(printed)) and printed[-1] == module.LOUD_LINES - 1
+    assert len(printed) < module.LOUD_LINES  # some were left out...
+    assert "log lines were unread when the job ended: the lines before its last" in out  # ...said
+    assert "the last words before the raise" in _read(gcp["results"], "failure")
 
 
 def test_a_missing_bucket_is_named_and_no_job_is_created(gcp, ctl):

@@ -90,6 +90,23 @@ def vx_step_raises():
 
 vx_step_raises()
 
+LOUD_LINES = 5_000
+
+
+@dag(schedule=None)
+def vx_loud_failure():
+    @task.vertex_step(docker=PARENT_ONLY, on_failure_callback=_remember_failure)
+    def shout(lines: int):
+        for i in range(lines):
+            print(f"{i:06d} loud")
+        print("the last words before the raise", flush=True)
+        raise ValueError("loud and failed")
+
+    shout(LOUD_LINES)
+
+
+vx_loud_failure()
+
 
 @dag(schedule=None)
 def vx_missing_bucket():
