@@ -230,7 +230,8 @@ def map_status(status: str, error: dict[str, Any] | None = None) -> JobStatus:
         return JobStatus("failed", reason, held=True)  # not ended: cancelled with the step
     if status in PENDING:
         return JobStatus("pending")
-    return JobStatus("running")  # Running, Finalizing, CancelRequested, anything newer
+    # Running, Finalizing, CancelRequested, anything newer
+    return JobStatus("running", stopping=status == "CancelRequested")
 
 
 def low_priority(props: dict[str, Any]) -> bool:

@@ -61,6 +61,9 @@ class JobStatus:
     # A failure the service still holds (a paused or unresponsive job): it is cancelled when
     # the step fails, so it waits on nobody and costs nothing more.
     held: bool = False
+    # A running job asked to stop (SageMaker's Stopping, Vertex AI's CANCELLING, Azure ML's
+    # CancelRequested): it ends without a result, so a retry runs the step again, not re-attach.
+    stopping: bool = False
 
     @property
     def terminal(self) -> bool:

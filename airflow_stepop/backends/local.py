@@ -278,11 +278,11 @@ class LocalBackend(StepBackend):
         if exit_file.exists():
             return _exit_status(int(exit_file.read_text()), stopped)
         if _alive(job_dir):
-            return JobStatus("running")
+            return JobStatus("running", stopping=stopped)
         if exit_file.exists():  # ended between the two checks
             return _exit_status(int(exit_file.read_text()), stopped)
         if _orphan_step(job_dir, handle["pid"]) is not None:
-            return JobStatus("running")  # its supervisor was killed; the step was not
+            return JobStatus("running", stopping=stopped)  # its supervisor was killed, not it
         if stopped:  # stopped so early that the supervisor had no time to record an exit code
             return JobStatus("stopped", "stopped on request")
         return JobStatus("failed", "the job's supervisor process disappeared (killed or lost)")

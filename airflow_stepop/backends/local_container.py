@@ -267,7 +267,7 @@ def container_status(attrs: dict[str, Any], stopped: bool) -> JobStatus:
     """The step job's status from the container's ``inspect`` (``attrs``)."""
     state = attrs["State"]
     if state["Status"] in ("created", "running", "restarting", "paused"):
-        return JobStatus("pending" if state["Status"] == "created" else "running")
+        return JobStatus("pending" if state["Status"] == "created" else "running", stopping=stopped)
     if state.get("OOMKilled"):
         return JobStatus("failed", _out_of_memory((attrs.get("HostConfig") or {}).get("Memory")))
     return _exit_status(int(state.get("ExitCode", -1)), stopped)

@@ -103,7 +103,7 @@ def map_status(description: dict[str, Any]) -> JobStatus:
         return JobStatus("stopped", "the training job was stopped")
     if status == "InProgress" and secondary in PENDING_SECONDARY:
         return JobStatus("pending")
-    return JobStatus("running")  # InProgress (Training, Uploading), Stopping
+    return JobStatus("running", stopping=status == "Stopping")  # or InProgress (Training...)
 
 
 def console_links(region: str, job_name: str) -> dict[str, str]:

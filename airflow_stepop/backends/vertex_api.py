@@ -73,7 +73,7 @@ def map_state(state: str, error: str | None) -> JobStatus:
     if state in PENDING:
         return JobStatus("pending")
     if state in RUNNING:
-        return JobStatus("running")
+        return JobStatus("running", stopping=state == "JOB_STATE_CANCELLING")
     if state == "JOB_STATE_PAUSED":
         reason = "JOB_STATE_PAUSED: the job was paused (not a success)"
         return JobStatus("failed", reason, held=True)

@@ -74,6 +74,9 @@ def earlier_job(
             "The earlier job %s is gone (%s); running the step again", handle["job_id"], exc
         )
         return EarlierJob()
+    if status.stopping:  # its try was cleared or killed: its result will never come
+        log.info("The earlier job %s is being stopped; running the step again", handle["job_id"])
+        return EarlierJob()
     if not status.terminal:
         return EarlierJob(attach=handle)
     if status.held:  # failed, but the service still holds it: nobody will come back for it

@@ -61,3 +61,36 @@ def test_a_job_the_service_does_not_say_is_gone_fails_the_try_rather_than_run_a_
 def test_a_recorded_job_still_running_is_re_attached_to():
     decision = earlier_job(GoneJobBackend(None), _store("job-123"), 2, "d/r/t/-1", None, LOG)
     assert decision.attach == {"job_id": "job-123"}
+
+
+def test_a_recorded_job_being_stopped_is_not_re_attached_to_but_run_again(caplog):
+    """A user cleared the deferred task: its trigger is cancelling the job as the retry starts.
+    Re-attaching to it (as before) cost a try: the job ended 'stopped' seconds later."""
+
+    class Cancelling(GoneJobBackend):
+        async def astatus(self, handle):
+            return JobStatus("running", stopping=True)
+
+    with caplog.at_level(logging.INFO):
+        decision = earlier_job(Cancelling(None), _store("job-123"), 2, "d/r/t/-1", None, LOG)
+    assert decision.attach is None and decision.reuse is None
+    assert "The earlier job job-123 is being stopped; running the step again" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("mapping", "answer"),
+    [
+        ("sagemaker", {"TrainingJobStatus": "Stopping", "SecondaryStatus": "Stopping"}),
+        ("vertex", "JOB_STATE_CANCELLING"),
+        ("azureml", "CancelRequested"),
+    ],
+)
+def test_each_services_stopping_state_says_so(mapping, answer):
+    from airflow_stepop.backends.azureml_launch import map_status as azureml
+    from airflow_stepop.backends.sagemaker_job import map_status as sagemaker
+    from airflow_stepop.backends.vertex_api import map_state
+
+    status = {"sagemaker": sagemaker, "azureml": azureml, "vertex": lambda s: map_state(s, None)}[
+        mapping
+    ](answer)
+    assert status.state == "running" and status.stopping
