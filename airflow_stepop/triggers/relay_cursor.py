@@ -37,6 +37,7 @@ class CursorStore:
         self.conn_id = conn_id
         self.saved = 0.0
         self.pending = False
+        self.latest: Any = None  # the last cursor given to save(), written or not
 
     def _storage(self) -> Any:
         from airflow_stepop.artifacts.storage import worker_storage
@@ -66,8 +67,18 @@ class CursorStore:
 
     async def save(self, cursor: Any, *, relayed: int, final: bool) -> None:
         self.pending = self.pending or relayed > 0
+        self.latest = cursor
         if final or not self.pending or time.monotonic() - self.saved < SAVE_SECONDS:
             return
+        await self._write(cursor)
+
+    async def flush(self) -> None:
+        """Save the last cursor now if lines were relayed since the last save: the trigger is
+        being cancelled (a triggerer stopping), and the one that resumes it goes on from here."""
+        if self.pending:
+            await self._write(self.latest)
+
+    async def _write(self, cursor: Any) -> None:
         try:
             document = json.dumps({"job_id": self.job_id, "cursor": cursor})
         except (TypeError, ValueError):

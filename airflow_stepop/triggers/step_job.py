@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import random
 import time
 from collections.abc import AsyncIterator, Collection
@@ -42,6 +43,8 @@ LAST_LINES_GRACE_SECONDS = 0.5
 # How long a job stopped at the task's deadline is followed for its last lines (a cloud's stop
 # is a SIGTERM, a grace period, then the upload; SageMaker's grace is 120 s, most steps need less).
 STOP_WAIT_SECONDS = 60.0
+# How long a cancelled trigger may take to save its log cursor (a triggerer's shutdown waits).
+FLUSH_SECONDS = 2.0
 
 
 def _passed(end: float | None) -> bool:
@@ -123,11 +126,26 @@ class StepJobTrigger(BaseTrigger):
 
     async def _watch(self, poller: JobPoller) -> TriggerEvent:
         """Follow the job to its end (or the task's deadline): the event that says how."""
-        backend = poller.backend  # shared by the group's triggers
-        job_id = self.handle["job_id"]
         tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         cursors = CursorStore(self.handle, self.storage_conn_id)
         cursor = await cursors.load()
+        try:
+            return await self._follow(poller, cursors, cursor, tail)
+        except asyncio.CancelledError:  # a triggerer stopping: the next one goes on from here
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(cursors.flush(), FLUSH_SECONDS)
+            raise
+
+    async def _follow(
+        self,
+        poller: JobPoller,
+        cursors: CursorStore,
+        cursor: Any,
+        tail: collections.deque[str],
+    ) -> TriggerEvent:
+        """Poll and relay until the job ends or the task's deadline passes."""
+        backend = poller.backend  # shared by the group's triggers
+        job_id = self.handle["job_id"]
         progress = Progress(self.handle, self.log)
         wait = backend.first_poll_seconds
         failures = 0

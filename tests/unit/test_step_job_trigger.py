@@ -265,3 +265,46 @@ def test_a_trigger_that_cannot_reach_the_service_hands_the_job_back_to_the_task(
     assert event.payload["reason"] == (
         'its state could not be read (KeyError: "The conn_id `aws_default` isn\'t defined")'
     )
+
+
+def test_a_trigger_cancelled_by_a_stopping_triggerer_saves_where_its_relay_stopped(tmp_path):
+    """The cursor is saved at most every 10 s while the job runs; a triggerer that stops
+    (restart, deploy) cancels its triggers, and the one that resumes a trigger repeated up to
+    those 10 s of log. Now the cancelled trigger saves its last cursor on the way out."""
+    import json
+
+    class Chatty(TriggerSideBackend):
+        reads = 0
+
+        async def astatus(self, handle):
+            return JobStatus("running")
+
+        async def alogs(self, handle, cursor):
+            Chatty.reads += 1
+            return [f"line {Chatty.reads}"], {"read": Chatty.reads}
+
+    class Immediate:
+        backend = Chatty()
+
+        async def status(self, handle, due):
+            await asyncio.sleep(0.01)
+            return JobStatus("running")
+
+    trigger = StepJobTrigger(
+        backend_path="unused",
+        backend_kwargs={},
+        handle={"job_id": "dag-task-t1", "run_uri": tmp_path.as_uri()},
+        poll_interval=0.01,
+    )
+
+    async def run_then_stop_the_triggerer() -> None:
+        watching = asyncio.ensure_future(trigger._watch(Immediate()))
+        while Chatty.reads < 5:
+            await asyncio.sleep(0.01)
+        watching.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await watching
+
+    asyncio.run(run_then_stop_the_triggerer())
+    saved = json.loads((tmp_path / "relay-dag-task-t1.json").read_text())
+    assert saved["cursor"] == {"read": Chatty.reads}
