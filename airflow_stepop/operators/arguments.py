@@ -136,6 +136,25 @@ def rename_step_resources(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def rendered_environment(name: str, environment: Mapping[str, Any]) -> dict[str, str]:
+    """After rendering: the environment as text. With ``render_template_as_native_obj=True`` a
+    template such as ``"{{ params.n }}"`` renders to an int; a number or a bool becomes its
+    text, as the shell would see it; anything else is refused, named."""
+    text: dict[str, str] = {}
+    for key, value in (environment or {}).items():
+        if isinstance(value, (int, float)):  # bool too
+            value = str(value)
+        if not isinstance(value, str):
+            raise SettingsError(
+                f"{name}.environment[{key!r}] rendered to a {type(value).__name__} "
+                f"({str(value)[:60]!r}); an environment variable is text. Render it to a string "
+                "(e.g. '{{ ... | tojson }}' for a list or dict), or pass the value as an argument "
+                "of the step instead."
+            )
+        text[key] = value
+    return text
+
+
 def refuse_secrets(name: str, environment: Mapping[str, str]) -> None:
     """After rendering: a value Airflow's secrets masker hides (a connection's password, a
     sensitive Variable) must not reach the job's definition, where the service's console and

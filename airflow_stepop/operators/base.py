@@ -24,6 +24,7 @@ from airflow_stepop.operators.arguments import (
     refuse_secrets,
     refuse_unknown_arguments,
     rename_step_resources,
+    rendered_environment,
 )
 from airflow_stepop.operators.outcome import (
     StepKilledError,
@@ -337,6 +338,7 @@ class BaseStepOperator(BaseOperator):
         from airflow_stepop.backends.naming import job_name
         from airflow_stepop.packaging.staging import StepIdentity, stage_step
 
+        self.environment = rendered_environment(self.argument_owner, self.environment)
         refuse_secrets(self.argument_owner, self.environment)
         ti = context["ti"]
         root = backend.artifact_root(self.step_artifact_root())

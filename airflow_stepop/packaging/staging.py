@@ -46,6 +46,25 @@ def _segment(value: object) -> str:
     return text.strip("_") or "_"
 
 
+def as_function(target: Callable[..., Any]) -> Callable[..., Any]:
+    """A function the packaging can ship for any callable ``PythonOperator`` takes: a
+    ``functools.partial`` or an instance with ``__call__`` becomes a function that calls it,
+    named after where it comes from and pickled by value (with that module's code)."""
+    import functools
+    import types
+
+    if isinstance(target, (types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
+        return target
+    origin = target.func if isinstance(target, functools.partial) else type(target)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return target(*args, **kwargs)
+
+    call.__module__ = origin.__module__
+    call.__qualname__ = f"<{type(target).__name__}>.{origin.__qualname__}"  # '<': by value
+    return call
+
+
 def _argument_label(function: Callable[..., Any], name: str) -> str:
     """An input's artifact name as the user wrote the argument: ``arg1.0`` ->
     ``op_args[1][0] (parameter 'batch')``, ``kwarg-model`` -> ``op_kwargs['model']``."""
@@ -82,13 +101,14 @@ def stage_step(
     mapped_downstream: bool = False,
 ) -> StagedStep:
     """Upload the code bundle (once per content) and the inputs, then write the spec."""
+    shipped = as_function(function)
     run_uri = run_uri_for(root, step)
     cache = BundleCache.default()
-    bundle = cache.find(function)
+    bundle = cache.find(shipped)
     if bundle is None:  # packaging's own machinery is imported only when it must build
         from airflow_stepop.packaging.bundle import build_bundle
 
-        bundle = build_bundle(function, cache)
+        bundle = build_bundle(shipped, cache)
     code_uri = join(root, "code", f"{bundle.sha256}.zip")
     if not storage.exists(code_uri):
         storage.write_bytes(code_uri, bundle.data)

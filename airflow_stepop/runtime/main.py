@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import inspect
 import json
 import os
 import signal
@@ -142,6 +143,10 @@ class StepRun:
         args = values.decode({"list": self.spec["args"]}, self._load_ref)
         kwargs = values.decode({"dict": self.spec["kwargs"]}, self._load_ref)
         result = function(*args, **kwargs)
+        if inspect.iscoroutine(result):  # an ``async def`` step, run as Airflow runs an async @task
+            import asyncio
+
+            result = asyncio.run(result)
         manifest = {
             "spec_version": specs.SPEC_VERSION,
             "outputs": self._encode_outputs(result),
@@ -231,12 +236,19 @@ class StepRun:
         def encode(value: Any, name: str) -> dict[str, Any]:
             return values.encode(value, name=name, inline_limit=limit, write=self._write)
 
-        if self.spec.get("multiple_outputs"):
-            if not isinstance(result, dict) or not all(type(k) is str for k in result):
+        if self.spec.get("multiple_outputs") and result is not None:  # None: no XCom, as @task
+            if not isinstance(result, dict):
                 raise TypeError(
                     f"multiple_outputs=True needs the function to return a dict with str keys, "
                     f"got {type(result).__name__}."
                 )
+            for key in result:
+                if type(key) is not str:
+                    raise TypeError(
+                        f"multiple_outputs=True needs the function to return a dict with str "
+                        f"keys, got the key {key!r} ({type(key).__name__}): each key names an "
+                        "XCom."
+                    )
             return {"dict": {key: encode(value, key) for key, value in result.items()}}
         if self.spec.get("mapped_downstream"):
             # a task mapped over this result needs a list or dict in the XCom, whatever its size:

@@ -104,3 +104,19 @@ def test_a_template_that_rendered_empty_is_named(operator, argument, extra, monk
         f"{operator.__name__}.{argument} is '' after its template was rendered: the Variable, "
         f"param or XCom it reads is empty. Give that a value, or leave {argument}= out."
     )
+
+
+def test_an_environment_value_rendered_to_a_non_text_is_text_or_named():
+    from airflow_stepop.operators.arguments import rendered_environment
+
+    assert rendered_environment("S", {"N": 9, "ON": True, "X": "x"}) == {
+        "N": "9",
+        "ON": "True",
+        "X": "x",
+    }
+    with pytest.raises(SettingsError) as refused:
+        rendered_environment("@task.local_step", {"LAYERS": [64, 32]})
+    assert str(refused.value).startswith(
+        "@task.local_step.environment['LAYERS'] rendered to a list ('[64, 32]'); an environment "
+        "variable is text."
+    )

@@ -389,3 +389,55 @@ def secret_in_environment():
 
 
 secret_in_environment()
+
+
+def scaled(factor: int, value: int) -> int:
+    return factor * value
+
+
+class Scaler:
+    """A callable instance, as PythonOperator takes one."""
+
+    def __init__(self, factor: int) -> None:
+        self.factor = factor
+
+    def __call__(self, value: int) -> int:
+        return self.factor * value
+
+
+@dag(schedule=None, render_template_as_native_obj=True, params={"n": 9})
+def plain_task_idioms():
+    """What a plain @task or PythonOperator takes, given to steps."""
+    import functools
+
+    @task.local_step(environment={"N": "{{ params.n }}"})  # renders to the int 9
+    def env_number():
+        return os.environ["N"]
+
+    @task.local_step
+    async def asynchronous(x: int):
+        import asyncio
+
+        await asyncio.sleep(0)
+        return x + 1
+
+    @task.local_step(multiple_outputs=True)
+    def nothing():
+        return None
+
+    @task
+    def record(*values):
+        import json
+
+        with open(f"{RESULTS}/idioms.json", "w") as handle:
+            json.dump(list(values), handle)
+
+    partial = LocalStepOperator(
+        task_id="partial", python_callable=functools.partial(scaled, 3), op_args=[5]
+    )
+    instance = LocalStepOperator(task_id="instance", python_callable=Scaler(4), op_args=[5])
+    record(env_number(), asynchronous(1), partial.output, instance.output)
+    nothing()
+
+
+plain_task_idioms()
