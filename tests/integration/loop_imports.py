@@ -64,9 +64,9 @@ class _LoopReads:
 
 async def _first_event(trigger: Any) -> str:
     try:
-        async for event in trigger.run():
-            return str(event.payload.get("status"))
-    except Exception as exc:  # a job the service does not know: the calls were made anyway
+        async for event in trigger.run():  # a job the service does not know: "unwatched"
+            return f"{event.payload.get('status')}: {event.payload.get('reason')}"
+    except Exception as exc:
         return f"error: {type(exc).__name__}"
     return "no event"
 

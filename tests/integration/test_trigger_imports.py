@@ -5,7 +5,8 @@ botocore's SageMaker service model a quarter of one; on the loop either stalls e
 the triggerer process meanwhile: log relays, deadlines and kills. Each backend imports and reads
 what its async calls need in ``prepare_async``, in a thread. Each case
 runs a trigger in a fresh process (where nothing is imported yet) against the emulated cloud,
-for a job the service does not know: the trigger lists, describes and fails on the answer.
+for a job the service does not know: the trigger lists, describes, and hands the job back to
+the task on the answer.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ CASES = {
         "airflow_stepop.backends.sagemaker.SageMakerBackend",
         {"aws_conn_id": "aws_default", "region_name": None},
         {"job_id": "never-submitted", "run_uri": "s3://stepop-demo/never"},
-        "error: ClientError",
+        "unwatched: its state could not be read (ClientError:",
     ),
     "vertex": (
         "airflow_stepop.backends.vertex.VertexBackend",
@@ -43,13 +44,13 @@ CASES = {
             "location": "us-central1",
             "create_time": "2026-01-01T00:00:00Z",
         },
-        "error: NotFound",
+        "unwatched: its state could not be read (NotFound:",
     ),
     "azureml": (
         "airflow_stepop.backends.azureml.AzureMLBackend",
         {"azureml_conn_id": "azureml_default"},
         {"job_id": "never-submitted", "run_uri": "az://stepop-demo/never"},
-        "error: ResourceNotFoundError",
+        "unwatched: its state could not be read (ResourceNotFoundError:",
     ),
 }
 
@@ -69,7 +70,7 @@ def test_a_triggers_calls_import_and_read_no_cloud_sdk_on_the_event_loop(cloud, 
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout.strip().splitlines()[-1])
-    assert report["outcome"] == answer  # the service was asked, and said it has no such job
+    assert report["outcome"].startswith(answer)  # the service was asked: it has no such job
     on_loop = report["on_loop"]
     heavy = [
         name
