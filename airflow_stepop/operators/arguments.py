@@ -136,6 +136,39 @@ def rename_step_resources(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def check_connection(owner: str, name: str, conn_id: Any, ambient_default: str | None) -> None:
+    """A connection id Airflow does not have fails when the task runs, naming the argument,
+    before anything is uploaded: a cloud SDK's own error names neither, and the amazon provider
+    would run the job on the worker's ambient credentials instead (``ambient_default``: the id
+    whose absence means exactly that, as in the provider)."""
+    if not conn_id or conn_id == ambient_default:
+        return
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        raise SettingsError(
+            f"{owner}.{name}={conn_id!r}: Airflow has no connection with that id. Create it "
+            f"(Admin > Connections, `airflow connections add {conn_id} ...`, or the environment "
+            f"variable AIRFLOW_CONN_{conn_id.upper()}), or pass {name}= the id of one that "
+            "exists."
+        ) from None
+
+
+def refuse_empty_renders(owner: str, rendered: Mapping[str, Any]) -> None:
+    """A service's templated argument (``image_uri``, ``role``) that rendered to '': the parse
+    refuses '', so its template read an empty Variable, param or XCom. Said when the task runs,
+    rather than as the argument missing, or a default used in its place."""
+    for name, value in rendered.items():
+        if value == "":
+            raise SettingsError(
+                f"{owner}.{name} is '' after its template was rendered: the Variable, param or "
+                f"XCom it reads is empty. Give that a value, or leave {name}= out."
+            )
+
+
 def rendered_environment(name: str, environment: Mapping[str, Any]) -> dict[str, str]:
     """After rendering: the environment as text. With ``render_template_as_native_obj=True`` a
     template such as ``"{{ params.n }}"`` renders to an int; a number or a bool becomes its

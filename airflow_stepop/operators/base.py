@@ -20,7 +20,9 @@ from airflow.sdk.exceptions import TaskDeferred
 from airflow_stepop import config
 from airflow_stepop.backends import arguments as check
 from airflow_stepop.operators.arguments import (
+    check_connection,
     check_step_arguments,
+    refuse_empty_renders,
     refuse_secrets,
     refuse_unknown_arguments,
     rename_step_resources,
@@ -136,8 +138,7 @@ class BaseStepOperator(BaseOperator):
 
         self._started = time.time()  # execution_timeout counts from here, as Airflow's does
         self.stored_link_kinds = frozenset()  # none yet: a failure before submit stored none
-        self._check_connection()
-        self._refuse_empty_renders()
+        self._check_run_time_arguments()
         backend = self.make_backend()
         ti = context["ti"]
         key = task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
@@ -162,38 +163,13 @@ class BaseStepOperator(BaseOperator):
             handle = self._submit(context, key, backend)
         return self._follow(context, backend, handle)
 
-    def _check_connection(self) -> None:
-        """A connection id Airflow does not have fails here, naming the argument, before
-        anything is uploaded: a cloud SDK's own error names neither, and the amazon provider
-        would run the job on the worker's ambient credentials instead."""
+    def _check_run_time_arguments(self) -> None:
+        """What only the running task can check: its connection, its rendered templates."""
         name = self.connection_argument
-        conn_id = getattr(self, name) if name else None
-        if not conn_id or conn_id == self.ambient_default:
-            return
-        from airflow.sdk import BaseHook
-        from airflow.sdk.exceptions import AirflowNotFoundException
-
-        try:
-            BaseHook.get_connection(conn_id)
-        except AirflowNotFoundException:
-            raise SettingsError(
-                f"{self.argument_owner}.{name}={conn_id!r}: Airflow has no connection with that "
-                f"id. Create it (Admin > Connections, `airflow connections add {conn_id} ...`, "
-                f"or the environment variable AIRFLOW_CONN_{conn_id.upper()}), or pass {name}= "
-                "the id of one that exists."
-            ) from None
-
-    def _refuse_empty_renders(self) -> None:
-        """A service's templated argument (``image_uri``, ``role``) that rendered to '': the
-        parse refuses '', so its template read an empty Variable, param or XCom. Said here,
-        rather than as the argument missing, or a default used in its place."""
-        for name in self.template_fields:
-            if name not in BaseStepOperator.template_fields and getattr(self, name, None) == "":
-                raise SettingsError(
-                    f"{self.argument_owner}.{name} is '' after its template was rendered: the "
-                    f"Variable, param or XCom it reads is empty. Give that a value, or leave "
-                    f"{name}= out."
-                )
+        if name:
+            check_connection(self.argument_owner, name, getattr(self, name), self.ambient_default)
+        services = [f for f in self.template_fields if f not in BaseStepOperator.template_fields]
+        refuse_empty_renders(self.argument_owner, {f: getattr(self, f, None) for f in services})
 
     def _submit(self, context: Any, key: str, backend: StepBackend) -> dict[str, Any]:
         """Submit the step's job, unless the task was killed while it was being prepared.
