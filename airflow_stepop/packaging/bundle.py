@@ -131,11 +131,16 @@ def _statements(tree: ast.AST) -> Iterator[ast.AST]:
 
 
 def imports_airflow(module: types.ModuleType) -> bool:
-    file = _module_file(module)
-    if file is None:
-        return False
-    names = _imported_names(file, module.__name__, file.name == "__init__.py")
-    return any(name == "airflow" or name.startswith("airflow.") for name in names)
+    """Whether importing ``module`` imports Airflow: itself, or a local module it imports at
+    any depth (the job may have no Airflow, so such a module cannot be imported there)."""
+    files = collect_local_modules([module])
+    if (own := _module_file(module)) is not None:
+        files.setdefault(module.__name__, own)
+    for name, file in files.items():
+        names = _imported_names(file, name, file.name == "__init__.py")
+        if any(n == "airflow" or n.startswith("airflow.") for n in names):
+            return True
+    return False
 
 
 def _find_module(name: str) -> tuple[str, Path] | None:

@@ -57,11 +57,20 @@ def user_code(tmp_path, monkeypatch):
             """
         )
     )
+    # a helper of DAG files: a step module that uses it imports Airflow without naming it
+    (root / "mylib" / "dag_helpers.py").write_text(
+        "from airflow.sdk import Variable\n\nTEAM = 'ml'\n"
+    )
+    (root / "team_steps.py").write_text(
+        "from mylib.dag_helpers import TEAM\n\ndef tag(x):\n    return f'{TEAM}-{x}'\n"
+    )
     monkeypatch.syspath_prepend(str(root))
-    for name in ("train", "dag_file", "mylib", "mylib.features", "mylib.scaling", "unused"):
+    names = ("train", "dag_file", "team_steps", "unused")
+    names += ("mylib", "mylib.features", "mylib.scaling", "mylib.dag_helpers")
+    for name in names:
         sys.modules.pop(name, None)
     yield root
-    for name in ("train", "dag_file", "mylib", "mylib.features", "mylib.scaling", "unused"):
+    for name in names:
         sys.modules.pop(name, None)
 
 
@@ -100,6 +109,14 @@ def test_functions_of_a_dag_file_travel_by_value(user_code):
     assert "code/mylib/features.py" in names  # its local imports still travel as files
     assert "code/dag_file.py" not in names
     assert any(n.startswith("deps/cloudpickle/") for n in names)
+
+
+def test_a_module_that_imports_airflow_through_a_local_helper_travels_by_value(user_code):
+    """The job may have no Airflow: importing the step's module there would fail in the
+    helper's import, so the function is pickled, and the helper still travels as a file."""
+    bundle = build_bundle(importlib.import_module("team_steps").tag)
+    assert bundle.callable_entry["kind"] == "pickle"
+    assert "code/mylib/dag_helpers.py" in _names(bundle)
 
 
 def test_closures_and_lambdas_travel_by_value(user_code):
