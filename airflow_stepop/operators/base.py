@@ -312,18 +312,24 @@ class BaseStepOperator(BaseOperator):
         from airflow_stepop.artifacts.storage import missing_store, worker_storage
         from airflow_stepop.backends.base import JobRequest
         from airflow_stepop.backends.naming import job_name
+        from airflow_stepop.operators.context import context_arguments
         from airflow_stepop.packaging.staging import StepIdentity, stage_step
 
         self.environment = rendered_environment(self.argument_owner, self.environment)
         refuse_secrets(self.argument_owner, self.environment)
+        function, args, kwargs = self.python_callable, self.op_args, self.op_kwargs
+        kwargs = {
+            **context_arguments(self.argument_owner, function, args, kwargs, context),
+            **kwargs,
+        }
         ti = context["ti"]
         root = backend.artifact_root(self.step_artifact_root())
         storage = worker_storage(self.storage_conn_id)
         try:
             staged = stage_step(
-                self.python_callable,
-                self.op_args,
-                self.op_kwargs,
+                function,
+                args,
+                kwargs,
                 root=root,
                 step=StepIdentity(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number),
                 storage=storage,

@@ -425,6 +425,12 @@ def plain_task_idioms():
     def nothing():
         return None
 
+    @task.local_step
+    def dated(ds=None, params=None, logical_date=None, **context):
+        """Named like context values, as a plain @task's parameters may be."""
+        kinds = [type(logical_date).__module__, type(context["run_id"]).__name__]
+        return [ds, params["n"], logical_date.date().isoformat(), kinds, "ti" in context]
+
     @task
     def record(*values):
         import json
@@ -436,7 +442,7 @@ def plain_task_idioms():
         task_id="partial", python_callable=functools.partial(scaled, 3), op_args=[5]
     )
     instance = LocalStepOperator(task_id="instance", python_callable=Scaler(4), op_args=[5])
-    record(env_number(), asynchronous(1), partial.output, instance.output)
+    record(env_number(), asynchronous(1), partial.output, instance.output, dated())
     nothing()
 
 
