@@ -39,8 +39,8 @@ def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
         error = storage.read_json(error_uri)
         parts.append(f"The step raised {error['type']}: {error['message']}")
         parts.append("Remote traceback:\n" + error["traceback"].rstrip())
-        if error["type"] == "ModuleNotFoundError":
-            parts.append(_missing_module_hint(error["message"]))
+        if hint := _hint(error):
+            parts.append(hint)
     tail = event.get("log_tail") or []
     if error is not None:  # the traceback is above already: keep only what else the job said
         # (an entry script may also print the exception's summary line last, for a service
@@ -57,10 +57,39 @@ def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
     return StepFailedError(message)
 
 
+# What a step reads from Airflow while its job runs outside Airflow (the Task SDK's errors)
+_AIRFLOW_LOOKUP = re.compile(
+    r"VARIABLE_NOT_FOUND|CONNECTION_NOT_FOUND|conn_id `[^`]*` isn't defined"
+)
+
+
+def _hint(error: dict[str, Any]) -> str | None:
+    """What to change, for the remote errors that come from where a job runs, not the code."""
+    message = error["message"]
+    if error["type"] == "ModuleNotFoundError":
+        return _missing_module_hint(message)
+    if error.get("module", "").startswith("airflow.") and _AIRFLOW_LOOKUP.search(message):
+        return (
+            "A step's job runs outside Airflow: it cannot read Airflow's Variables or "
+            "Connections (only AIRFLOW_VAR_* and AIRFLOW_CONN_* of its own environment, or a "
+            "secrets backend its image configures). Read the value in the DAG instead and pass "
+            "it as an argument, e.g. op_kwargs={'table': '{{ var.value.table }}'}; a secret "
+            "is read inside the step from your cloud's secret store."
+        )
+    return None
+
+
 def _missing_module_hint(message: str) -> str:
     """What gives a job a module its step imports: the job's environment, not the worker's."""
     named = re.search(r"No module named '([^'.]+)", message)
     package = named.group(1) if named else "the package"
+    if package == "airflow":
+        return (
+            "The job's Python has no Airflow: a step runs outside Airflow, and what it imports "
+            "must not import Airflow. Move the Airflow imports to the DAG file, or give the job "
+            "docker=DockerSettings(requirements=['apache-airflow']) if the step needs Airflow's "
+            "library."
+        )
     return (
         f"The job's Python has no module {package!r}: a step imports what its job's "
         f"environment has. Add the package that provides it with "

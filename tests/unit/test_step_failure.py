@@ -91,3 +91,53 @@ def test_a_missing_module_says_where_a_job_gets_its_packages(tmp_path):
 
     assert "The job's Python has no module 'pandas'" in message
     assert "docker=DockerSettings(requirements=['pandas'])" in message
+
+
+def _error_of(code: str, tmp_path) -> dict:
+    """The error.json the runtime writes for ``code`` run where a job runs: outside Airflow."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import json, sys\n"
+        f"try:\n    {code}\n"
+        "except Exception as exc:\n"
+        "    json.dump({'type': type(exc).__name__, 'module': type(exc).__module__,\n"
+        "               'message': str(exc), 'traceback': ''}, sys.stdout)\n"
+    )
+    env = {"AIRFLOW_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120
+    )
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "from airflow.sdk import Variable; Variable.get('table')",
+        "from airflow.sdk import BaseHook; BaseHook.get_connection('warehouse')",
+    ],
+)
+def test_reading_airflow_from_a_step_says_the_job_runs_outside_airflow(tmp_path, code):
+    (tmp_path / "error.json").write_text(json.dumps(_error_of(code, tmp_path)))
+    event = {"status": "failed", "handle": {"job_id": "j1", "run_uri": f"file://{tmp_path}"}}
+
+    message = str(step_failure(event, Storage()))
+
+    assert "A step's job runs outside Airflow: it cannot read Airflow's Variables" in message
+    assert "op_kwargs={'table': '{{ var.value.table }}'}" in message
+
+
+def test_a_job_without_airflow_says_to_move_the_airflow_import(tmp_path):
+    said = "No module named 'airflow'"
+    (tmp_path / "error.json").write_text(json.dumps({
+        "type": "ModuleNotFoundError", "message": said,
+        "traceback": f"Traceback (most recent call last):\nModuleNotFoundError: {said}\n",
+    }))  # fmt: skip
+    event = {"status": "failed", "handle": {"job_id": "j1", "run_uri": f"file://{tmp_path}"}}
+
+    message = str(step_failure(event, Storage()))
+
+    assert "The job's Python has no Airflow" in message
+    assert "Move the Airflow imports to the DAG file" in message
