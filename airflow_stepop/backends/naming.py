@@ -28,11 +28,24 @@ def key_prefix(key: str, *, max_length: int = 63) -> str:
     """The part of every job name of a task instance that does not depend on the try."""
     dag_id, _, rest = key.partition("/")
     task_id = rest.split("/")[1] if rest.count("/") >= 2 else rest
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{dag_id}-{task_id}").strip("-")
     digest = task_digest(key)
-    budget = max_length - len(f"-{digest}-t") - TRY_DIGITS
-    slug = slug[: max(1, budget)].rstrip("-") or "step"
-    return f"{slug}-{digest}"
+    budget = max(1, max_length - len(f"-{digest}-t") - TRY_DIGITS)
+    return f"{_slug(_clean(dag_id), _clean(task_id), budget) or 'step'}-{digest}"
+
+
+def _clean(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")
+
+
+def _slug(dag: str, task: str, budget: int) -> str:
+    """``dag-task`` within ``budget``: a long dag id keeps a third of it and leaves the task id
+    the rest, since the task is what tells the jobs of one DAG apart in a service's job list."""
+    if not dag or not task or len(dag) + 1 + len(task) <= budget:
+        return "-".join(part for part in (dag, task) if part)[:budget].rstrip("-")
+    task_room = min(len(task), budget - 1 - min(len(dag), budget // 3))
+    dag_part = dag[: budget - 1 - task_room].rstrip("-")
+    task_part = task[:task_room].rstrip("-")
+    return "-".join(part for part in (dag_part, task_part) if part)
 
 
 def task_digest(key: str) -> str:

@@ -39,3 +39,14 @@ def test_names_are_deterministic_and_distinguish_task_instances():
 def test_shorter_limits_are_honoured():
     name = job_name(task_key("d" * 80, "r", "t" * 80, -1), 42, max_length=32)
     assert len(name) <= 32 and name.endswith("-t42")
+
+
+def test_a_long_dag_id_leaves_the_task_id_in_the_name():
+    """The task id tells one DAG's jobs apart in the service's job list."""
+    dag_id = "customer_lifetime_value_forecasting_pipeline_v2_production"
+    name = job_name(task_key(dag_id, "run", "train_gradient_boosted_model", -1), 1)
+    assert len(name) <= 63
+    assert "-train-gradient-boosted-model-" in name
+    assert name.startswith("customer-lifetime")
+    long_task = job_name(task_key(dag_id, "run", "t" * 80, -1), 1)
+    assert "customer" in long_task and "t" * 20 in long_task
