@@ -8,7 +8,7 @@ the closest one the operator takes. A service's own arguments are its backend's 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -204,3 +204,35 @@ def refuse_secrets(name: str, environment: Mapping[str, str]) -> None:
             "definition, which the service's console and API show. Read the secret inside the "
             "step instead (e.g. from your cloud's secret store, with the job's own identity)."
         )
+
+
+def refuse_secret_arguments(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """After rendering: an argument Airflow masks as a secret would be written into the step's
+    spec (or an input artifact) in object storage, which outlives the run and which everyone
+    who may read the bucket reads. Refused, as in ``environment``."""
+    texts = [*_texts(args, "op_args"), *_texts(kwargs, "op_kwargs")]
+    if not texts:
+        return
+    from airflow.sdk.log import redact
+
+    for label, text in texts:
+        if redact(text) != text:
+            raise SettingsError(
+                f"{name}.{label} holds a value Airflow masks as a secret (from a connection or "
+                "a sensitive Variable). A step's arguments are written to object storage with "
+                "its run, where anyone who can read the bucket reads them. Read the secret "
+                "inside the step instead (e.g. from your cloud's secret store, with the job's "
+                "own identity)."
+            )
+
+
+def _texts(value: Any, label: str) -> Iterator[tuple[str, str]]:
+    """Every string in arguments, with where it is: ``op_kwargs['db'][0]``."""
+    if isinstance(value, str):
+        yield label, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _texts(item, f"{label}[{key!r}]")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _texts(item, f"{label}[{index}]")

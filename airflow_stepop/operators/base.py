@@ -23,6 +23,7 @@ from airflow_stepop.operators.arguments import (
     check_connection,
     check_step_arguments,
     refuse_empty_renders,
+    refuse_secret_arguments,
     refuse_secrets,
     refuse_unknown_arguments,
     rename_step_resources,
@@ -322,6 +323,7 @@ class BaseStepOperator(BaseOperator):
             **context_arguments(self.argument_owner, function, args, kwargs, context),
             **kwargs,
         }
+        refuse_secret_arguments(self.argument_owner, args, kwargs)
         ti = context["ti"]
         root = backend.artifact_root(self.step_artifact_root())
         storage = worker_storage(self.storage_conn_id)

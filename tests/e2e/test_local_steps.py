@@ -67,6 +67,21 @@ def test_a_connection_secret_in_the_environment_is_refused_before_any_job(
     assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())
 
 
+def test_a_connection_secret_as_an_argument_is_refused_before_any_job(
+    results, monkeypatch, tmp_path
+):
+    """A step's arguments are written to object storage with its run: no masked secret."""
+    uri = "postgresql://app:PWSECRET-stepop-7731@db.example:5432/app"
+    monkeypatch.setenv("AIRFLOW_CONN_STEPOP_TEST_DB", uri)
+    run = _dags(results).secret_as_argument().test()
+    assert run.state == "failed"
+    failure = (results / "failure.txt").read_text()
+    assert failure.startswith("SettingsError: ")
+    assert "op_args[0]['password'] holds a value Airflow masks as a secret" in failure
+    assert "PWSECRET" not in failure
+    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())
+
+
 def test_a_path_returned_inside_a_dict_travels_as_its_own_artifact(results):
     run = _dags(results).returns_a_model_and_its_score().test()
     assert run.state == "success"

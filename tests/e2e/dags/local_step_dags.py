@@ -391,6 +391,20 @@ def secret_in_environment():
 secret_in_environment()
 
 
+@dag(schedule=None)
+def secret_as_argument():
+    """A connection's password templated into a step's argument (the test defines it)."""
+
+    @task.local_step(on_failure_callback=_remember_failure)
+    def connect(settings: dict):
+        return "connected"
+
+    connect({"hosts": ["db.example"], "password": "{{ conn.stepop_test_db.password }}"})
+
+
+secret_as_argument()
+
+
 def scaled(factor: int, value: int) -> int:
     return factor * value
 
