@@ -56,6 +56,23 @@ def _contains(value: Any, stands_alone: Callable[[Any], bool]) -> bool:
     return False
 
 
+def _small_json_with_tuples(value: Any, inline_limit: int) -> bool:
+    """JSON but for tuples in it, and small: it travels inline, as nodes that keep the tuples
+    (pickling it would hand the task an ArtifactRef in place of a pair of numbers)."""
+    if not isinstance(value, (list, tuple, dict)) or materializers.is_strict_json(value):
+        return False
+    as_lists = _tuples_as_lists(value)
+    return materializers.is_strict_json(as_lists) and len(json.dumps(as_lists)) <= inline_limit
+
+
+def _tuples_as_lists(value: Any) -> Any:
+    if type(value) in (list, tuple):  # a named tuple is not JSON: it keeps its class, pickled
+        return [_tuples_as_lists(v) for v in value]
+    if type(value) is dict:
+        return {k: _tuples_as_lists(v) for k, v in value.items()}
+    return value
+
+
 def _items(sequence: Sequence[Any]) -> list[Any]:
     """A sequence's items, by one slice where it takes slices: Airflow's lazy sequence of a
     mapped task's results fetches a slice in one call, while iterating it costs a call per item
@@ -90,14 +107,14 @@ def encode(
             item, name=f"{name}.{suffix}", inline_limit=inline_limit, write=write, as_ref=as_ref
         )
 
-    if isinstance(value, (list, tuple)) and _contains(value, stands_alone):
+    # a structure that holds references, or JSON but for tuples in it (kept tuples, inline)
+    structure = isinstance(value, (list, tuple, dict)) and (
+        _contains(value, stands_alone) or _small_json_with_tuples(value, inline_limit)
+    )
+    if structure and isinstance(value, (list, tuple)):
         items = [part(v, i) for i, v in enumerate(value)]
         return {"list": items, "tuple": isinstance(value, tuple)}
-    if (
-        isinstance(value, dict)
-        and all(type(k) is str for k in value)
-        and _contains(value, stands_alone)
-    ):
+    if structure and isinstance(value, dict) and all(type(k) is str for k in value):
         return {"dict": {k: part(v, k) for k, v in value.items()}}
     if materializers.is_strict_json(value) and len(json.dumps(value)) <= inline_limit:
         return {"inline": value}

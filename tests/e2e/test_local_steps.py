@@ -215,10 +215,12 @@ def test_what_a_plain_task_takes_a_step_takes(results):
     """Each failed before, after its job was submitted or had run: an environment value a
     native template rendered to an int; an ``async def`` step; a ``functools.partial`` and a
     callable instance; ``multiple_outputs=True`` returning None; parameters named like context
-    values (``ds``, ``params``, ``logical_date``, ``**context``), which stayed None."""
+    values (``ds``, ``params``, ``logical_date``, ``**context``), which stayed None; a small
+    tuple, which came back as an ArtifactRef."""
     run = _dags(results).plain_task_idioms().test()
     assert run.state == "success"
     day = run.logical_date.date().isoformat()
     dated = [day, 9, day, ["datetime", "str"], False]
-    assert json.loads((results / "idioms.json").read_text()) == ["9", 2, 15, 20, dated]
+    pair = ["tuple", 3, "a"]
+    assert json.loads((results / "idioms.json").read_text()) == ["9", 2, 15, 20, dated, pair]
     assert ("nothing", "return_value", -1) not in _xcom_rows("plain_task_idioms")

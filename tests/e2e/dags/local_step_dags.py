@@ -445,6 +445,14 @@ def plain_task_idioms():
         kinds = [type(logical_date).__module__, type(context["run_id"]).__name__]
         return [ds, params["n"], logical_date.date().isoformat(), kinds, "ti" in context]
 
+    @task.local_step
+    def pair():
+        return 3, "a"
+
+    @task
+    def kind(value):
+        return [type(value).__name__, *value]
+
     @task
     def record(*values):
         import json
@@ -456,7 +464,8 @@ def plain_task_idioms():
         task_id="partial", python_callable=functools.partial(scaled, 3), op_args=[5]
     )
     instance = LocalStepOperator(task_id="instance", python_callable=Scaler(4), op_args=[5])
-    record(env_number(), asynchronous(1), partial.output, instance.output, dated())
+    steps = (env_number(), asynchronous(1), partial.output, instance.output, dated())
+    record(*steps, kind(pair()))
     nothing()
 
 
