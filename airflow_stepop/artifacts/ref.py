@@ -72,6 +72,14 @@ class ArtifactRef:
     def __str__(self) -> str:
         return f"ArtifactRef({self.type_name}, {self.size} bytes, {self.uri})"
 
+    def __getitem__(self, key: Any) -> Any:
+        """Not the value: a result too big for XCom (a long list, say) arrives as a reference,
+        and indexing it is the usual first use, so the error says what to call."""
+        raise TypeError(
+            f"{self} is a reference to a step's result, not the {self.type_name} itself; "
+            f"call .load() for the value: value = ref.load(), then value[{key!r}]."
+        )
+
 
 def as_record(value: Any) -> dict[str, Any] | None:
     """The reference record of an ArtifactRef (for value encoding), None for anything else."""

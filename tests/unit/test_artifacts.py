@@ -118,8 +118,27 @@ def test_encode_inlines_small_json_and_writes_the_rest(tmp_path, storage):
     assert values.encode({"k": 1}, name="r", inline_limit=100, write=write) == {"inline": {"k": 1}}
     big = values.encode(list(range(1000)), name="r", inline_limit=100, write=write)
     assert big["ref"]["materializer"] == "json" and written == ["r"]
-    # a tuple is not JSON: inlining it would come back as a list
-    assert "ref" in values.encode((1, 2), name="t", inline_limit=100, write=write)
+
+
+def test_a_small_tuple_travels_inline_and_comes_back_a_tuple(tmp_path, storage):
+    """JSON would turn it into a list, and a pickle into an ArtifactRef the task must load."""
+    import collections
+
+    def write(value, name):
+        return values.write_artifact(value, f"file://{tmp_path}/{name}", storage)
+
+    def roundtrip(value, limit=100):
+        node = values.encode(value, name="r", inline_limit=limit, write=write)
+        return node, values.decode(node, lambda r: values.read_artifact(r, storage, tmp_path))
+
+    node, back = roundtrip((1, "a", [2, (3, 4)]))
+    assert "ref" not in json.dumps(node)
+    assert back == (1, "a", [2, (3, 4)]) and type(back[2][1]) is tuple
+    assert roundtrip({"pair": (0.5, None)})[1] == {"pair": (0.5, None)}
+    assert "ref" in roundtrip(tuple(range(1000)))[0]  # too big to inline: one artifact
+    point = collections.namedtuple("Point", "x y")(1, 2)
+    node, back = roundtrip(point)  # keeps its class
+    assert "ref" in node and type(back).__name__ == "Point"
 
 
 def test_references_nested_in_containers_pass_by_reference(tmp_path, storage):
@@ -180,3 +199,13 @@ def test_a_path_inside_a_returned_dict_or_list_keeps_its_files(tmp_path, storage
     assert (result["model"] / "weights.bin").read_bytes() == b"w" * 100
     assert result["files"][0].read_text() == "ok"
     assert result["score"] == 0.9
+
+
+def test_indexing_a_reference_says_to_load_it(tmp_path, storage):
+    """A list over the inline limit arrives as an ArtifactRef: ``rows[:10]`` must say why."""
+    ref = ArtifactRef.from_record(
+        values.write_artifact(list(range(10)), f"file://{tmp_path}/l", storage)
+    )
+    with pytest.raises(TypeError, match=r"not the list itself; call \.load\(\) for the value"):
+        ref[:3]
+    assert ref.load()[:3] == [0, 1, 2]
