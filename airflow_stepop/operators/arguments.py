@@ -58,17 +58,42 @@ def check_step_arguments(
             "rendered: it names where every try's files go, so it is fixed when the DAG is "
             "parsed. Give the URL itself; each run gets its own directory under it."
         )
+    if _rendered_later(op_args) or _rendered_later(op_kwargs):
+        return  # checked with the rendered values when the task runs
+    check_call_arguments(name, python_callable, op_args, op_kwargs)
+
+
+def _rendered_later(value: Any) -> bool:
+    """A template string or an upstream task's output (``op_kwargs=task_a()``), which
+    ``PythonOperator`` also takes for its arguments: their value exists when the task runs."""
+    from airflow.sdk import XComArg
+
+    return check.is_templated(value) or isinstance(value, XComArg)
+
+
+def check_call_arguments(name: str, function: Any, op_args: Any, op_kwargs: Any) -> None:
+    """``op_args`` a list and ``op_kwargs`` a dict that the callable can take: at parse, or,
+    for a template or an upstream output, once rendered."""
     if op_args is not None and not isinstance(op_args, (list, tuple)):
         raise SettingsError(
             f"{name}.op_args={op_args!r} must be a list of the callable's positional "
-            "arguments, e.g. op_args=[5] (op_kwargs= takes them by name)."
+            f"arguments, e.g. op_args=[5] (op_kwargs= takes them by name).{_as_text(op_args)}"
         )
     if op_kwargs is not None and not isinstance(op_kwargs, Mapping):
         raise SettingsError(
             f"{name}.op_kwargs={op_kwargs!r} must be a dict of the callable's arguments by "
-            "name, e.g. op_kwargs={'n': 5}."
+            f"name, e.g. op_kwargs={{'n': 5}}.{_as_text(op_kwargs)}"
         )
-    _refuse_unbindable(name, python_callable, op_args or (), op_kwargs or {})
+    _refuse_unbindable(name, function, op_args or (), op_kwargs or {})
+
+
+def _as_text(value: Any) -> str:
+    if not isinstance(value, str):
+        return ""
+    return (
+        " A template renders to text unless the DAG sets render_template_as_native_obj=True; "
+        "or template each argument instead (op_kwargs={'day': '{{ ds }}'})."
+    )
 
 
 def _refuse_unbindable(name: str, function: Any, args: Any, kwargs: Mapping[str, Any]) -> None:

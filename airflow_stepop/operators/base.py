@@ -20,6 +20,7 @@ from airflow.sdk.exceptions import TaskDeferred
 from airflow_stepop import config
 from airflow_stepop.backends import arguments as check
 from airflow_stepop.operators.arguments import (
+    check_call_arguments,
     check_connection,
     check_step_arguments,
     refuse_empty_renders,
@@ -96,8 +97,9 @@ class BaseStepOperator(BaseOperator):
             artifact_root=artifact_root,
         )
         self.python_callable = python_callable
-        self.op_args = list(op_args or [])
-        self.op_kwargs = dict(op_kwargs or {})
+        # a template or an upstream output stays as given: Airflow renders it
+        self.op_args = list(op_args) if isinstance(op_args, (list, tuple)) else op_args or []
+        self.op_kwargs = dict(op_kwargs) if isinstance(op_kwargs, Mapping) else op_kwargs or {}
         self.resource_settings = resources
         self.docker_settings = docker
         self.artifact_root = artifact_root
@@ -169,6 +171,9 @@ class BaseStepOperator(BaseOperator):
         name = self.connection_argument
         if name:
             check_connection(self.argument_owner, name, getattr(self, name), self.ambient_default)
+        check_call_arguments(
+            self.argument_owner, self.python_callable, self.op_args, self.op_kwargs
+        )
         services = [f for f in self.template_fields if f not in BaseStepOperator.template_fields]
         refuse_empty_renders(self.argument_owner, {f: getattr(self, f, None) for f in services})
 

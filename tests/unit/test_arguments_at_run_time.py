@@ -120,3 +120,44 @@ def test_an_environment_value_rendered_to_a_non_text_is_text_or_named():
         "@task.local_step.environment['LAYERS'] rendered to a list ('[64, 32]'); an environment "
         "variable is text."
     )
+
+
+def test_op_args_a_template_that_rendered_to_text_is_refused_with_native_rendering_named(
+    monkeypatch,
+):
+    """``op_args="{{ params.pair }}"`` is taken at parse, as PythonOperator takes it; without
+    ``render_template_as_native_obj`` it renders to the text of a list."""
+    from airflow_stepop import LocalStepOperator
+
+    monkeypatch.setattr(
+        LocalStepOperator, "make_backend", lambda self: (_ for _ in ()).throw(Unreached())
+    )
+    op = LocalStepOperator(task_id="t", python_callable=max, op_args="{{ params.pair }}")
+    op.op_args = "[3, 4]"  # as Airflow renders it without native rendering
+    with pytest.raises(SettingsError) as refused:
+        op.execute({"ti": TI}, LocalStepOperator__sentinel=ExecutorSafeguard.sentinel_value)
+    assert str(refused.value).startswith("LocalStepOperator.op_args='[3, 4]' must be a list")
+    assert "unless the DAG sets render_template_as_native_obj=True" in str(refused.value)
+
+
+def test_arguments_rendered_from_an_upstream_output_are_bound_to_the_callable(monkeypatch):
+    from airflow.sdk import DAG, task
+
+    from airflow_stepop import LocalStepOperator
+
+    def train(x, epochs=1):
+        return x
+
+    monkeypatch.setattr(
+        LocalStepOperator, "make_backend", lambda self: (_ for _ in ()).throw(Unreached())
+    )
+    with DAG("upstream_arguments", schedule=None):
+
+        @task
+        def settings():
+            return {"y": 1}
+
+        op = LocalStepOperator(task_id="t", python_callable=train, op_kwargs=settings())
+    op.op_kwargs = {"y": 1}  # rendered
+    with pytest.raises(SettingsError, match=r"train\(x, epochs=1\) cannot be called with"):
+        op.execute({"ti": TI}, LocalStepOperator__sentinel=ExecutorSafeguard.sentinel_value)

@@ -419,7 +419,7 @@ class Scaler:
         return self.factor * value
 
 
-@dag(schedule=None, render_template_as_native_obj=True, params={"n": 9})
+@dag(schedule=None, render_template_as_native_obj=True, params={"n": 9, "pair": [3, 4]})
 def plain_task_idioms():
     """What a plain @task or PythonOperator takes, given to steps."""
     import functools
@@ -464,8 +464,20 @@ def plain_task_idioms():
         task_id="partial", python_callable=functools.partial(scaled, 3), op_args=[5]
     )
     instance = LocalStepOperator(task_id="instance", python_callable=Scaler(4), op_args=[5])
+
+    @task
+    def arguments():
+        return {"factor": 2, "value": 5}
+
+    # op_kwargs an upstream task's output, op_args a template: PythonOperator takes both
+    from_output = LocalStepOperator(
+        task_id="from_output", python_callable=scaled, op_kwargs=arguments()
+    )
+    from_template = LocalStepOperator(
+        task_id="from_template", python_callable=scaled, op_args="{{ params.pair }}"
+    )
     steps = (env_number(), asynchronous(1), partial.output, instance.output, dated())
-    record(*steps, kind(pair()))
+    record(*steps, kind(pair()), from_output.output, from_template.output)
     nothing()
 
 
