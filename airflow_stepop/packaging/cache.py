@@ -194,11 +194,31 @@ def pickle_by_value(function: Callable[..., Any]) -> bytes:
     try:
         return cloudpickle.dumps(function)
     except Exception as exc:
+        culprit = _unpicklable_name(function, cloudpickle.dumps)
         raise PackagingError(
             f"The callable {function.__qualname__!r} cannot be pickled by value "
-            f"({type(exc).__name__}: {exc}). Define it at module level in a module of the DAGs "
-            "folder that does not import Airflow, so the job imports it by name."
+            f"({type(exc).__name__}: {exc}).{culprit} Create such an object inside the step "
+            "(or pass what it holds as an argument), or define the step at module level in a "
+            "module of the DAGs folder that does not import Airflow, so the job imports it by "
+            "name."
         ) from exc
     finally:
         if register:
             cloudpickle.unregister_pickle_by_value(module)
+
+
+def _unpicklable_name(function: Callable[..., Any], dumps: Callable[[Any], bytes]) -> str:
+    """Which variable the function uses (a closure's, or a global) could not be pickled."""
+    import inspect
+
+    try:
+        used = inspect.getclosurevars(function)
+    except (TypeError, ValueError):  # not a plain function
+        return ""
+    for kind, names in (("closure variable", used.nonlocals), ("global", used.globals)):
+        for name, value in names.items():
+            try:
+                dumps(value)
+            except Exception:
+                return f" It uses the {kind} {name!r}, a {type(value).__qualname__}."
+    return ""

@@ -151,8 +151,10 @@ def test_unpicklable_closure_is_refused(user_code):
         with lock:
             return 1
 
-    with pytest.raises(PackagingError, match="cannot be pickled"):
+    with pytest.raises(PackagingError, match="cannot be pickled") as refused:
         build_bundle(uses_lock)
+    assert "It uses the closure variable 'lock', a lock." in str(refused.value)
+    assert "Create such an object inside the step" in str(refused.value)
 
 
 # ---- the on-disk bundle cache: a task process reuses what an earlier task packaged ----------
