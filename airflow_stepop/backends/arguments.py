@@ -116,6 +116,16 @@ def conn_id(
     return value
 
 
+def refuse_template(owner: str, name: str, value: Any, example: str) -> None:
+    """A Jinja template in an argument that is not a template field would reach the service as
+    its own text: said as such, not as a value of the wrong form."""
+    if is_templated(value):
+        raise SettingsError(
+            f"{owner}.{name}={value!r} is a template, but {name} is not rendered: the service "
+            f"would get this text. Give the value itself, e.g. {example!r}."
+        )
+
+
 def matching(
     owner: str, name: str, value: Any, pattern: re.Pattern[str], what: str, example: str
 ) -> str | None:
@@ -123,11 +133,7 @@ def matching(
     not template fields, so a Jinja template would reach the service as its own text."""
     if value is None:
         return value
-    if is_templated(value):
-        raise SettingsError(
-            f"{owner}.{name}={value!r} is a template, but {name} is not rendered: the service "
-            f"would get this text. Give the value itself, e.g. {example!r}."
-        )
+    refuse_template(owner, name, value, example)
     if not isinstance(value, str) or not pattern.fullmatch(value):
         raise SettingsError(f"{owner}.{name}={value!r} is not {what}; use e.g. {example!r}.")
     return value

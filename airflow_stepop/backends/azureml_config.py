@@ -183,6 +183,7 @@ def _vm_size(
 ) -> str | None:
     catalog = load_catalog(CATALOG)
     if value is not None:
+        check.refuse_template(owner, "instance_type", value, "Standard_NC6s_v3")
         if not isinstance(value, str) or not _VM_SIZE.match(value):
             near = ", ".join(m.name for m in catalog.types[:3])
             raise SettingsError(

@@ -277,6 +277,7 @@ def _hardware(
             resources, owner=f"{owner}.resources", explicit="machine_type", count="replica_count"
         )
         return split_machine(chosen.name)
+    check.refuse_template(owner, "machine_type", machine_type, "n1-standard-8")
     if not isinstance(machine_type, str) or not _MACHINE.fullmatch(machine_type):
         raise SettingsError(
             f"{owner}.machine_type={machine_type!r} is not a Vertex machine type; use e.g. "

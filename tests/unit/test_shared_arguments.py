@@ -59,6 +59,9 @@ def test_a_refusal_names_the_operator_the_entry_and_the_fix(kind, environment, s
     ("kind", "argument"),
     [
         ("sagemaker", "region_name"),
+        ("sagemaker", "instance_type"),
+        ("vertex", "machine_type"),
+        ("azureml", "instance_type"),
         ("vertex", "project_id"),
         ("vertex", "location"),
         ("vertex", "service_account"),
