@@ -15,6 +15,7 @@ placeholder token instead of a credential: accepted only for an emulated cloud's
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -180,6 +181,13 @@ class AzureMLHook(BaseHook):
                 "those, or leave endpoint empty for public Azure."
             )
         verify: str | bool = self._extra("ca_bundle") or True
+        if isinstance(verify, str) and not os.path.isfile(verify):
+            raise ValueError(
+                f"Connection {self.azureml_conn_id!r} has ca_bundle={verify!r}, which is not a "
+                "file on this machine (each request would fail with a bare SSL error). Give the "
+                "path of a PEM file every Airflow worker and triggerer has, or leave ca_bundle "
+                "empty to use the system's certificates."
+            )
         return Workspace(
             subscription_id=self._required("subscription_id"),
             resource_group=self._required("resource_group"),

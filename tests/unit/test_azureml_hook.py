@@ -52,16 +52,18 @@ def test_fields_saved_by_the_form_are_read_like_plain_extras(monkeypatch):
     assert AzureMLHook(azureml_conn_id="aml_form").workspace.name == "ws"
 
 
-def test_the_workspace_comes_from_the_extra(connection):
+def test_the_workspace_comes_from_the_extra(connection, tmp_path):
     ws = connection().workspace
     assert ws.path == (
         "/subscriptions/sub-1/resourceGroups/rg/providers/Microsoft.MachineLearningServices/"
         "workspaces/ws"
     )
     assert ws.arm_url == ARM and ws.scope == f"{ARM}/.default" and ws.verify is True
-    gov = connection(endpoint="https://management.usgovcloudapi.net/", ca_bundle="/ca.pem")
+    pem = tmp_path / "ca.pem"
+    pem.write_text("-----BEGIN CERTIFICATE-----\n")
+    gov = connection(endpoint="https://management.usgovcloudapi.net/", ca_bundle=str(pem))
     assert gov.workspace.scope == "https://management.usgovcloudapi.net/.default"
-    assert gov.workspace.verify == "/ca.pem"
+    assert gov.workspace.verify == str(pem)
 
 
 def test_a_missing_workspace_field_is_named(connection, monkeypatch):
@@ -272,3 +274,11 @@ def test_a_hook_reads_its_connection_once_and_tells_the_supervisor_few_secrets(
 
     assert one_read > 0
     assert masks() - one_read == one_read
+
+
+def test_a_ca_bundle_that_is_not_a_file_is_named(connection, tmp_path):
+    pem = tmp_path / "proxy-ca.pem"
+    with pytest.raises(ValueError, match=r"has ca_bundle='.*proxy-ca.pem', which is not a file"):
+        _ = connection(ca_bundle=str(pem)).workspace
+    pem.write_text("-----BEGIN CERTIFICATE-----\n")
+    assert connection(ca_bundle=str(pem)).workspace.verify == str(pem)
