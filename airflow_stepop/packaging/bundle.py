@@ -130,17 +130,18 @@ def _statements(tree: ast.AST) -> Iterator[ast.AST]:
         pending.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, ast.expr))
 
 
-def imports_airflow(module: types.ModuleType) -> bool:
-    """Whether importing ``module`` imports Airflow: itself, or a local module it imports at
-    any depth (the job may have no Airflow, so such a module cannot be imported there)."""
+def airflow_importers(module: types.ModuleType) -> list[str]:
+    """The modules that import Airflow among ``module`` and the local modules it imports at any
+    depth: the job may have no Airflow, so none of them can be imported there."""
     files = collect_local_modules([module])
     if (own := _module_file(module)) is not None:
         files.setdefault(module.__name__, own)
-    for name, file in files.items():
+    found = []
+    for name, file in sorted(files.items()):
         names = _imported_names(file, name, file.name == "__init__.py")
         if any(n == "airflow" or n.startswith("airflow.") for n in names):
-            return True
-    return False
+            found.append(name)
+    return found
 
 
 def _find_module(name: str) -> tuple[str, Path] | None:
@@ -185,7 +186,7 @@ def _callable_entry(function: Callable[..., Any]) -> dict[str, Any] | None:
     qualname = getattr(function, "__qualname__", "")
     if module is None or "<" in qualname or _module_file(module) is None:
         return None
-    if imports_airflow(module):
+    if airflow_importers(module):
         return None
     if lookup(module, qualname) is not function:
         return None
@@ -226,7 +227,9 @@ def _build(
     if entry is None:
         import cloudpickle
 
-        pickled = pickle_by_value(function)
+        # what it uses from a module that imports Airflow travels by value too
+        by_value = airflow_importers(module) if module is not None else []
+        pickled = pickle_by_value(function, by_value)
         if len(pickled) > LARGE_PICKLE_BYTES:
             log.warning(
                 "The step %s travels pickled with what it uses, %.0f MiB: it captures data (a "
@@ -258,6 +261,7 @@ def _build(
         record = {"sha256": sha256, "callable": entry}
         if pickled is not None:
             record["pickle_sha256"] = hashlib.sha256(pickled).hexdigest()
+            record["by_value"] = by_value
         # a module added beside them, or where an unresolved import looks, changes the bundle
         dirs = {p.parent for p in watched} | _local_path_dirs()
         cache.store(function, record, watched, dirs, data)

@@ -26,7 +26,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -81,7 +81,8 @@ class BundleCache:
             return None
         callable_entry = entry["callable"]
         if callable_entry["kind"] == "pickle":
-            pickled = hashlib.sha256(pickle_by_value(function)).hexdigest()
+            pickled = pickle_by_value(function, entry.get("by_value", ()))
+            pickled = hashlib.sha256(pickled).hexdigest()
             if pickled != entry.get("pickle_sha256"):
                 return None
         elif lookup(sys.modules.get(function.__module__), function.__qualname__) is not function:
@@ -183,13 +184,14 @@ def lookup(module: Any, qualname: str) -> Any:
     return target
 
 
-def pickle_by_value(function: Callable[..., Any]) -> bytes:
-    """The callable pickled with its module's code (a DAG file's function, a closure)."""
+def pickle_by_value(function: Callable[..., Any], modules: Sequence[str] = ()) -> bytes:
+    """The callable pickled with its module's code (a DAG file's function, a closure), and that
+    of ``modules`` (local modules that import Airflow, which a job may not be able to import)."""
     import cloudpickle
 
-    module = sys.modules.get(function.__module__)
-    register = module is not None and function.__module__ != "__main__"
-    if register:
+    names = [function.__module__, *modules] if function.__module__ != "__main__" else [*modules]
+    registered = [m for name in dict.fromkeys(names) if (m := sys.modules.get(name)) is not None]
+    for module in registered:
         cloudpickle.register_pickle_by_value(module)
     try:
         return cloudpickle.dumps(function)
@@ -203,7 +205,7 @@ def pickle_by_value(function: Callable[..., Any]) -> bytes:
             "name."
         ) from exc
     finally:
-        if register:
+        for module in registered:
             cloudpickle.unregister_pickle_by_value(module)
 
 

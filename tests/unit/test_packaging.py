@@ -59,10 +59,12 @@ def user_code(tmp_path, monkeypatch):
     )
     # a helper of DAG files: a step module that uses it imports Airflow without naming it
     (root / "mylib" / "dag_helpers.py").write_text(
-        "from airflow.sdk import Variable\n\nTEAM = 'ml'\n"
+        "from airflow.sdk import Variable\n\nTEAM = 'ml'\n\n"
+        "def prefix(x):\n    return f'{TEAM}-{x}'\n"
     )
     (root / "team_steps.py").write_text(
-        "from mylib.dag_helpers import TEAM\n\ndef tag(x):\n    return f'{TEAM}-{x}'\n"
+        "from mylib.dag_helpers import TEAM, prefix\n\n"
+        "def tag(x):\n    return prefix(x) + TEAM\n"
     )
     monkeypatch.syspath_prepend(str(root))
     names = ("train", "dag_file", "team_steps", "unused")
@@ -114,9 +116,26 @@ def test_functions_of_a_dag_file_travel_by_value(user_code):
 def test_a_module_that_imports_airflow_through_a_local_helper_travels_by_value(user_code):
     """The job may have no Airflow: importing the step's module there would fail in the
     helper's import, so the function is pickled, and the helper still travels as a file."""
+    import os
+    import subprocess
+
     bundle = build_bundle(importlib.import_module("team_steps").tag)
     assert bundle.callable_entry["kind"] == "pickle"
     assert "code/mylib/dag_helpers.py" in _names(bundle)
+    # what it calls from the helper travels with it: it runs where Airflow cannot be imported
+    job = user_code.parent / "job"
+    zipfile.ZipFile(io.BytesIO(bundle.data)).extractall(job)
+    probe = (
+        "import pickle, sys\n"
+        "sys.modules['airflow'] = None  # no Airflow here\n"
+        "print(pickle.load(open('callable.pkl', 'rb'))('x'))\n"
+    )
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": f"{job}/deps"}
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", probe], cwd=job, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ml-xml"]
 
 
 def test_closures_and_lambdas_travel_by_value(user_code):
