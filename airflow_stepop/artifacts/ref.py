@@ -72,6 +72,8 @@ class ArtifactRef:
     def __str__(self) -> str:
         return f"ArtifactRef({self.type_name}, {self.size} bytes, {self.uri})"
 
+    __iter__ = None  # not iterable: __getitem__ alone would make iter(ref) seem to work
+
     def __getitem__(self, key: Any) -> Any:
         """Not the value: a result too big for XCom (a long list, say) arrives as a reference,
         and indexing it is the usual first use, so the error says what to call."""

@@ -59,10 +59,27 @@ def _contains(value: Any, stands_alone: Callable[[Any], bool]) -> bool:
 def _small_json_with_tuples(value: Any, inline_limit: int) -> bool:
     """JSON but for tuples in it, and small: it travels inline, as nodes that keep the tuples
     (pickling it would hand the task an ArtifactRef in place of a pair of numbers)."""
-    if not isinstance(value, (list, tuple, dict)) or materializers.is_strict_json(value):
+    if not isinstance(value, (list, tuple, dict)) or not _fewer_items(value, inline_limit):
+        return False  # each item is at least a byte of JSON: a long one is no small value
+    if materializers.is_strict_json(value):
         return False
     as_lists = _tuples_as_lists(value)
     return materializers.is_strict_json(as_lists) and len(json.dumps(as_lists)) <= inline_limit
+
+
+def _fewer_items(value: Any, limit: int) -> bool:
+    """Whether ``value`` holds at most ``limit`` items, nested ones counted (stops early)."""
+    pending, seen = [value], 0
+    while pending:
+        item = pending.pop()
+        seen += 1
+        if seen > limit:
+            return False
+        if type(item) in (list, tuple):
+            pending.extend(item)
+        elif type(item) is dict:
+            pending.extend(item.values())
+    return True
 
 
 def _tuples_as_lists(value: Any) -> Any:

@@ -208,4 +208,6 @@ def test_indexing_a_reference_says_to_load_it(tmp_path, storage):
     )
     with pytest.raises(TypeError, match=r"not the list itself; call \.load\(\) for the value"):
         ref[:3]
+    with pytest.raises(TypeError, match="not iterable"):
+        iter(ref)
     assert ref.load()[:3] == [0, 1, 2]
