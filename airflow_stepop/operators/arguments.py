@@ -101,12 +101,21 @@ def _refuse_unbindable(name: str, function: Any, args: Any, kwargs: Mapping[str,
     a cloud, its machine's start): refused now, as ``@task`` does for a call."""
     import inspect
 
+    from airflow.sdk.definitions.context import KNOWN_CONTEXT_KEYS
+
+    from airflow_stepop.operators.context import open_parameters
+
     try:
         signature = inspect.signature(function)
     except (TypeError, ValueError):  # a builtin without one: the job will say
         return
+    # a parameter named like a context value is filled when the task runs (operators/context.py)
+    # or refused there, named: as with Airflow's @task, it needs no argument now
+    filled_later = dict.fromkeys(
+        open_parameters(function, args, kwargs).keys() & KNOWN_CONTEXT_KEYS
+    )
     try:
-        signature.bind(*args, **kwargs)
+        signature.bind(*args, **filled_later, **kwargs)
     except TypeError as err:
         shown = getattr(function, "__name__", repr(function))
         raise SettingsError(
@@ -219,9 +228,7 @@ def refuse_secrets(name: str, environment: Mapping[str, str]) -> None:
     API show it to anyone who may list jobs."""
     if not environment:
         return
-    from airflow.sdk.log import redact
-
-    secret = sorted(key for key, value in environment.items() if redact(value) != value)
+    secret = sorted(key for key, value in environment.items() if holds_secret(value))
     if secret:
         raise SettingsError(
             f"{name}.environment[{secret[0]!r}] holds a value Airflow masks as a secret (from a "
@@ -238,10 +245,8 @@ def refuse_secret_arguments(name: str, args: Sequence[Any], kwargs: Mapping[str,
     texts = [*_texts(args, "op_args"), *_texts(kwargs, "op_kwargs")]
     if not texts:
         return
-    from airflow.sdk.log import redact
-
     for label, text in texts:
-        if redact(text) != text:
+        if holds_secret(text):
             raise SettingsError(
                 f"{name}.{label} holds a value Airflow masks as a secret (from a connection or "
                 "a sensitive Variable). A step's arguments are written to object storage with "
@@ -261,3 +266,19 @@ def _texts(value: Any, label: str) -> Iterator[tuple[str, str]]:
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             yield from _texts(item, f"{label}[{index}]")
+
+
+# Airflow's masker hides a secret of 5 characters or more wherever it appears in a string:
+# shorter than this, a masked run of characters is as likely a word of a bucket name ("prod1").
+SECRET_MIN_CHARS = 8
+
+
+def holds_secret(text: str) -> bool:
+    """Whether Airflow's secrets masker hides at least ``SECRET_MIN_CHARS`` of ``text``."""
+    from airflow.sdk.log import redact
+
+    redacted = redact(text)
+    if redacted == text or not isinstance(redacted, str):
+        return False
+    masks = redacted.count("***") - text.count("***")
+    return len(text) - (len(redacted) - 3 * masks) >= SECRET_MIN_CHARS

@@ -1,11 +1,10 @@
 """The Airflow context a step's parameters may name, as its job can receive it.
 
 A plain ``@task`` gets a context value for each parameter named like one (``ds``, ``params``,
-``ti``) and the whole context in ``**kwargs``. A step's job runs without Airflow (often without
-pendulum), so it gets the values that are plain data, as ``PythonVirtualenvOperator`` does:
-text and numbers as they are, dates as standard-library ``datetime``\\ s (with a fixed UTC
-offset), ``params`` as a dict.
-A parameter named after a worker-only value (``ti``, ``dag_run``, ``conn``) is refused with
+``ti``). A step's job runs without Airflow (often without pendulum), so a step gets the values
+that are plain data, as ``PythonVirtualenvOperator`` does: text as it is, dates as
+standard-library ``datetime``\\ s (with a fixed UTC offset), ``params`` as a dict. A parameter
+named after a value that lives in the worker (``ti``, ``dag_run``, ``conn``) is refused with
 what to pass instead, since the job could never have it.
 """
 
@@ -18,24 +17,20 @@ from typing import Any
 
 from airflow_stepop.settings import SettingsError
 
-# Plain text and numbers.
-_AS_IS = frozenset(
+# Plain text (the task SDK's context has no try_number or test_mode: a template gives those).
+_TEXT = frozenset(
     {
         "ds",
         "ds_nodash",
-        "expanded_ti_count",
         "partition_key",
         "run_id",
         "task_instance_key_str",
-        "task_reschedule_count",
-        "test_mode",
-        "try_number",
         "ts",
         "ts_nodash",
         "ts_nodash_with_tz",
     }
 )
-# pendulum DateTimes (or None), sent as datetime.datetime.
+# pendulum DateTimes or None (the prev_*_success ones are lazy proxies), sent as datetime.
 _DATES = frozenset(
     {
         "data_interval_end",
@@ -48,30 +43,23 @@ _DATES = frozenset(
         "prev_start_date_success",
     }
 )
-SENDABLE_KEYS = _AS_IS | _DATES | {"params"}
+SENDABLE_KEYS = _TEXT | _DATES | {"params", "task_reschedule_count"}
 
 
-def _worker_only_keys() -> frozenset[str]:
-    from airflow.sdk.definitions.context import KNOWN_CONTEXT_KEYS
-
-    return frozenset(KNOWN_CONTEXT_KEYS) - SENDABLE_KEYS
-
-
-def _parameters(
+def open_parameters(
     function: Callable[..., Any], op_args: Collection[Any], op_kwargs: Mapping[str, Any]
-) -> tuple[list[str], set[str], bool]:
-    """The parameters a keyword could fill, the names the arguments already fill, and whether
-    the function takes ``**kwargs``."""
+) -> dict[str, inspect.Parameter]:
+    """The parameters a keyword could fill that no argument (nor a partial's own) fills."""
     try:
         parameters = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):  # a builtin without a signature: it names no context
-        return [], set(), False
+        return {}
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     taken = {p.name for p in parameters[: len(op_args)] if p.kind in positional}
     taken.update(op_kwargs)
+    taken.update(getattr(function, "keywords", None) or {})  # a functools.partial's
     by_keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    named = [p.name for p in parameters if p.kind in by_keyword]
-    return named, taken, any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters)
+    return {p.name: p for p in parameters if p.kind in by_keyword and p.name not in taken}
 
 
 def context_arguments(
@@ -82,10 +70,10 @@ def context_arguments(
     context: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The keyword arguments the step gets from ``context``: one per parameter named like a
-    sendable key, or every sendable key for a ``**kwargs`` step. Given arguments win."""
-    named, taken, takes_all = _parameters(function, op_args, op_kwargs)
-    open_names = set(named) - taken
-    worker_only = sorted(open_names & _worker_only_keys())
+    sendable value that no argument fills. ``**kwargs`` gets none: a step's ``**hp`` is its
+    own (a ``Model(**hp)`` would choke on a dozen context values)."""
+    open_names = open_parameters(function, op_args, op_kwargs)
+    worker_only = sorted(open_names.keys() & (set(context) - SENDABLE_KEYS))
     if worker_only:
         name = worker_only[0]
         raise SettingsError(
@@ -95,16 +83,24 @@ def context_arguments(
             "op_kwargs={'try_number': '{{ ti.try_number }}'}), or rename the parameter. A step "
             f"is given these context values by name: {', '.join(sorted(SENDABLE_KEYS))}."
         )
-    wanted = (SENDABLE_KEYS - taken) if takes_all else (SENDABLE_KEYS & open_names)
-    return {key: _plain(key, context[key]) for key in sorted(wanted) if key in context}
+    given = {}
+    for key in sorted(SENDABLE_KEYS & open_names.keys()):
+        if key in context:
+            given[key] = _plain(key, context[key])
+        elif open_names[key].default is inspect.Parameter.empty:
+            given[key] = None  # as @task gives it: this run has none (no logical date, no ds)
+    return given
 
 
 def _plain(key: str, value: Any) -> Any:
+    """The value as data the job unpickles with the standard library alone."""
     if key == "params":
         return dict(value) if value is not None else {}
-    if key in _DATES and isinstance(value, dt.datetime):
-        return _standard_datetime(value)
-    return value
+    if key in _DATES:  # a lazy proxy of None is no datetime
+        return _standard_datetime(value) if isinstance(value, dt.datetime) else None
+    if key in _TEXT:
+        return None if value is None else str(value)
+    return value if isinstance(value, int) else None
 
 
 def _standard_datetime(value: dt.datetime) -> dt.datetime:

@@ -117,3 +117,16 @@ def test_arguments_the_callable_cannot_take_are_refused_at_parse():
     with pytest.raises(SettingsError, match="too many positional arguments"):
         LocalStepOperator(task_id="t", python_callable=train, op_args=[1, 2, 3])
     LocalStepOperator(task_id="t", python_callable=train, op_args=[1], op_kwargs={"epochs": 2})
+
+
+def test_a_parameter_named_like_a_context_value_needs_no_argument_at_parse():
+    """It is filled when the task runs, as @task fills it."""
+
+    def train(x, ds, params):
+        return x
+
+    with DAG("context_parameters", schedule=None):
+        op = LocalStepOperator(task_id="t", python_callable=train, op_args=[1])
+    assert op.op_args == [1]
+    with pytest.raises(SettingsError, match="cannot be called with"):
+        LocalStepOperator(task_id="u", python_callable=train, op_args=[1, 2, 3, 4])

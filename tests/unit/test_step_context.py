@@ -1,4 +1,5 @@
-"""The Airflow context a step's parameters name: what its job gets, and what is refused."""
+"""The Airflow context a step's parameters name, and the secrets its arguments may not hold:
+what its job gets, and what is refused."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ CONTEXT = {
     "params": {"n": 9},
     "ti": object(),
     "dag_run": object(),
+    "conn": object(),
+    "task": object(),
 }
 
 
@@ -44,20 +47,48 @@ def test_parameters_named_like_context_values_get_them_as_plain_data():
     assert b"pendulum" not in pickle.dumps(given)
 
 
-def test_a_kwargs_step_gets_every_sendable_value_and_nothing_of_the_worker():
-    def step(**context):
-        return context
+def test_kwargs_stay_the_step_s_own():
+    """``def train(**hp): Model(**hp)`` must not get a dozen context values."""
 
-    assert set(_given(step)) == {"ds", "run_id", "logical_date", "data_interval_start", "params"}
+    def step(ds=None, **hp):
+        return hp
+
+    assert _given(step) == {"ds": "2026-11-24"}
+
+
+def test_a_missing_earlier_success_is_none_not_airflow_s_lazy_proxy():
+    """The job may lack lazy_object_proxy: its pickle would not load there."""
+    import lazy_object_proxy
+
+    def step(prev_end_date_success=None, prev_start_date_success=None):
+        return prev_end_date_success
+
+    context = {
+        "prev_end_date_success": lazy_object_proxy.Proxy(lambda: None),
+        "prev_start_date_success": lazy_object_proxy.Proxy(lambda: LOGICAL),
+    }
+    given = _given(step, context=context)
+    assert given["prev_end_date_success"] is None
+    assert type(given["prev_start_date_success"]) is dt.datetime
+    assert b"proxy" not in pickle.dumps(given)
+
+
+def test_what_a_partial_binds_is_not_replaced():
+    import functools
+
+    def step(params=None, run_id=None):
+        return params
+
+    bound = functools.partial(step, params={"lr": 0.1})
+    assert _given(bound) == {"run_id": "manual__1"}
 
 
 def test_given_arguments_win_over_the_context():
-    def step(ds, run_id=None, **rest):
+    def step(ds, run_id=None, params=None):
         return ds
 
     given = _given(step, op_args=["2020-01-01"], op_kwargs={"run_id": "mine"})
-    assert "ds" not in given and "run_id" not in given
-    assert given["params"] == {"n": 9}
+    assert given == {"params": {"n": 9}}
 
 
 def test_a_value_missing_from_the_context_leaves_the_parameter_to_its_default():
@@ -79,9 +110,30 @@ def test_a_parameter_named_like_a_worker_only_value_is_refused_with_the_fix(name
     assert "rename the parameter" in message
 
 
+def test_a_name_the_running_context_lacks_is_the_user_s_own():
+    def step(x, reason=None, exception=None):  # never in a running task's context
+        return x
+
+    assert _given(step, op_args=[1]) == {}
+
+
 def test_a_worker_only_name_given_as_an_argument_is_the_user_s_own():
     def step(task):
         return task
 
     assert _given(step, op_kwargs={"task": "classify"}) == {}
     assert _given(step, op_args=["classify"]) == {}
+
+
+def test_a_short_masked_word_inside_an_argument_is_not_taken_for_a_secret():
+    """Airflow masks any secret of 5 characters or more wherever it appears: a bucket named
+    after a short password is not that password."""
+    from airflow.sdk.log import mask_secret
+
+    from airflow_stepop.operators.arguments import refuse_secret_arguments
+
+    mask_secret("prod1")
+    mask_secret("PWSECRET-stepop-7731")
+    refuse_secret_arguments("LocalStepOperator", [], {"bucket": "s3://prod1-models/x"})
+    with pytest.raises(SettingsError, match=r"op_kwargs\['dsn'\] holds a value Airflow masks"):
+        refuse_secret_arguments("LocalStepOperator", [], {"dsn": "pg://a:PWSECRET-stepop-7731@h"})

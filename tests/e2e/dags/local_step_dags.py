@@ -440,10 +440,10 @@ def plain_task_idioms():
         return None
 
     @task.local_step
-    def dated(ds=None, params=None, logical_date=None, **context):
+    def dated(ds, params=None, logical_date=None, run_id=None, **hp):
         """Named like context values, as a plain @task's parameters may be."""
-        kinds = [type(logical_date).__module__, type(context["run_id"]).__name__]
-        return [ds, params["n"], logical_date.date().isoformat(), kinds, "ti" in context]
+        kinds = [type(logical_date).__module__, type(run_id).__name__]
+        return [ds, params["n"], logical_date.date().isoformat(), kinds, sorted(hp)]
 
     @task.local_step
     def pair():
