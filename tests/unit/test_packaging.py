@@ -63,8 +63,7 @@ def user_code(tmp_path, monkeypatch):
         "def prefix(x):\n    return f'{TEAM}-{x}'\n"
     )
     (root / "team_steps.py").write_text(
-        "from mylib.dag_helpers import TEAM, prefix\n\n"
-        "def tag(x):\n    return prefix(x) + TEAM\n"
+        "from mylib.dag_helpers import TEAM, prefix\n\ndef tag(x):\n    return prefix(x) + TEAM\n"
     )
     monkeypatch.syspath_prepend(str(root))
     names = ("train", "dag_file", "team_steps", "unused")
