@@ -52,32 +52,25 @@ def test_a_large_array_passes_by_reference_and_a_dict_inline(results, artifact_r
     assert len(npy) == 1 and npy[0].stat().st_size > 50 * 2**20
 
 
-def test_a_connection_secret_in_the_environment_is_refused_before_any_job(
-    results, monkeypatch, tmp_path
+@pytest.mark.parametrize(
+    ("dag_id", "where"),
+    [
+        # a job's environment is stored in its definition, which the console shows
+        ("secret_in_environment", "environment['DB_PASSWORD']"),
+        # a step's arguments are written to object storage with its run
+        ("secret_as_argument", "op_args[0]['password']"),
+    ],
+)
+def test_a_connection_secret_is_refused_before_any_job(
+    results, monkeypatch, tmp_path, dag_id, where
 ):
-    """A job's environment is stored in its definition: a masked secret never goes there."""
     uri = "postgresql://app:PWSECRET-stepop-7731@db.example:5432/app"
     monkeypatch.setenv("AIRFLOW_CONN_STEPOP_TEST_DB", uri)
-    run = _dags(results).secret_in_environment().test()
+    run = getattr(_dags(results), dag_id)().test()
     assert run.state == "failed"
     failure = (results / "failure.txt").read_text()
     assert failure.startswith("SettingsError: ")
-    assert "environment['DB_PASSWORD'] holds a value Airflow masks as a secret" in failure
-    assert "PWSECRET" not in failure
-    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())
-
-
-def test_a_connection_secret_as_an_argument_is_refused_before_any_job(
-    results, monkeypatch, tmp_path
-):
-    """A step's arguments are written to object storage with its run: no masked secret."""
-    uri = "postgresql://app:PWSECRET-stepop-7731@db.example:5432/app"
-    monkeypatch.setenv("AIRFLOW_CONN_STEPOP_TEST_DB", uri)
-    run = _dags(results).secret_as_argument().test()
-    assert run.state == "failed"
-    failure = (results / "failure.txt").read_text()
-    assert failure.startswith("SettingsError: ")
-    assert "op_args[0]['password'] holds a value Airflow masks as a secret" in failure
+    assert f"{where} holds a value Airflow masks as a secret" in failure
     assert "PWSECRET" not in failure
     assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())
 
