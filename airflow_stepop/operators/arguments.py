@@ -58,17 +58,17 @@ def check_step_arguments(
             "rendered: it names where every try's files go, so it is fixed when the DAG is "
             "parsed. Give the URL itself; each run gets its own directory under it."
         )
-    if _rendered_later(op_args) or _rendered_later(op_kwargs):
+    if rendered_later(op_args, op_kwargs):
         return  # checked with the rendered values when the task runs
     check_call_arguments(name, python_callable, op_args, op_kwargs)
 
 
-def _rendered_later(value: Any) -> bool:
-    """A template string or an upstream task's output (``op_kwargs=task_a()``), which
-    ``PythonOperator`` also takes for its arguments: their value exists when the task runs."""
+def rendered_later(op_args: Any, op_kwargs: Any) -> bool:
+    """Whether either is a template string or an upstream task's output (``op_kwargs=task_a()``),
+    which ``PythonOperator`` also takes: their value exists when the task runs."""
     from airflow.sdk import XComArg
 
-    return check.is_templated(value) or isinstance(value, XComArg)
+    return any(check.is_templated(v) or isinstance(v, XComArg) for v in (op_args, op_kwargs))
 
 
 def check_call_arguments(name: str, function: Any, op_args: Any, op_kwargs: Any) -> None:

@@ -29,6 +29,7 @@ from airflow_stepop.operators.arguments import (
     refuse_unknown_arguments,
     rename_step_resources,
     rendered_environment,
+    rendered_later,
 )
 from airflow_stepop.operators.outcome import (
     StepKilledError,
@@ -64,6 +65,7 @@ class BaseStepOperator(BaseOperator):
     # What on_kill needs: whether the task was killed, and the job this try submitted or
     # re-attached to (with its backend), once there is one.
     _killed: bool = False
+    _bind_when_rendered: bool = False  # op_args or op_kwargs is a template or an upstream output
     _handle: tuple[StepBackend, dict[str, Any]] | None = None
 
     def __init__(
@@ -97,7 +99,9 @@ class BaseStepOperator(BaseOperator):
             artifact_root=artifact_root,
         )
         self.python_callable = python_callable
-        # a template or an upstream output stays as given: Airflow renders it
+        # a template or an upstream output stays as given: Airflow renders it, and the task
+        # checks what it rendered to (a list or dict the callable takes) when it runs
+        self._bind_when_rendered = rendered_later(op_args, op_kwargs)
         self.op_args = list(op_args) if isinstance(op_args, (list, tuple)) else op_args or []
         self.op_kwargs = dict(op_kwargs) if isinstance(op_kwargs, Mapping) else op_kwargs or {}
         self.resource_settings = resources
@@ -171,9 +175,10 @@ class BaseStepOperator(BaseOperator):
         name = self.connection_argument
         if name:
             check_connection(self.argument_owner, name, getattr(self, name), self.ambient_default)
-        check_call_arguments(
-            self.argument_owner, self.python_callable, self.op_args, self.op_kwargs
-        )
+        if self._bind_when_rendered:  # concrete ones were checked at parse
+            check_call_arguments(
+                self.argument_owner, self.python_callable, self.op_args, self.op_kwargs
+            )
         services = [f for f in self.template_fields if f not in BaseStepOperator.template_fields]
         refuse_empty_renders(self.argument_owner, {f: getattr(self, f, None) for f in services})
 

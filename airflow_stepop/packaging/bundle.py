@@ -180,13 +180,16 @@ def collect_local_modules(roots: Iterable[types.ModuleType]) -> dict[str, Path]:
     return found
 
 
-def _callable_entry(function: Callable[..., Any]) -> dict[str, Any] | None:
-    """How the runtime imports the function by name, or None when it must be pickled."""
+def _callable_entry(
+    function: Callable[..., Any], airflow_modules: list[str]
+) -> dict[str, Any] | None:
+    """How the runtime imports the function by name, or None when it must be pickled (also when
+    importing its module would import Airflow: ``airflow_modules``, from ``airflow_importers``)."""
     module = sys.modules.get(function.__module__)
     qualname = getattr(function, "__qualname__", "")
     if module is None or "<" in qualname or _module_file(module) is None:
         return None
-    if airflow_importers(module):
+    if airflow_modules:
         return None
     if lookup(module, qualname) is not function:
         return None
@@ -219,7 +222,9 @@ def _build(
     module: types.ModuleType | None,
     cache: BundleCache | None = None,
 ) -> CodeBundle:
-    entry = _callable_entry(function)
+    # what the step uses from a module that imports Airflow travels by value with it
+    by_value = airflow_importers(module) if module is not None else []
+    entry = _callable_entry(function, by_value)
     sources: dict[str, Path] = {}  # bundle member -> the file it is read from
     files: dict[str, bytes] = {}
     pickled = None
@@ -227,8 +232,6 @@ def _build(
     if entry is None:
         import cloudpickle
 
-        # what it uses from a module that imports Airflow travels by value too
-        by_value = airflow_importers(module) if module is not None else []
         pickled = pickle_by_value(function, by_value)
         if len(pickled) > LARGE_PICKLE_BYTES:
             log.warning(
