@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
@@ -59,6 +60,10 @@ class Materializer:
 
     def handles(self, value: Any) -> bool:
         raise NotImplementedError
+
+    def uri_suffix(self, value: Any) -> str:
+        """What follows the artifact's name in its URI: a file extension for the loader."""
+        return self.suffix
 
     def dump(self, value: Any, stream: BinaryIO) -> None:
         raise NotImplementedError
@@ -179,6 +184,9 @@ class PandasParquetMaterializer(Materializer):
         return pandas.read_parquet(io.BytesIO(data))
 
 
+_UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
 def names_files(value: Any) -> bool:
     """A Path to an existing file or directory: its files are the value, so it is written as an
     artifact of its own even inside a list or dict (a pickle of the Path would leave them
@@ -194,6 +202,14 @@ class PathMaterializer(Materializer):
 
     def handles(self, value: Any) -> bool:
         return names_files(value)
+
+    def uri_suffix(self, value: Path) -> str:
+        """A file keeps its own name, under the artifact's (``return_value/model.keras``): some
+        loaders go by the suffix. Characters a URI would misread become ``_``."""
+        if value.is_dir():
+            return ""
+        name = _UNSAFE_IN_NAME.sub("_", value.name)
+        return f"/{name}" if name.strip(".") else ""
 
     def copy(self, value: Path, target: Path) -> tuple[str, int]:
         """Copy the file or tree to ``target``; its digest and size, hashed while copying."""

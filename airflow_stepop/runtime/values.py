@@ -159,7 +159,7 @@ def write_artifact(value: Any, uri: str, storage: Storage) -> dict[str, Any]:
     a local scratch directory first, then uploaded.
     """
     materializer = materializers.for_value(value)
-    uri = uri + materializer.suffix
+    uri = uri + materializer.uri_suffix(value)
     local = storage.local_path(uri)
     if local is None:
         with tempfile.TemporaryDirectory(prefix="stepop-") as scratch:

@@ -69,6 +69,25 @@ def test_a_returned_directory_travels_as_a_tree(tmp_path, storage):
     assert ref["size"] == 1000 + len('{"layers": 2}')
 
 
+@pytest.mark.parametrize("root", ["file://{tmp}/out", "memory://stepop-test-{tmp.name}"])
+def test_a_returned_file_comes_back_under_its_own_name(root, tmp_path, storage):
+    """Some loaders go by the suffix (Keras refuses a model file without ``.keras``)."""
+    model = tmp_path / "model.keras"
+    model.write_bytes(b"weights")
+    ref = values.write_artifact(model, root.format(tmp=tmp_path) + "/return_value", storage)
+    back = values.read_artifact(ref, storage, tmp_path / "cache")
+    assert ref["uri"].endswith("/return_value/model.keras")
+    assert back.name == "model.keras" and back.read_bytes() == b"weights"
+
+
+def test_a_returned_file_name_a_uri_would_misread_is_made_safe(tmp_path, storage):
+    model = tmp_path / "my model#1?.bin"
+    model.write_bytes(b"w")
+    ref = values.write_artifact(model, f"file://{tmp_path}/out/return_value", storage)
+    assert ref["uri"].endswith("/return_value/my_model_1_.bin")
+    assert values.read_artifact(ref, storage, tmp_path / "cache").read_bytes() == b"w"
+
+
 def test_a_value_nothing_can_write_is_refused_with_the_fix(tmp_path, storage):
     generator = (i for i in range(3))
     with pytest.raises(NoMaterializerError) as err:
