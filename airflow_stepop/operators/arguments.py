@@ -58,9 +58,13 @@ def check_step_arguments(
             "rendered: it names where every try's files go, so it is fixed when the DAG is "
             "parsed. Give the URL itself; each run gets its own directory under it."
         )
-    if rendered_later(op_args, op_kwargs):
-        return  # checked with the rendered values when the task runs
-    check_call_arguments(name, python_callable, op_args, op_kwargs)
+    if not rendered_later(op_args, op_kwargs):
+        check_call_arguments(name, python_callable, op_args, op_kwargs)
+        return
+    # a template or an upstream output: the other one (if concrete) now, both once rendered
+    args = op_args if isinstance(op_args, (list, tuple)) else ()
+    kwargs = op_kwargs if isinstance(op_kwargs, Mapping) else {}
+    _refuse_unbindable(name, python_callable, args, kwargs, given=(op_args, op_kwargs))
 
 
 def rendered_later(op_args: Any, op_kwargs: Any) -> bool:
@@ -96,9 +100,17 @@ def _as_text(value: Any) -> str:
     )
 
 
-def _refuse_unbindable(name: str, function: Any, args: Any, kwargs: Mapping[str, Any]) -> None:
+def _refuse_unbindable(
+    name: str,
+    function: Any,
+    args: Any,
+    kwargs: Mapping[str, Any],
+    given: tuple[Any, Any] | None = None,
+) -> None:
     """Arguments the callable cannot take would fail only in the job, after its submit (and on
-    a cloud, its machine's start): refused now, as ``@task`` does for a call."""
+    a cloud, its machine's start): refused now, as ``@task`` does for a call. ``given``: the
+    ``op_args`` and ``op_kwargs`` as written when one of them is rendered later, so only a
+    surplus of the other can be told now (the missing ones may come with the render)."""
     import inspect
 
     from airflow.sdk.definitions.context import KNOWN_CONTEXT_KEYS
@@ -114,13 +126,15 @@ def _refuse_unbindable(name: str, function: Any, args: Any, kwargs: Mapping[str,
     filled_later = dict.fromkeys(
         open_parameters(function, args, kwargs).keys() & KNOWN_CONTEXT_KEYS
     )
+    bind = signature.bind if given is None else signature.bind_partial
     try:
-        signature.bind(*args, **filled_later, **kwargs)
+        bind(*args, **filled_later, **kwargs)
     except TypeError as err:
         shown = getattr(function, "__name__", repr(function))
+        op_args, op_kwargs = given or (list(args), dict(kwargs))
         raise SettingsError(
-            f"{name}: {shown}{signature} cannot be called with op_args={list(args)!r}, "
-            f"op_kwargs={dict(kwargs)!r} ({err}). Pass what its parameters name."
+            f"{name}: {shown}{signature} cannot be called with op_args={op_args!r}, "
+            f"op_kwargs={op_kwargs!r} ({err}). Pass what its parameters name."
         ) from None
 
 

@@ -161,3 +161,28 @@ def test_arguments_rendered_from_an_upstream_output_are_bound_to_the_callable(mo
     op.op_kwargs = {"y": 1}  # rendered
     with pytest.raises(SettingsError, match=r"train\(x, epochs=1\) cannot be called with"):
         op.execute({"ti": TI}, LocalStepOperator__sentinel=ExecutorSafeguard.sentinel_value)
+
+
+@pytest.mark.parametrize(
+    ("op_args", "op_kwargs", "surplus"),
+    [
+        ("{{ params.pair }}", {"epochs": 2, "epoch": 3}, "unexpected keyword argument 'epoch'"),
+        ([1, 2, 3], "{{ params.settings }}", "too many positional arguments"),
+    ],
+)
+def test_a_surplus_beside_an_argument_rendered_later_is_refused_at_parse(
+    op_args, op_kwargs, surplus
+):
+    """One of ``op_args``/``op_kwargs`` a template: the other one is checked when the DAG is
+    parsed, for what no render can fix (a name the callable lacks, too many values)."""
+    from airflow_stepop import LocalStepOperator
+
+    def train(x, epochs=1):
+        return x
+
+    with pytest.raises(SettingsError) as refused:
+        LocalStepOperator(task_id="t", python_callable=train, op_args=op_args, op_kwargs=op_kwargs)
+    assert surplus in str(refused.value)
+    assert f"op_args={op_args!r}, op_kwargs={op_kwargs!r}" in str(refused.value)
+    # what a render may still fill is not refused now
+    LocalStepOperator(task_id="t2", python_callable=train, op_args="{{ params.x }}", op_kwargs={})
