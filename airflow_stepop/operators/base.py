@@ -86,7 +86,7 @@ class BaseStepOperator(BaseOperator):
         refuse_unknown_arguments(type(self), kwargs)
         super().__init__(**kwargs)
         name = self.argument_owner
-        if step_resources is not None:  # resources= of a mapped step (see partial())
+        if resources is None:  # a mapped step's resources= (see partial()), or default_args'
             resources = step_resources
         check_step_arguments(
             name,

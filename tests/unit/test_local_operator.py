@@ -130,3 +130,28 @@ def test_a_parameter_named_like_a_context_value_needs_no_argument_at_parse():
     assert op.op_args == [1]
     with pytest.raises(SettingsError, match="cannot be called with"):
         LocalStepOperator(task_id="u", python_callable=train, op_args=[1, 2, 3, 4])
+
+
+def test_resources_for_every_step_of_a_dag_go_in_default_args_as_step_resources():
+    """``default_args={"resources": ...}`` would reach plain tasks too (Airflow's own
+    ``Resources``); ``step_resources`` reaches only steps, and a step's own ``resources=`` wins."""
+    from airflow.sdk import task
+
+    from airflow_stepop import ResourceSettings
+
+    shared, own = ResourceSettings(cpu_count=2), ResourceSettings(cpu_count=1)
+    with DAG("shared_resources", schedule=None, default_args={"step_resources": shared}) as dag:
+
+        @task
+        def plain():
+            return 1
+
+        plain()
+        LocalStepOperator(task_id="shared", python_callable=max, op_args=[1, 2])
+        LocalStepOperator(task_id="own", python_callable=max, op_args=[1, 2], resources=own)
+        LocalStepOperator.partial(task_id="mapped", python_callable=max, resources=own).expand(
+            op_args=[[1, 2]]
+        )
+    assert dag.get_task("shared").resource_settings == shared
+    assert dag.get_task("own").resource_settings == own
+    assert dag.get_task("mapped").partial_kwargs["step_resources"] == own
