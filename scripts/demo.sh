@@ -17,7 +17,9 @@ state=$(grep -o "state=[a-z]*" "$AIRFLOW_HOME/demo.log" | tail -1)
 root=$AIRFLOW_HOME/stepop-artifacts/stepop_train_pipeline
 echo
 echo "Run finished with $state. Full log: $AIRFLOW_HOME/demo.log"
-echo "Artifacts (code bundle, specs, inputs, outputs, result manifests) are under:"
+echo "Artifacts (specs, inputs, outputs, result manifests) are under:"
 echo "  $root"
+echo "and the code bundles under:"
+echo "  $AIRFLOW_HOME/stepop-artifacts/code"
 find "$root" -name result.json -printf "  %P\n" 2>/dev/null | sort | head -20
 [[ "$state" == "state=success" ]]

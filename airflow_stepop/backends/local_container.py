@@ -72,7 +72,7 @@ def submit(
         {
             "PYTHONPATH": behind_bundle(str(bundle), pythonpath),
             "PYTHONUNBUFFERED": "1",
-            "HOME": "/tmp",
+            "HOME": env.get("HOME", "/tmp"),  # the worker's uid may not write the image's home
             CHECKPOINT_ENV: checkpoint_dir(request),  # the artifact root is mounted as is
         }
     )

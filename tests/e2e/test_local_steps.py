@@ -199,6 +199,7 @@ def test_a_step_runs_in_a_container_of_its_environment_image(results, monkeypatc
     assert seen == {
         "in_container": True,
         "flavor": "container",
+        "home": "/tmp/step-home",
         "python": "/usr/bin/python3",  # the image's interpreter, not the worker's
         "sum": float(size * (size - 1) / 2),
     }

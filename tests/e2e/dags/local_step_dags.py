@@ -275,6 +275,7 @@ def container_step():
     @task.local_step(
         docker=DockerSettings(parent_image=BASE_IMAGE, environment={"STEP_FLAVOR": "container"}),
         resources=ResourceSettings(cpu_count=1, memory="1GiB"),
+        environment={"HOME": "/tmp/step-home"},  # wins over the /tmp the job gets otherwise
     )
     def inspect(array):
         import sys
@@ -282,6 +283,7 @@ def container_step():
         return {
             "in_container": os.path.exists("/.dockerenv"),
             "flavor": os.environ.get("STEP_FLAVOR"),
+            "home": os.environ.get("HOME"),
             "python": sys.executable,
             "sum": float(array.sum()),
         }
