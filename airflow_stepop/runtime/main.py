@@ -232,6 +232,7 @@ class StepRun:
 
     def _encode_outputs(self, result: Any) -> dict[str, Any]:
         limit = int(self.spec.get("inline_limit_bytes", 64 * 1024))
+        values.refuse_missing_paths(result)
 
         def encode(value: Any, name: str) -> dict[str, Any]:
             return values.encode(value, name=name, inline_limit=limit, write=self._write)

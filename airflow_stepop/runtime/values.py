@@ -56,6 +56,24 @@ def _contains(value: Any, stands_alone: Callable[[Any], bool]) -> bool:
     return False
 
 
+def refuse_missing_paths(value: Any, where: str = "return_value") -> None:
+    """A returned ``Path`` names files to keep; one that does not exist (a typo, a file saved
+    under another name) would travel pickled, a name on a machine that is gone."""
+    if isinstance(value, Path) and not value.exists():
+        raise materializers.NoMaterializerError(
+            f"The step returned {value!r} at {where}, which does not exist in the job (working "
+            f"directory {os.getcwd()}): its files cannot be kept. Return the path of the file "
+            "or directory the step wrote, or str(path) to return the name alone.",
+            f"{value!r} does not exist",
+        )
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            refuse_missing_paths(item, f"{where}[{index}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            refuse_missing_paths(item, f"{where}[{key!r}]")
+
+
 def _small_json_with_tuples(value: Any, inline_limit: int) -> bool:
     """JSON but for tuples in it, and small: it travels inline, as nodes that keep the tuples
     (pickling it would hand the task an ArtifactRef in place of a pair of numbers)."""

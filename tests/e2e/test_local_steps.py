@@ -82,6 +82,18 @@ def test_a_path_returned_inside_a_dict_travels_as_its_own_artifact(results):
     assert seen == {"model": "ArtifactRef", "loaded": "42", "score": 0.9, "weights": "42"}
 
 
+def test_a_returned_path_that_does_not_exist_fails_the_step_named(results):
+    """It travelled pickled before: the task succeeded with a name on a machine that is gone."""
+    run = _dags(results).returns_a_missing_path().test()
+    assert run.state == "failed"
+    failure = (results / "failure.txt").read_text()
+    assert (
+        "The step returned PosixPath('model.keras') at return_value['model'], which does not "
+        "exist in the job" in failure
+    )
+    assert "Return the path of the file or directory the step wrote" in failure
+
+
 def test_a_raising_step_fails_the_task_with_the_remote_exception(results):
     run = _dags(results).step_raises().test()
     assert run.state == "failed"

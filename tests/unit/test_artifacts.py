@@ -230,3 +230,12 @@ def test_indexing_a_reference_says_to_load_it(tmp_path, storage):
     with pytest.raises(TypeError, match="not iterable"):
         iter(ref)
     assert ref.load()[:3] == [0, 1, 2]
+
+
+def test_a_returned_path_that_does_not_exist_is_named_where_it_is(tmp_path):
+    kept = tmp_path / "kept.txt"
+    kept.write_text("x")
+    values.refuse_missing_paths({"model": kept, "runs": [kept, "text"]})  # all there: no error
+    with pytest.raises(NoMaterializerError) as refused:
+        values.refuse_missing_paths({"runs": [kept, tmp_path / "gone.keras"]})
+    assert f"PosixPath('{tmp_path}/gone.keras') at return_value['runs'][1]" in str(refused.value)

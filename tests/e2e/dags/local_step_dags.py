@@ -83,6 +83,19 @@ returns_a_model_and_its_score()
 
 
 @dag(schedule=None)
+def returns_a_missing_path():
+    @task.local_step(on_failure_callback=_remember_failure)
+    def train():
+        Path("model.keras.tmp").write_bytes(b"weights")  # saved under another name
+        return {"model": Path("model.keras"), "score": 0.9}
+
+    train()
+
+
+returns_a_missing_path()
+
+
+@dag(schedule=None)
 def step_raises():
     @task.local_step(on_failure_callback=_remember_failure)
     def explode(value: int):
