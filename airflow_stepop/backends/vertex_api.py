@@ -209,9 +209,6 @@ class GoogleAccess:
                 raise VertexApiError(answer.status, (await answer.text())[:500])
             return await answer.json()
 
-    def registry_password(self) -> str:
-        """An OAuth access token for Artifact Registry's docker login."""
-        token = self.token()
-        if token is None:
-            raise RuntimeError("anonymous credentials cannot log in to Artifact Registry")
-        return token
+    def registry_password(self) -> str | None:
+        """An OAuth access token for Artifact Registry's docker login (None: anonymous)."""
+        return self.token()

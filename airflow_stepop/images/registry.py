@@ -82,4 +82,12 @@ def prepare_google(repository: str, token: Any) -> Registry:
         from airflow_stepop.images.builder import DEFAULT_REPOSITORY
 
         repository = f"{repository}/{DEFAULT_REPOSITORY}"
-    return Registry(repository, auth_config={"username": "oauth2accesstoken", "password": token()})
+    password = token()
+    if password is None:
+        raise RuntimeError(
+            f"The step's environment image goes to Artifact Registry ({repository}), and the "
+            "connection's credentials are anonymous: they cannot log in to push it. Give the "
+            "connection credentials (gcp_conn_id), or push to a registry of your own with "
+            "image_repository= or [stepop] vertex_image_repository, or give image_uri=."
+        )
+    return Registry(repository, auth_config={"username": "oauth2accesstoken", "password": password})

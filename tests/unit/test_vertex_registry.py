@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from airflow_stepop.images.registry import prepare_google
 
 
@@ -28,3 +30,11 @@ def test_any_other_registry_is_used_as_given_without_asking_for_a_token():
 
     target = prepare_google("127.0.0.1:5000/stepop-env", no_token)
     assert target.repository == "127.0.0.1:5000/stepop-env" and target.auth_config is None
+
+
+def test_anonymous_credentials_name_the_repository_and_the_ways_out():
+    with pytest.raises(RuntimeError) as refused:
+        prepare_google("us-central1-docker.pkg.dev/p/airflow-stepop", lambda: None)
+    message = str(refused.value)
+    assert "Artifact Registry (us-central1-docker.pkg.dev/p/airflow-stepop/" in message
+    assert "image_repository= or [stepop] vertex_image_repository" in message
