@@ -19,7 +19,7 @@ echo
 echo "Run finished with $state. Full log: $AIRFLOW_HOME/demo.log"
 echo "Artifacts (specs, inputs, outputs, result manifests) are under:"
 echo "  $root"
+find "$root" -name result.json -printf "  %P\n" 2>/dev/null | sort | head -20
 echo "and the code bundles under:"
 echo "  $AIRFLOW_HOME/stepop-artifacts/code"
-find "$root" -name result.json -printf "  %P\n" 2>/dev/null | sort | head -20
 [[ "$state" == "state=success" ]]
