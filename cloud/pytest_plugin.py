@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -148,18 +146,10 @@ def docker_engine() -> Any:
     return client
 
 
-def _registry_has(registry: str, repo: str, tag: str) -> bool:
-    req = urllib.request.Request(f"http://{registry}/v2/{repo}/manifests/{tag}", method="HEAD")
-    req.add_header(
-        "Accept",
-        "application/vnd.docker.distribution.manifest.v2+json, "
-        "application/vnd.oci.image.manifest.v1+json",
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=5):
-            return True
-    except (urllib.error.URLError, OSError):
-        return False
+def _registry_has(reference: str) -> bool:
+    from airflow_stepop.images.registry import has_image
+
+    return has_image(reference, timeout=5) is True
 
 
 @pytest.fixture(scope="session")
@@ -169,7 +159,7 @@ def registry_image(cloud_stack: dict[str, str]) -> str:
     base = cloud_stack.get("STEPOP_TEST_BASE_IMAGE", stack.BASE_IMAGE)
     repo, _, tag = base.rpartition(":")
     ref = f"{registry}/{repo}:{tag}"
-    if _registry_has(registry, repo, tag):
+    if _registry_has(ref):
         return ref
     try:
         import docker
@@ -182,7 +172,7 @@ def registry_image(cloud_stack: dict[str, str]) -> str:
     for line in client.images.push(f"{registry}/{repo}", tag=tag, stream=True, decode=True):
         if "error" in line:
             pytest.skip(f"cannot push {ref}: {line['error']}")
-    if not _registry_has(registry, repo, tag):
+    if not _registry_has(ref):
         pytest.skip(f"pushed {ref} but the registry does not list it")
     return ref
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.images.build_log import hints, plain, unreadable_ca_bundle
+from airflow_stepop.images.registry import has_image
 from airflow_stepop.settings import DockerSettings
 
 if TYPE_CHECKING:
@@ -300,8 +301,12 @@ def _build(settings: DockerSettings, client: Any, reference: str, options: Build
 
 
 def _in_registry(client: Any, reference: str, auth_config: dict[str, str] | None) -> bool:
+    """The registry's HTTP API answers; the engine only when that cannot say."""
     import docker.errors
 
+    found = has_image(reference, auth_config)
+    if found is not None:
+        return found
     try:
         client.images.get_registry_data(reference, auth_config=auth_config)
         return True
@@ -331,13 +336,15 @@ def engine_client(timeout: int = 120) -> Any | None:
         return None
 
 
-def require_engine() -> Any:
-    """A docker client for a build on the worker, or a refusal that says what else works."""
+def require_engine(reference: str) -> Any:
+    """A docker client to build ``reference`` on the worker, or a refusal that says what works."""
     client = engine_client()
     if client is None:
         raise ImageBuildError(
-            "Building the step's environment image needs a container engine, and none answers. "
-            "Start one, or give a prebuilt image with image_uri=."
+            f"The step's environment image {reference} was not found in its registry, and "
+            "building it needs a container engine on the worker: none answers. Start one (or "
+            "run the step once from a worker that has one: the image is pushed, and workers "
+            "without an engine then use it), or give a prebuilt image with image_uri=."
         )
     return client
 
@@ -357,7 +364,7 @@ def service_image(
     <parent>``, content-hashed). Otherwise the content-hashed image is built on a miss. Either
     way it is pushed to the registry that ``registry()`` makes ready (called only then, so a
     parent-only step the service can pull needs no registry login); ``client`` is the engine
-    (found when None).
+    (found when None), needed only on a miss: a worker without one uses an image another built.
     """
     parent = settings.parent_image or default_parent_image()
     copy = not settings.needs_build and pullable is not None and not pullable(parent)
@@ -366,9 +373,13 @@ def service_image(
     if copy:
         log.info("The service cannot pull %s; copying it to the image repository", parent)
     target = registry()
+    reference = image_reference(settings, target.repository, copy=copy)
+    if has_image(reference, target.auth_config):  # asked without an engine: none is needed
+        log.info("Environment image %s is in the registry; no build", reference)
+        return reference, False
     image, built = ensure_image(
         settings,
-        client or require_engine(),
+        client or require_engine(reference),
         repository=target.repository,
         push=True,
         options=BuildOptions.from_config(),

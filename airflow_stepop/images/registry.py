@@ -5,11 +5,16 @@ An ECR repository (``<account>.dkr.ecr.<region>.amazonaws.com/<name>``) is creat
 and logged in to with a token from ECR's GetAuthorizationToken, through the amazon provider's
 ``EcrHook`` (so the connection's endpoint overrides and role assumption apply). Any other
 registry is used as given, with the engine's own credentials.
+
+``has_image`` asks a registry for a tag over its HTTP API (the OCI distribution API every
+registry serves), so a worker with no container engine can still use an image built elsewhere.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import ipaddress
 import logging
 import re
 from dataclasses import dataclass, field
@@ -91,3 +96,92 @@ def prepare_google(repository: str, token: Any) -> Registry:
             "image_repository= or [stepop] vertex_image_repository, or give image_uri=."
         )
     return Registry(repository, auth_config={"username": "oauth2accesstoken", "password": password})
+
+
+_MANIFEST_TYPES = ", ".join(
+    [
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    ]
+)
+_CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
+
+
+def has_image(
+    reference: str, auth_config: dict[str, str] | None = None, timeout: float = 10
+) -> bool | None:
+    """Whether the registry holds ``reference`` (``host[:port]/name:tag``), asked without an engine.
+
+    One HEAD of the tag's manifest, answering a ``401`` challenge as docker does: Basic with
+    ``auth_config``'s user and password (ECR), or Bearer with a token from the challenge's realm
+    (Artifact Registry, Azure Container Registry, Docker Hub). A loopback registry is spoken to
+    over plain HTTP, as docker treats it as insecure by default. None when the registry cannot
+    say (no host in the reference, unreachable, a refused login): the caller asks the engine.
+    """
+    import requests
+
+    first, _, rest = reference.partition("/")
+    name, _, tag = rest.rpartition(":")
+    if not (name and ("." in first or ":" in first or first == "localhost")):
+        return None  # Docker Hub's short names: left to the engine
+    scheme = "http" if _loopback(first) else "https"
+    url = f"{scheme}://{first}/v2/{name}/manifests/{tag}"
+    basic = (auth_config["username"], auth_config["password"]) if auth_config else None
+    try:
+        with requests.Session() as session:
+            response = session.head(url, headers={"Accept": _MANIFEST_TYPES}, timeout=timeout)
+            if response.status_code == 401:
+                challenge = response.headers.get("WWW-Authenticate", "")
+                answer = _answer(session, challenge, basic, timeout)
+                if answer is None:
+                    return None
+                response = session.head(
+                    url,
+                    headers={"Accept": _MANIFEST_TYPES, "Authorization": answer},
+                    timeout=timeout,
+                )
+    except (requests.RequestException, ValueError) as exc:  # ValueError: a token not in JSON
+        log.info("Could not ask the registry for %s (%s); asking the engine", reference, exc)
+        return None
+    if response.status_code in (200, 404):
+        return response.status_code == 200
+    log.info("The registry answered %s for %s; asking the engine", response.status_code, reference)
+    return None
+
+
+def _answer(
+    session: Any, challenge: str, basic: tuple[str, str] | None, timeout: float
+) -> str | None:
+    """The ``Authorization`` value that answers a registry's ``WWW-Authenticate`` challenge."""
+    scheme = challenge.split(" ", 1)[0].lower()
+    if scheme == "basic":
+        if basic is None:
+            return None
+        return "Basic " + base64.b64encode(f"{basic[0]}:{basic[1]}".encode()).decode()
+    if scheme != "bearer":
+        return None
+    params = dict(_CHALLENGE_PARAM.findall(challenge))
+    if "realm" not in params:
+        return None
+    query = {key: params[key] for key in ("service", "scope") if key in params}
+    token = session.get(params["realm"], params=query, auth=basic, timeout=timeout)
+    if token.status_code != 200:
+        return None
+    body = token.json()
+    value = body.get("token") or body.get("access_token")
+    return f"Bearer {value}" if value else None
+
+
+def _loopback(host_port: str) -> bool:
+    if host_port.startswith("["):  # [::1]:5000
+        host = host_port[1 : host_port.find("]")]
+    else:
+        host = host_port.split(":")[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
