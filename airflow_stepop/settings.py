@@ -195,6 +195,39 @@ def shown_size(size: int) -> str:
 
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# The distribution project's reference grammar: [domain[:port]/]path[:tag][@digest], where the
+# path's components are lowercase (a registry refuses ``Python``; docker says only "invalid
+# reference format", at build time). As docker reads it, a first component is a domain only
+# with a dot or a port, or as ``localhost``.
+_DOMAIN_PART = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_DOMAIN = rf"(?={_DOMAIN_PART}[.:]|localhost/){_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?"
+_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REFERENCE = re.compile(
+    rf"(?:{_DOMAIN}/)?{_PATH_PART}(?:/{_PATH_PART})*"
+    r"(?::\w[\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+
+
+def check_image_reference(field_name: str, value: Any, example: str) -> None:
+    """Refuse what no registry takes as an image reference, naming the lowercase spelling when
+    only the case is wrong (tags keep theirs)."""
+    if isinstance(value, str) and _IMAGE_REFERENCE.fullmatch(value):
+        return
+    hint = ""
+    if isinstance(value, str):
+        name, at, digest = value.partition("@")
+        slash = name.rfind("/")
+        colon = name.rfind(":")
+        path, tag = (name[:colon], name[colon:]) if colon > slash else (name, "")
+        lowered = path.lower() + tag + at + digest
+        if lowered != value and _IMAGE_REFERENCE.fullmatch(lowered):
+            hint = f" Repository names are lowercase: {lowered!r}."
+    raise SettingsError(
+        f"{field_name}={value!r} is not an image reference; use e.g. {example!r}.{hint}"
+    )
+
+
 _APT_NAME = re.compile(r"^[a-z0-9][a-z0-9+.\-]*(=[A-Za-z0-9.+~:\-]+)?$")
 
 
@@ -270,13 +303,11 @@ class DockerSettings:
 
     def __post_init__(self) -> None:
         owner = "DockerSettings"
-        if self.parent_image is not None and (
-            not isinstance(self.parent_image, str)
-            or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@\-]*", self.parent_image)
-        ):
-            raise SettingsError(
-                f"{owner}.parent_image={self.parent_image!r} is not an image reference; use e.g. "
-                "'pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime'."
+        if self.parent_image is not None:
+            check_image_reference(
+                f"{owner}.parent_image",
+                self.parent_image,
+                "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime",
             )
         object.__setattr__(
             self, "requirements", _string_tuple(owner, "requirements", self.requirements)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow_stepop.settings import SettingsError
+from airflow_stepop.settings import SettingsError, check_image_reference
 
 CONN_ID = re.compile(r"^[\w.\-]+$")
 # The object stores' bucket naming rules (a name outside them is refused, or retried as an error).
@@ -221,13 +221,8 @@ def environment(owner: str, value: Any) -> dict[str, str]:
 
 
 def _image_reference(owner: str, value: Any, example: str) -> str | None:
-    if value is not None and not (
-        is_templated(value)
-        or (isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@\-]*", value))
-    ):
-        raise SettingsError(
-            f"{owner}.image_uri={value!r} is not an image reference; use e.g. {example!r}."
-        )
+    if value is not None and not is_templated(value):
+        check_image_reference(f"{owner}.image_uri", value, example)
     return value
 
 

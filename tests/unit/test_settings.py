@@ -121,6 +121,30 @@ def test_docker_settings_refuse_wrong_values(kwargs, field):
         DockerSettings(**kwargs)
 
 
+@pytest.mark.parametrize(
+    "image",
+    [
+        "python:3.11-slim",
+        "127.0.0.1:5000/stepop-base/python:3.11-bookworm",
+        "nvcr.io/nvidia/pytorch:24.01-py3",
+        "mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu20.04",
+        "python:3.11-RC1",  # a tag keeps its case
+        "python@sha256:" + "a" * 64,
+    ],
+)
+def test_docker_settings_take_the_image_references_registries_take(image):
+    assert DockerSettings(parent_image=image).parent_image == image
+
+
+def test_an_image_name_with_capitals_is_refused_at_parse_with_its_lowercase_spelling():
+    """Registries refuse uppercase repository names; docker's build would say only
+    'invalid reference format', after the task had started."""
+    with pytest.raises(SettingsError) as refused:
+        DockerSettings(parent_image="PyTorch/pytorch:2.4.0-RC1")
+    assert "DockerSettings.parent_image='PyTorch/pytorch:2.4.0-RC1'" in str(refused.value)
+    assert "lowercase: 'pytorch/pytorch:2.4.0-RC1'" in str(refused.value)
+
+
 def test_docker_settings_take_a_dockerfile_as_a_path_and_keep_it_absolute(tmp_path):
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text("FROM scratch\n")
