@@ -138,8 +138,12 @@ class VertexJobConfig:
             owner, catalog, resources, machine_type, accelerator_type, accelerator_count
         )
         if machine is not None and machine_type is not None:
+            written = ", ".join(f"{key}={value!r}" for key, value in (
+                ("machine_type", machine_type), ("accelerator_type", accelerator_type),
+                ("accelerator_count", accelerator_count)) if value is not None)  # fmt: skip
             catalog.check_explicit(machine_name(machine, accelerator, count), resources,
-                                   owner=owner, explicit="machine_type")  # fmt: skip
+                                   owner=owner, explicit="machine_type",
+                                   written=written)  # fmt: skip
         if machine is None:
             default = config.get("vertex_default_machine_type")
             machine, accelerator, count = split_machine(default)

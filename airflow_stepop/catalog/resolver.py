@@ -106,16 +106,24 @@ class Catalog:
         return None
 
     def check_explicit(
-        self, name: str, want: ResourceSettings | None, *, owner: str, explicit: str
+        self,
+        name: str,
+        want: ResourceSettings | None,
+        *,
+        owner: str,
+        explicit: str,
+        written: str | None = None,
     ) -> None:
         """A type named explicitly wins over ``resources=``; one the catalog knows to lack what
         ``resources`` asks for (a GPU, memory, vCPUs) is refused, not run without it. A type the
-        catalog does not list is taken as given."""
+        catalog does not list is taken as given. ``written``: the arguments as the user wrote
+        them, when the catalog's row name differs (default ``explicit=name``)."""
         machine = self.get(name)
         if want is None or machine is None or machine.fits(want):
             return
+        written = written or f"{explicit}={name!r}"
         raise NoFittingMachineError(
-            f"{owner}.{explicit}={name!r} is {machine.describe()}, which lacks what "
+            f"{owner}.{written} is {machine.describe()}, which lacks what "
             f"resources={want.shown()} asks for; {explicit} wins over resources, so the step "
             f"would run without it. Drop {explicit} to get the cheapest type that fits, or name "
             "one that fits."

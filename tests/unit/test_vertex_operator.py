@@ -220,6 +220,15 @@ def test_a_request_nothing_fits_names_the_three_closest_machines():
     assert "instance_count" not in message
 
 
+def test_a_bundled_gpu_machine_lacking_the_asked_gpu_is_refused_as_written():
+    """The catalog's row is 'a2-highgpu-1g+NVIDIA_TESLA_A100x1'; the user wrote the machine."""
+    with pytest.raises(NoFittingMachineError) as err:
+        _op(machine_type="a2-highgpu-1g", resources=ResourceSettings(gpu_type="T4"))
+    message = str(err.value)
+    assert message.startswith("VertexStepOperator.machine_type='a2-highgpu-1g' is a2-highgpu-1g")
+    assert "1 x A100" in message and "Drop machine_type" in message
+
+
 def test_max_runtime_defaults_to_execution_timeout_plus_a_grace_then_seven_days():
     # 5 minutes past the deadline: the trigger cancels the job first (AirflowTaskTimeout), and
     # scheduling.timeout only ends a job nobody watches
