@@ -184,6 +184,22 @@ def rename_step_resources(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def refuse_shared_resource_settings(default_args: Any) -> None:
+    """``default_args={"resources": ResourceSettings(...)}`` reaches every task of the DAG, and
+    Airflow turns a plain task's ``resources`` into its own ``Resources``: it would fail there
+    with a bare ``TypeError``. Steps share theirs as ``step_resources``."""
+    if isinstance(default_args, Mapping) and isinstance(
+        shared := default_args.get("resources"), ResourceSettings
+    ):
+        raise SettingsError(
+            f"default_args={{'resources': {shared.shown()}}}: Airflow gives default_args' "
+            "resources to every task of the DAG, as its own Resources, which a "
+            "ResourceSettings is not. For every step of the DAG, write "
+            f"default_args={{'step_resources': {shared.shown()}}} (a step's own resources= "
+            "wins over it)."
+        )
+
+
 def check_connection(owner: str, name: str, conn_id: Any, ambient_default: str | None) -> None:
     """A connection id Airflow does not have fails when the task runs, naming the argument,
     before anything is uploaded: a cloud SDK's own error names neither, and the amazon provider

@@ -26,6 +26,7 @@ from airflow_stepop.operators.arguments import (
     refuse_empty_renders,
     refuse_secret_arguments,
     refuse_secrets,
+    refuse_shared_resource_settings,
     refuse_unknown_arguments,
     rename_step_resources,
     rendered_environment,
@@ -84,6 +85,7 @@ class BaseStepOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         refuse_unknown_arguments(type(self), kwargs)
+        refuse_shared_resource_settings(kwargs.get("default_args"))
         super().__init__(**kwargs)
         name = self.argument_owner
         if resources is None:  # a mapped step's resources= (see partial()), or default_args'

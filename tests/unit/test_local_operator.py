@@ -155,3 +155,14 @@ def test_resources_for_every_step_of_a_dag_go_in_default_args_as_step_resources(
     assert dag.get_task("shared").resource_settings == shared
     assert dag.get_task("own").resource_settings == own
     assert dag.get_task("mapped").partial_kwargs["step_resources"] == own
+
+
+def test_resource_settings_in_default_args_resources_are_refused_naming_step_resources():
+    """Airflow would fail with a bare TypeError ('argument after ** must be a mapping')."""
+    from airflow_stepop import ResourceSettings
+
+    shared = ResourceSettings(gpu_count=1)
+    shared_wrongly = DAG("shared_wrongly", schedule=None, default_args={"resources": shared})
+    with shared_wrongly, pytest.raises(SettingsError) as refused:
+        LocalStepOperator(task_id="s", python_callable=max, op_args=[1, 2])
+    assert "default_args={'step_resources': ResourceSettings(gpu_count=1)}" in str(refused.value)
