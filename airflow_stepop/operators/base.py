@@ -2,8 +2,9 @@
 
 A service's operator is a thin subclass that says which backend runs the job. The life of a
 step (packaging, inputs, the spec, submit, deferral, kills, results and failures) is driven from
-here; its parts live beside it: the argument checks (``arguments``), what an earlier try left
-(``earlier_try``) and what a finished job left (``outcome``).
+here; its parts live beside it: the argument checks (``arguments``), what the job reads
+(``job_request``), what an earlier try left (``earlier_try``) and what a finished job left
+(``outcome``).
 """
 
 from __future__ import annotations
@@ -24,14 +25,12 @@ from airflow_stepop.operators.arguments import (
     check_connection,
     check_step_arguments,
     refuse_empty_renders,
-    refuse_secret_arguments,
-    refuse_secrets,
     refuse_shared_resource_settings,
     refuse_unknown_arguments,
     rename_step_resources,
-    rendered_environment,
     rendered_later,
 )
+from airflow_stepop.operators.job_request import job_request
 from airflow_stepop.operators.outcome import (
     StepKilledError,
     read_result,
@@ -39,7 +38,7 @@ from airflow_stepop.operators.outcome import (
     shown,
     step_failure,
 )
-from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
+from airflow_stepop.settings import DockerSettings, ResourceSettings
 
 if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
     from airflow_stepop.backends.base import JobRequest, StepBackend
@@ -321,62 +320,8 @@ class BaseStepOperator(BaseOperator):
         return self.has_dag() and next(self.iter_mapped_dependants(), None) is not None
 
     def _prepare(self, context: Any, key: str, backend: StepBackend) -> JobRequest:
-        """Upload code and inputs, write the spec: everything the job reads."""
-        from airflow_stepop.artifacts.storage import missing_store, worker_storage
-        from airflow_stepop.backends.base import JobRequest
-        from airflow_stepop.backends.naming import job_name
-        from airflow_stepop.operators.context import context_arguments
-        from airflow_stepop.packaging.staging import StepIdentity, stage_step
-
-        self.environment = rendered_environment(self.argument_owner, self.environment)
-        refuse_secrets(self.argument_owner, self.environment)
-        function, args, kwargs = self.python_callable, self.op_args, self.op_kwargs
-        kwargs = {
-            **context_arguments(self.argument_owner, function, args, kwargs, context),
-            **kwargs,
-        }
-        refuse_secret_arguments(self.argument_owner, args, kwargs)
-        ti = context["ti"]
-        root = backend.artifact_root(self.step_artifact_root())
-        storage = worker_storage(self.storage_conn_id)
-        try:
-            staged = stage_step(
-                function,
-                args,
-                kwargs,
-                root=root,
-                step=StepIdentity(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number),
-                storage=storage,
-                multiple_outputs=bool(self.multiple_outputs),
-                inline_limit=config.get_int("inline_result_max_bytes"),
-                mapped_downstream=self._mapped_over(),
-            )
-        except Exception as exc:
-            store = missing_store(root, storage)
-            if store is None:
-                raise
-            raise SettingsError(
-                f"{self.argument_owner}: the artifact root {root!r} is in {store}, which does not "
-                f"exist (or the connection {self.storage_conn_id!r} cannot see it). Create it, "
-                f"or set {config.artifact_root_options(self.service)} to a bucket or container "
-                "that exists."
-            ) from exc
-        return JobRequest(
-            job_name=job_name(key, ti.try_number),
-            task_key=key,
-            spec_uri=staged.spec_uri,
-            run_uri=staged.run_uri,
-            code_uri=staged.code_uri,
-            resources=self.resource_settings,
-            docker=self.docker_settings,
-            environment=self.environment,
-            labels={
-                "dag_id": ti.dag_id,
-                "task_id": ti.task_id,
-                "run_id": ti.run_id,
-                "map_index": str(ti.map_index),
-            },
-        )
+        """Upload code and inputs, write the spec (``job_request``)."""
+        return job_request(self, context, key, backend)
 
     # ---- completion ------------------------------------------------------------------------
 

@@ -1,0 +1,81 @@
+"""What a step's job reads: its code, inputs and spec, staged, and the request to submit it.
+
+Runs in ``execute()`` after the run-time checks, before the submit: the environment and
+arguments are checked for secrets here, as nothing of them may reach object storage.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow_stepop import config
+from airflow_stepop.operators.arguments import (
+    refuse_secret_arguments,
+    refuse_secrets,
+    rendered_environment,
+)
+from airflow_stepop.settings import SettingsError
+
+if TYPE_CHECKING:
+    from airflow_stepop.backends.base import JobRequest, StepBackend
+    from airflow_stepop.operators.base import BaseStepOperator
+
+
+def job_request(op: BaseStepOperator, context: Any, key: str, backend: StepBackend) -> JobRequest:
+    """Upload code and inputs, write the spec: everything the job reads, as the request the
+    backend submits. The operator's ``environment`` is rendered and checked for secrets first."""
+    from airflow_stepop.artifacts.storage import missing_store, worker_storage
+    from airflow_stepop.backends.base import JobRequest
+    from airflow_stepop.backends.naming import job_name
+    from airflow_stepop.operators.context import context_arguments
+    from airflow_stepop.packaging.staging import StepIdentity, stage_step
+
+    op.environment = rendered_environment(op.argument_owner, op.environment)
+    refuse_secrets(op.argument_owner, op.environment)
+    function, args, kwargs = op.python_callable, op.op_args, op.op_kwargs
+    kwargs = {
+        **context_arguments(op.argument_owner, function, args, kwargs, context),
+        **kwargs,
+    }
+    refuse_secret_arguments(op.argument_owner, args, kwargs)
+    ti = context["ti"]
+    root = backend.artifact_root(op.step_artifact_root())
+    storage = worker_storage(op.storage_conn_id)
+    try:
+        staged = stage_step(
+            function,
+            args,
+            kwargs,
+            root=root,
+            step=StepIdentity(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number),
+            storage=storage,
+            multiple_outputs=bool(op.multiple_outputs),
+            inline_limit=config.get_int("inline_result_max_bytes"),
+            mapped_downstream=op._mapped_over(),
+        )
+    except Exception as exc:
+        store = missing_store(root, storage)
+        if store is None:
+            raise
+        raise SettingsError(
+            f"{op.argument_owner}: the artifact root {root!r} is in {store}, which does not "
+            f"exist (or the connection {op.storage_conn_id!r} cannot see it). Create it, "
+            f"or set {config.artifact_root_options(op.service)} to a bucket or container "
+            "that exists."
+        ) from exc
+    return JobRequest(
+        job_name=job_name(key, ti.try_number),
+        task_key=key,
+        spec_uri=staged.spec_uri,
+        run_uri=staged.run_uri,
+        code_uri=staged.code_uri,
+        resources=op.resource_settings,
+        docker=op.docker_settings,
+        environment=op.environment,
+        labels={
+            "dag_id": ti.dag_id,
+            "task_id": ti.task_id,
+            "run_id": ti.run_id,
+            "map_index": str(ti.map_index),
+        },
+    )
