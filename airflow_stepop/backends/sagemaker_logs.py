@@ -17,6 +17,7 @@ from airflow_stepop.backends.sagemaker_job import LOG_GROUP, PENDING_SECONDARY, 
 
 LOG_STREAMS_INTERVAL = 60.0
 LOG_EVENTS_INTERVAL = 2.0
+FINAL_PAGES = 50  # per stream, for a finished job: up to 500,000 lines into the task log
 
 
 async def read_new_lines(
@@ -31,7 +32,8 @@ async def read_new_lines(
     """The job's new lines since ``cursor`` (None at first) and the cursor to use next.
 
     ``phase`` is the job's last SecondaryStatus; ``final`` reads every stream to its end (the
-    job has ended). ``allowed()`` takes a token of the log budget before each call: none left
+    job has ended; past ``FINAL_PAGES`` pages of one stream, a line says where the rest is).
+    ``allowed()`` takes a token of the log budget before each call: none left
     stops the read where it is. Lines of a multi-instance job carry their host's name.
     """
     cursor = dict(cursor or {"streams": {}, "listed": 0.0, "read": 0.0, "phase": ""})
@@ -67,7 +69,7 @@ async def read_new_lines(
             streams.setdefault(stream["logStreamName"], None)
     for name in sorted(streams):
         token = streams[name]
-        for _ in range(50 if final else 1):
+        for _ in range(FINAL_PAGES if final else 1):
             kwargs: dict[str, Any] = {
                 "logGroupName": LOG_GROUP,
                 "logStreamName": name,
@@ -87,6 +89,12 @@ async def read_new_lines(
             token = next_token or token
             if done:
                 break
+        else:  # every page read was full
+            if final:
+                lines.append(
+                    f"[stepop] The log stream {name} has more lines than the task log takes "
+                    f"({FINAL_PAGES} pages); the rest is in CloudWatch Logs, {LOG_GROUP}."
+                )
         streams[name] = token
     cursor["streams"] = streams
     return lines, cursor
