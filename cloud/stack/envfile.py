@@ -64,8 +64,10 @@ def derived(env: dict[str, str]) -> dict[str, str]:
     out["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = google_connection(
         "stepop-local", out.get("STEPOP_VERTEX_ENDPOINT"), out.get("STEPOP_VERTEX_LOGGING_ENDPOINT")
     )
-    if "STEPOP_REGISTRY" in out:  # the registry stands in for ECR, where SageMaker pulls from
-        out["AIRFLOW__STEPOP__SAGEMAKER_IMAGE_REPOSITORY"] = f"{out['STEPOP_REGISTRY']}/stepop-env"
+    if "STEPOP_REGISTRY" in out:  # the registry stands in for ECR, Artifact Registry and ACR
+        for service in ("SAGEMAKER", "VERTEX", "AZUREML"):
+            key = f"AIRFLOW__STEPOP__{service}_IMAGE_REPOSITORY"
+            out[key] = f"{out['STEPOP_REGISTRY']}/stepop-env"
     out["STEPOP_DEMO_BUCKET"] = DEMO_BUCKET
     return out
 
