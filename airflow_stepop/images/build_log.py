@@ -2,7 +2,8 @@
 
 A build that cannot reach the package index fails deep in pip's output ("Temporary failure in
 name resolution", "CERTIFICATE_VERIFY_FAILED"), and nothing there names the ``[stepop]`` option
-that fixes it on this worker. The error says which, with a value to try.
+that fixes it on this worker. The error says which, with a value to try. A build that fails at
+its first step (``FROM``) could not pull the parent image: the error says what to give instead.
 """
 
 from __future__ import annotations
@@ -45,8 +46,19 @@ def hints(lines: Iterable[str], network_mode: str | None, ca_bundle: str | None)
     ``network_mode`` and ``ca_bundle`` are the build's ``[stepop]`` settings, said back when the
     failure happened with them set (so the value is wrong rather than missing).
     """
-    text = "\n".join(lines).lower()
+    lines = list(lines)
     found = []
+    first_step = re.match(r"step 1/\d+ : from (\S+)", lines[-1], re.I) if lines else None
+    if first_step:
+        parent = first_step.group(1)
+        found.append(
+            f"The engine could not pull the parent image {parent} (the build's first step). "
+            "Give DockerSettings(parent_image=) an image in a registry this engine reaches (or "
+            "one it already has), or give the engine a mirror of Docker Hub (registry-mirrors "
+            "in its daemon.json)."
+        )
+        return found
+    text = "\n".join(lines).lower()
     if any(words in text for words in _NO_NETWORK):
         now = f" (it is {network_mode!r} now)" if network_mode else ""
         found.append(

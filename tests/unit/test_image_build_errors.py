@@ -105,6 +105,22 @@ def test_a_hint_says_the_value_that_did_not_help(tmp_path):
     assert "[stepop] build_network_mode (it is 'none' now)" in message
 
 
+def test_a_parent_image_the_engine_cannot_pull_names_parent_image_and_a_mirror():
+    """An engine with no way to Docker Hub fails at FROM, with Go's resolver error only."""
+    stream = [
+        {"stream": "Step 1/4 : FROM python:3.11-slim"},
+        {"stream": "\n"},
+        {
+            "error": 'Get "https://registry-1.docker.io/v2/": dial tcp: lookup '
+            "registry-1.docker.io on 127.0.0.53:53: no such host"
+        },
+    ]
+    message = _failure(stream, BuildOptions())
+    assert "could not pull the parent image python:3.11-slim" in message
+    assert "DockerSettings(parent_image=)" in message and "registry-mirrors" in message
+    assert "build_network_mode" not in message  # the build's own network is not the cause
+
+
 def test_a_build_failure_of_another_kind_gets_no_hint():
     stream = _stream("ERROR: Invalid requirement: 'tomli-w===='")
     message = _failure(stream, BuildOptions())
