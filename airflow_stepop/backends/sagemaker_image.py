@@ -22,14 +22,6 @@ IMAGE_EXAMPLE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1.0"
 _ECR_REPOSITORY = re.compile(r"\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/")
 
 
-def _registry_host(image: str) -> str:
-    """The registry host of an image reference, as docker reads it (Docker Hub when none)."""
-    first, slash, _ = image.partition("/")
-    if slash and ("." in first or ":" in first or first == "localhost"):
-        return first
-    return "docker.io"
-
-
 def service_can_pull(image: str, repository: str | None) -> bool:
     """Whether SageMaker's training machines can pull ``image``.
 
@@ -38,21 +30,23 @@ def service_can_pull(image: str, repository: str | None) -> bool:
     only one more host counts: that of the step's image ``repository`` (where built images are
     pushed: the emulated cloud's registry stands in for ECR this way).
     """
-    from airflow_stepop.images.registry import ECR_HOST
+    from airflow_stepop.images.registry import ECR_HOST, registry_host
 
-    host = _registry_host(image)
+    host = registry_host(image)
     if ECR_HOST.match(host):
         return True
-    return repository is not None and host == _registry_host(repository)
+    return repository is not None and host == registry_host(repository)
 
 
 def check_image_uri(owner: str, image_uri: str, repository: str | None) -> None:
     """Refuse an ``image_uri`` SageMaker cannot pull, before anything is submitted."""
     if service_can_pull(image_uri, repository):
         return
+    from airflow_stepop.images.registry import registry_host
+
     also = ""
     if repository is not None and not _ECR_REPOSITORY.match(repository):
-        also = f" or the image repository's registry {_registry_host(repository)!r}"
+        also = f" or the image repository's registry {registry_host(repository)!r}"
     raise SettingsError(
         f"{owner}.image_uri={image_uri!r} is an image SageMaker cannot pull: training jobs pull "
         f"from Amazon ECR{also} only. Push it to ECR and give that URI (e.g. {IMAGE_EXAMPLE!r}), "

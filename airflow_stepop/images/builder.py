@@ -116,20 +116,14 @@ def _context(files: dict[str, bytes]) -> io.BytesIO:
     return buffer
 
 
-def _image_exists(client: Any, reference: str, registry_lookup: bool) -> bool:
+def _image_exists(client: Any, reference: str) -> bool:
+    """Whether the engine has the image (the registry is ``_in_registry``'s to ask)."""
     import docker.errors
 
     try:
         client.images.get(reference)
         return True
     except docker.errors.ImageNotFound:
-        pass
-    if not registry_lookup:
-        return False
-    try:
-        client.images.get_registry_data(reference)
-        return True
-    except docker.errors.APIError:
         return False
 
 
@@ -251,11 +245,11 @@ def _present(client: Any, reference: str, push: bool, auth_config: dict[str, str
         if _in_registry(client, reference, auth_config):
             log.info("Environment image %s is in the registry; no build", reference)
             return True
-        if _image_exists(client, reference, registry_lookup=False):
+        if _image_exists(client, reference):
             log.info("Environment image %s was built here before; pushing it", reference)
             _push(client, reference, auth_config)
             return True
-    elif _image_exists(client, reference, registry_lookup=False):
+    elif _image_exists(client, reference):
         log.info("Environment image %s exists; no build", reference)
         return True
     return False

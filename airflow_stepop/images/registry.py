@@ -12,9 +12,7 @@ registry serves), so a worker with no container engine can still use an image bu
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import ipaddress
 import logging
 import re
 from dataclasses import dataclass, field
@@ -33,6 +31,14 @@ class Registry:
     repository: str  # host[:port]/name, no tag
     # for the docker SDK; never logged or stored, so not in the repr either
     auth_config: dict[str, str] | None = field(default=None, repr=False)
+
+
+def registry_host(image: str) -> str:
+    """The registry host of an image reference, as docker reads it (Docker Hub when none)."""
+    first, slash, _ = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
 
 
 def check_repository(value: Any, field: str, example: str) -> str:
@@ -122,12 +128,12 @@ def has_image(
     """
     import requests
 
-    first, _, rest = reference.partition("/")
-    name, _, tag = rest.rpartition(":")
-    if not (name and ("." in first or ":" in first or first == "localhost")):
-        return None  # Docker Hub's short names: left to the engine
-    scheme = "http" if _loopback(first) else "https"
-    url = f"{scheme}://{first}/v2/{name}/manifests/{tag}"
+    host = registry_host(reference)
+    name, _, tag = reference.removeprefix(f"{host}/").rpartition(":")
+    if host == "docker.io" or not name:
+        return None  # Docker Hub (its short names, its library/ prefix): left to the engine
+    scheme = "http" if _loopback(host) else "https"
+    url = f"{scheme}://{host}/v2/{name}/manifests/{tag}"
     basic = (auth_config["username"], auth_config["password"]) if auth_config else None
     try:
         with requests.Session() as session:
@@ -157,6 +163,8 @@ def _answer(
     """The ``Authorization`` value that answers a registry's ``WWW-Authenticate`` challenge."""
     scheme = challenge.split(" ", 1)[0].lower()
     if scheme == "basic":
+        import base64
+
         if basic is None:
             return None
         return "Basic " + base64.b64encode(f"{basic[0]}:{basic[1]}".encode()).decode()
@@ -175,6 +183,8 @@ def _answer(
 
 
 def _loopback(host_port: str) -> bool:
+    import ipaddress
+
     if host_port.startswith("["):  # [::1]:5000
         host = host_port[1 : host_port.find("]")]
     else:
