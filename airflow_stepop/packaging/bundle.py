@@ -4,7 +4,8 @@ The bundle holds the step runtime (``airflow_stepop/runtime``, standard library 
 public names a step's modules may import: ``packaging/job_init.py``), the
 callable's module and the local modules it imports (from the DAGs folder or the user's own
 package, never site-packages), and, when the callable cannot be imported by name, the callable
-pickled by value together with the worker's own cloudpickle. Entries are sorted and timestamps
+pickled by value together with the worker's own cloudpickle and the source lines of the code
+it carries (``by_value.py``). Entries are sorted and timestamps
 fixed, so the same code always yields the same sha256 and is uploaded once.
 
 The runtime imports a module-level function by module and qualified name. Functions defined in
@@ -29,14 +30,14 @@ from pathlib import Path
 from typing import Any
 
 import airflow_stepop.runtime as runtime_package
-from airflow_stepop.packaging.cache import (
-    BundleCache,
-    CodeBundle,
-    PackagingError,
-    lookup,
-    pickle_by_value,
+from airflow_stepop.packaging.by_value import PackagingError, pickle_by_value
+from airflow_stepop.packaging.cache import BundleCache, CodeBundle, lookup
+from airflow_stepop.runtime.spec import (
+    BUNDLE_CALLABLE,
+    BUNDLE_CODE_DIR,
+    BUNDLE_DEPS_DIR,
+    BUNDLE_SOURCES,
 )
-from airflow_stepop.runtime.spec import BUNDLE_CALLABLE, BUNDLE_CODE_DIR, BUNDLE_DEPS_DIR
 
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 # A callable pickled by value above this size captured data (a closure's variables, globals of
@@ -233,16 +234,17 @@ def _build(
         import cloudpickle
 
         pickled = pickle_by_value(function, by_value)
-        if len(pickled) > LARGE_PICKLE_BYTES:
+        if len(pickled.pickle) > LARGE_PICKLE_BYTES:
             log.warning(
                 "The step %s travels pickled with what it uses, %.0f MiB: it captures data (a "
                 "closure's variables, or globals of its module). That data is uploaded with its "
                 "code, again whenever it changes; pass it as an argument (an ArtifactRef from "
                 "an upstream step) or load it inside the step instead.",
                 function.__qualname__,
-                len(pickled) / 2**20,
+                len(pickled.pickle) / 2**20,
             )
-        files[BUNDLE_CALLABLE] = pickled
+        files[BUNDLE_CALLABLE] = pickled.pickle
+        files[BUNDLE_SOURCES] = pickled.sources_json()
         for path in _package_files(cloudpickle):
             rel = path.relative_to(Path(cloudpickle.__file__).parent.parent).as_posix()
             sources[BUNDLE_DEPS_DIR + rel] = path
@@ -263,7 +265,7 @@ def _build(
         watched = [*sources.values(), *([module_file] if module_file else [])]
         record = {"sha256": sha256, "callable": entry}
         if pickled is not None:
-            record["pickle_sha256"] = hashlib.sha256(pickled).hexdigest()
+            record["pickle_sha256"] = pickled.sha256()
             record["by_value"] = by_value
         # a module added beside them, or where an unresolved import looks, changes the bundle
         dirs = {p.parent for p in watched} | _local_path_dirs()

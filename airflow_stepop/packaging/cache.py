@@ -26,20 +26,17 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from airflow_stepop import config
+from airflow_stepop.packaging.by_value import PackagingError, pickle_by_value
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
-
-
-class PackagingError(ValueError):
-    """A callable that cannot be shipped to a job."""
 
 
 class CodeBundle:
@@ -81,9 +78,8 @@ class BundleCache:
             return None
         callable_entry = entry["callable"]
         if callable_entry["kind"] == "pickle":
-            pickled = pickle_by_value(function, entry.get("by_value", ()))
-            pickled = hashlib.sha256(pickled).hexdigest()
-            if pickled != entry.get("pickle_sha256"):
+            by_value = pickle_by_value(function, entry.get("by_value", ()))
+            if by_value.sha256() != entry.get("pickle_sha256"):
                 return None
         elif lookup(sys.modules.get(function.__module__), function.__qualname__) is not function:
             return None
@@ -182,45 +178,3 @@ def lookup(module: Any, qualname: str) -> Any:
     for part in qualname.split("."):
         target = getattr(target, part, None)
     return target
-
-
-def pickle_by_value(function: Callable[..., Any], modules: Sequence[str] = ()) -> bytes:
-    """The callable pickled with its module's code (a DAG file's function, a closure), and that
-    of ``modules`` (local modules that import Airflow, which a job may not be able to import)."""
-    import cloudpickle
-
-    names = [function.__module__, *modules] if function.__module__ != "__main__" else [*modules]
-    registered = [m for name in dict.fromkeys(names) if (m := sys.modules.get(name)) is not None]
-    for module in registered:
-        cloudpickle.register_pickle_by_value(module)
-    try:
-        return cloudpickle.dumps(function)
-    except Exception as exc:
-        culprit = _unpicklable_name(function, cloudpickle.dumps)
-        raise PackagingError(
-            f"The callable {function.__qualname__!r} cannot be pickled by value "
-            f"({type(exc).__name__}: {exc}).{culprit} Create such an object inside the step "
-            "(or pass what it holds as an argument), or define the step at module level in a "
-            "module of the DAGs folder that does not import Airflow, so the job imports it by "
-            "name."
-        ) from exc
-    finally:
-        for module in registered:
-            cloudpickle.unregister_pickle_by_value(module)
-
-
-def _unpicklable_name(function: Callable[..., Any], dumps: Callable[[Any], bytes]) -> str:
-    """Which variable the function uses (a closure's, or a global) could not be pickled."""
-    import inspect
-
-    try:
-        used = inspect.getclosurevars(function)
-    except (TypeError, ValueError):  # not a plain function
-        return ""
-    for kind, names in (("closure variable", used.nonlocals), ("global", used.globals)):
-        for name, value in names.items():
-            try:
-                dumps(value)
-            except Exception:
-                return f" It uses the {kind} {name!r}, a {type(value).__qualname__}."
-    return ""

@@ -17,12 +17,13 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from airflow_stepop.runtime import source_lines, values
 from airflow_stepop.runtime import spec as specs
-from airflow_stepop.runtime import values
 from airflow_stepop.runtime.spec import (
     BUNDLE_CALLABLE,
     BUNDLE_CODE_DIR,
     BUNDLE_DEPS_DIR,
+    BUNDLE_SOURCES,
     MAX_RUNTIME_ENV,
     MAX_RUNTIME_EXIT_CODE,
 )
@@ -221,6 +222,7 @@ class StepRun:
         import cloudpickle
 
         assert self.bundle is not None
+        source_lines.register(self.bundle / BUNDLE_SOURCES)
         return cloudpickle.loads((self.bundle / BUNDLE_CALLABLE).read_bytes())
 
     def _load_ref(self, ref: dict[str, Any]) -> Any:

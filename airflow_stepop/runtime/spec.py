@@ -37,6 +37,7 @@ OUTPUTS_DIR = "outputs"
 BUNDLE_CODE_DIR = "code/"  # the callable's module and the local modules it imports
 BUNDLE_DEPS_DIR = "deps/"  # the worker's cloudpickle, when the callable travels pickled
 BUNDLE_CALLABLE = "callable.pkl"  # the callable pickled by value
+BUNDLE_SOURCES = "sources.json"  # with it, the lines of its code, for tracebacks in the job
 
 # Seconds the job may run before the runtime ends it itself: set by a backend whose service has
 # no runtime limit of its own (the local one), as the backstop for a job no trigger watches.

@@ -333,9 +333,6 @@ def test_a_module_that_appears_where_an_import_looks_is_shipped(user_code, tmp_p
 def test_a_steps_module_may_import_settings_and_refs_in_a_job_without_airflow(tmp_path):
     """The job's ``airflow_stepop`` is the bundle's: it offers the settings and ArtifactRef a
     step's modules may share with the DAG, and names the fix for an operator import."""
-    import os
-    import subprocess
-
     from airflow_stepop.packaging.staging import StepIdentity, stage_step
     from airflow_stepop.runtime.storage import Storage
 
@@ -370,20 +367,74 @@ def test_a_steps_module_may_import_settings_and_refs_in_a_job_without_airflow(tm
         sys.path.remove(str(code))
         for name in ("settings_steps", "shared_settings"):
             sys.modules.pop(name, None)
-    bundle = tmp_path / "bundle"
-    zipfile.ZipFile(staged.code_uri.removeprefix("file://")).extractall(bundle)
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(bundle), "HOME": str(tmp_path)}
-    # -S: no site-packages, as in an image with a bare Python (no Airflow, no airflow-stepop);
-    # run elsewhere than the repository, whose airflow_stepop `-m` would find first
-    run = [sys.executable, "-S", "-m", "airflow_stepop.runtime", staged.spec_uri]
-    process = subprocess.run(
-        run, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
-    )
+    process = _run_in_a_bare_job(staged, tmp_path)
     assert process.returncode == 0, process.stderr
     gpus, message = Storage().read_json(staged.run_uri + "/result.json")["outputs"]["inline"]
     assert gpus == 1
     assert "airflow_stepop.LocalStepOperator is not available inside a step's job" in message
     assert "Import it in the DAG file instead" in message
+
+
+def _run_in_a_bare_job(staged, tmp_path):
+    """Run a staged step as a job whose Python has only the bundle: no site-packages (no
+    Airflow, no airflow-stepop), started elsewhere than the repository (whose airflow_stepop
+    ``-m`` would find first)."""
+    import os
+    import subprocess
+
+    bundle = tmp_path / "bundle"
+    zipfile.ZipFile(staged.code_uri.removeprefix("file://")).extractall(bundle)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(bundle), "HOME": str(tmp_path)}
+    run = [sys.executable, "-S", "-m", "airflow_stepop.runtime", staged.spec_uri]
+    return subprocess.run(run, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+def test_a_pickled_steps_traceback_names_its_file_and_shows_its_lines_where_the_file_is_not(
+    tmp_path,
+):
+    """A job on a cloud has no copy of the DAG file: its traceback still names the file and line
+    of each frame, with the line's text, for the step and a closure it calls. Before, the text
+    was missing there, and cloudpickle >= 3.1.3 named every file ``<dynamic-code>``."""
+    from airflow_stepop.packaging.staging import StepIdentity, stage_step
+    from airflow_stepop.runtime.storage import Storage
+
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    dag_file = dags / "failing_dag.py"
+    dag_file.write_text(
+        textwrap.dedent(
+            """
+            from airflow.sdk import dag
+
+            def make_check(limit):
+                def check(x):
+                    if x > limit:
+                        raise ValueError(f"bad value {x}")
+                return check
+
+            def train(x):
+                make_check(10)(x)  # the step's own line
+            """
+        )
+    )
+    sys.path.insert(0, str(dags))
+    try:
+        function = importlib.import_module("failing_dag").train
+        staged = stage_step(
+            function, [42], {}, root=f"file://{tmp_path}/root",
+            step=StepIdentity("dag", "run", "train", -1, 1), storage=Storage(),
+        )  # fmt: skip
+    finally:
+        sys.path.remove(str(dags))
+        sys.modules.pop("failing_dag", None)
+    dag_file.unlink()  # as in the job's container
+
+    process = _run_in_a_bare_job(staged, tmp_path)
+    assert process.returncode == 1
+    traceback = Storage().read_json(staged.run_uri + "/error.json")["traceback"]
+    assert f'File "{dag_file}", line 11, in train\n    make_check(10)(x)  # the step' in traceback
+    assert f'File "{dag_file}", line 7, in check\n    raise ValueError(' in traceback
+    assert traceback.endswith("ValueError: bad value 42\n")
 
 
 def test_a_step_may_import_airflow_where_the_job_has_it_and_airflow_stepop_installed(tmp_path):
