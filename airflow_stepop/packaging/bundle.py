@@ -5,8 +5,8 @@ public names a step's modules may import: ``packaging/job_init.py``), the
 callable's module and the local modules it imports (from the DAGs folder or the user's own
 package, never site-packages), and, when the callable cannot be imported by name, the callable
 pickled by value together with the worker's own cloudpickle and the source lines of the code
-it carries (``by_value.py``). Entries are sorted and timestamps
-fixed, so the same code always yields the same sha256 and is uploaded once.
+it carries (``by_value.py``). Entries are sorted and timestamps fixed, so the same code always
+yields the same sha256 and is uploaded once.
 
 The runtime imports a module-level function by module and qualified name. Functions defined in
 a DAG file (a module that imports Airflow, which the job may not have), closures, lambdas and
