@@ -239,3 +239,19 @@ def test_a_returned_path_that_does_not_exist_is_named_where_it_is(tmp_path):
     with pytest.raises(NoMaterializerError) as refused:
         values.refuse_missing_paths({"runs": [kept, tmp_path / "gone.keras"]})
     assert f"PosixPath('{tmp_path}/gone.keras') at return_value['runs'][1]" in str(refused.value)
+
+
+def test_a_reference_renders_in_a_template_as_the_readme_says():
+    """README: ``{{ ti.xcom_pull(...).uri }}`` is the URI; the reference itself renders as
+    ``ArtifactRef(<type>, <size> bytes, <uri>)``."""
+    import jinja2
+
+    ref = ArtifactRef(
+        uri="s3://bucket/steps/train/outputs/return_value.npy", sha256="0" * 64, size=800128,
+        materializer="numpy", type_name="numpy.ndarray",
+    )  # fmt: skip
+    rendered = jinja2.Template("{{ ref.uri }} | {{ ref }}").render(ref=ref)
+    assert rendered == (
+        "s3://bucket/steps/train/outputs/return_value.npy | ArtifactRef(numpy.ndarray, 800128 "
+        "bytes, s3://bucket/steps/train/outputs/return_value.npy)"
+    )
