@@ -72,6 +72,11 @@ def parse_memory(value: int | str, field_name: str = "memory") -> int:
     )
 
 
+# a bare number up to this is read as GiB meant (2 TiB: the largest machines' memory); above it,
+# suggesting GiB would name petabytes
+_LARGEST_GIB_GUESS = 2048
+
+
 def _refuse_tiny(field_name: str, value: int | str, size: int) -> None:
     """Under a MiB no step runs (docker's least is 6 MiB): a number meant in GiB or GB."""
     if size >= 2**20:
@@ -80,10 +85,16 @@ def _refuse_tiny(field_name: str, value: int | str, size: int) -> None:
     fix = (
         f"Give a unit: '{number}GiB' (or '{number}GB'), or an int of bytes such as "
         f"{number} * 2**30."
-        if number.isdigit()
+        if number.isdigit() and int(number) <= _LARGEST_GIB_GUESS
         else "Give at least '1MiB', e.g. '512MiB' or '16GiB'."
     )
     raise SettingsError(f"{field_name}={value!r} is {size} bytes, too little for any step. {fix}")
+
+
+# what other tools call the number of machines of a job
+_MACHINE_COUNT_NAMES = frozenset(
+    {"node_count", "nodes", "num_nodes", "instance_count", "replica_count", "machine_count"}
+)
 
 
 def _positive_int(name: str, value: Any) -> None:
@@ -109,6 +120,11 @@ def _named_fields(cls: type) -> type:
 
             close = difflib.get_close_matches(unknown[0], names, n=1)
             hint = f" (did you mean {close[0]}=?)" if close else ""
+            if unknown[0] in _MACHINE_COUNT_NAMES:
+                hint = (
+                    " (the number of machines is the operator's argument: instance_count= on "
+                    "SageMaker and Azure ML, replica_count= on Vertex AI)"
+                )
             raise SettingsError(
                 f"{cls.__name__} has no field {unknown[0]!r}{hint}; its fields are "
                 f"{', '.join(names)}."

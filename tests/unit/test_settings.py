@@ -34,7 +34,13 @@ def test_memory_refuses_other_values_naming_field_and_fix(bad):
 
 
 @pytest.mark.parametrize(
-    ("value", "fix"), [(16, "'16GiB' (or '16GB')"), ("16", "'16GiB'"), ("512KiB", "'512MiB'")]
+    ("value", "fix"),
+    [
+        (16, "'16GiB' (or '16GB')"),
+        ("16", "'16GiB'"),
+        ("512KiB", "'512MiB'"),
+        (1048575, "Give at least '1MiB'"),  # not '1048575GiB', a petabyte
+    ],
 )
 def test_memory_too_small_for_any_step_is_refused_with_the_unit_it_lacks(value, fix):
     """memory=16 meant 16 GiB, not 16 bytes (it picked the smallest machine, or docker
@@ -49,6 +55,12 @@ def test_memory_too_small_for_any_step_is_refused_with_the_unit_it_lacks(value, 
     [
         (ResourceSettings, {"memroy": "8GiB"}, "'memroy' (did you mean memory=?)"),
         (DockerSettings, {"requirement": ["numpy"]}, "'requirement' (did you mean requirements=?)"),
+        (
+            ResourceSettings,
+            {"node_count": 2},  # was "did you mean gpu_count=?"
+            "'node_count' (the number of machines is the operator's argument: instance_count= "
+            "on SageMaker and Azure ML, replica_count= on Vertex AI)",
+        ),
     ],
 )
 def test_a_misspelt_settings_field_is_named_with_the_closest_one(settings, kwargs, hint):
