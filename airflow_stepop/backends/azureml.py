@@ -111,7 +111,7 @@ class AzureMLBackend(StepBackend):
             store = self._datastore(found)
             datastore = (f"abfs://{store.container}", f"azureml://datastores/{found.name}/paths")
         inputs, outputs, launch, command, output_uri = build_launch(
-            request, spec, job, _account(storage, request.run_uri), datastore,
+            request, spec, _account(storage, request.run_uri), datastore,
             self.workspace.cloud.storage_suffix,
         )  # fmt: skip
         entry = (Path(__file__).parent / "azureml_entry.py").read_bytes()

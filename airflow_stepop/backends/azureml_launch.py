@@ -6,7 +6,7 @@ How a step becomes a command job:
   the code bundle, ``run`` = the attempt's run directory (spec, staged inputs, the entry script
   and its launch document), ``in1``.. = directories of upstream ``ArtifactRef`` inputs;
 * outputs: ``result`` (uploaded when the job ends) = ``<run_uri>/<job>/result``, where result
-  refs point (the handle's output_uri); ``checkpoints`` (read-write mount) for Spot jobs =
+  refs point (the handle's output_uri); ``checkpoints`` (read-write mount) =
   the task instance's checkpoint directory, shared by its tries;
 * the command: ``python3 ${{inputs.run}}/stepop_entry.py code=${{inputs.code}} ...``
   (``azureml_entry.py``).
@@ -107,7 +107,6 @@ def input_dirs(uris: list[str]) -> list[str]:
 def build_launch(
     request: JobRequest,
     spec: dict[str, Any],
-    job: AzureMLJobConfig,
     account: str | None,
     datastore: tuple[str, str] | None = None,
     suffix: str = "core.windows.net",
@@ -146,13 +145,13 @@ def build_launch(
         "path_map": path_map,
         "code": "code",
     }
-    if job.spot:
-        outputs["checkpoints"] = {
-            "jobOutputType": "uri_folder",
-            "uri": locate(request.checkpoint_uri) + "/",
-            "mode": "ReadWriteMount",
-        }
-        launch["checkpoints"] = "checkpoints"
+    # every job's, shared by the task instance's tries: a retry resumes as a spot job does
+    outputs["checkpoints"] = {
+        "jobOutputType": "uri_folder",
+        "uri": locate(request.checkpoint_uri) + "/",
+        "mode": "ReadWriteMount",
+    }
+    launch["checkpoints"] = "checkpoints"
     names = [*(f"{n}=${{{{inputs.{n}}}}}" for n in inputs),
              *(f"{n}=${{{{outputs.{n}}}}}" for n in outputs)]  # fmt: skip
     command = " ".join(['python3 "${{inputs.run}}/' + ENTRY_FILE + '"', *(f'"{n}"' for n in names)])

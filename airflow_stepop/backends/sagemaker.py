@@ -109,8 +109,7 @@ class SageMakerBackend(StepBackend):
         storage = self._storage()
         spec = storage.read_json(request.spec_uri)
         channels, launch, environment, output_uri = build_launch(request, spec, request.job_name)
-        if job.spot:
-            environment["STEPOP_CHECKPOINT_DIR"] = CHECKPOINT_LOCAL_PATH
+        environment["STEPOP_CHECKPOINT_DIR"] = CHECKPOINT_LOCAL_PATH
         role = self._role_arn(job.role)  # before the image: a build takes minutes
         image, built = self._image(request)
         entry_source = (Path(__file__).parent / "sagemaker_entry.py").read_bytes()
@@ -148,13 +147,14 @@ class SageMakerBackend(StepBackend):
                 "Subnets": list(job.subnets),
                 "SecurityGroupIds": list(job.security_group_ids),
             }
+        # every job's, shared by the task instance's tries: a retry resumes as a spot job does
+        body["CheckpointConfig"] = {
+            "S3Uri": request.checkpoint_uri + "/",
+            "LocalPath": CHECKPOINT_LOCAL_PATH,
+        }
         if job.spot:
             body["EnableManagedSpotTraining"] = True
             body["StoppingCondition"]["MaxWaitTimeInSeconds"] = job.max_wait_s
-            body["CheckpointConfig"] = {
-                "S3Uri": request.checkpoint_uri + "/",
-                "LocalPath": CHECKPOINT_LOCAL_PATH,
-            }
         client = self._clients.hook("sagemaker").conn
         try:
             client.create_training_job(**body)

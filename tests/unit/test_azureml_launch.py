@@ -59,9 +59,7 @@ def test_the_launch_maps_code_run_upstream_inputs_and_the_result_output():
         "kwargs": {"model": ref(f"{ROOT}/dag/run/fit/-1/1/fit-job/result/outputs/model"),
                    "staged": ref(f"{RUN}/inputs/x.pkl")},
     }  # fmt: skip
-    inputs, outputs, launch, command, output_uri = build_launch(
-        request(), spec, AzureMLJobConfig(), "acct"
-    )
+    inputs, outputs, launch, command, output_uri = build_launch(request(), spec, "acct")
     blob = "https://acct.blob.core.windows.net/data/stepop"
     assert inputs["code"] == {"jobInputType": "uri_file", "uri": f"{blob}/code/abc.zip",
                               "mode": "Download"}  # fmt: skip
@@ -72,20 +70,18 @@ def test_the_launch_maps_code_run_upstream_inputs_and_the_result_output():
     ]  # the staged input travels in the run directory
     assert output_uri == f"{RUN}/dag-task-0123456789-t1/result"
     result = f"{blob}/dag/run/task/-1/1/dag-task-0123456789-t1/result/"
-    assert outputs == {"result": {"jobOutputType": "uri_folder", "mode": "Upload", "uri": result}}
+    assert outputs["result"] == {"jobOutputType": "uri_folder", "mode": "Upload", "uri": result}
     assert launch["path_map"][f"{ROOT}/code/abc.zip"] == "code"
     assert launch["path_map"][output_uri] == "result"
     assert command.startswith('python3 "${{inputs.run}}/stepop_entry.py" "code=${{inputs.code}}"')
-    assert '"result=${{outputs.result}}"' in command and "checkpoints" not in command
+    assert '"result=${{outputs.result}}"' in command
 
 
 def test_under_a_datastore_root_the_job_names_its_data_as_datastore_paths():
     spec = {"args": [ref(f"{ROOT}/dag/run/up/-1/1/up-job/result/outputs/return_value.npy")],
             "kwargs": {"other": ref("abfs://elsewhere/x/result/outputs/v.npy")}}  # fmt: skip
     datastore = ("abfs://data", "azureml://datastores/workspaceblobstore/paths")
-    inputs, outputs, launch, _, output_uri = build_launch(
-        request(), spec, AzureMLJobConfig(job_tier="Spot"), "acct", datastore
-    )
+    inputs, outputs, launch, _, output_uri = build_launch(request(), spec, "acct", datastore)
     paths = "azureml://datastores/workspaceblobstore/paths/stepop"
     assert inputs["code"]["uri"] == f"{paths}/code/abc.zip"
     assert inputs["run"]["uri"] == f"{paths}/dag/run/task/-1/1/"
@@ -99,10 +95,10 @@ def test_under_a_datastore_root_the_job_names_its_data_as_datastore_paths():
     assert launch["path_map"][output_uri] == "result" and output_uri.startswith(ROOT + "/")
 
 
-def test_spot_jobs_mount_the_checkpoints_shared_by_every_try():
-    _, outputs, launch, command, _ = build_launch(
-        request(), {}, AzureMLJobConfig(job_tier="Spot"), "acct"
-    )
+def test_every_job_mounts_the_checkpoints_shared_by_every_try():
+    """Not only a Spot job's: a retry resumes too, and a step reads $STEPOP_CHECKPOINT_DIR on
+    every cloud (it was unset here without spot, and set on Vertex AI)."""
+    _, outputs, launch, command, _ = build_launch(request(), {}, "acct")
     assert outputs["checkpoints"] == {
         "jobOutputType": "uri_folder",
         "uri": "https://acct.blob.core.windows.net/data/stepop/dag/run/task/-1/checkpoints/",
@@ -236,7 +232,7 @@ def gov_backend(monkeypatch):
 
 def test_a_sovereign_workspaces_jobs_read_its_clouds_blob_storage(gov_backend):
     suffix = gov_backend.workspace.cloud.storage_suffix
-    inputs, outputs, *_ = build_launch(request(), {}, AzureMLJobConfig(), "acct", None, suffix)
+    inputs, outputs, *_ = build_launch(request(), {}, "acct", None, suffix)
     urls = [v["uri"] for v in (*inputs.values(), *outputs.values())]
     gov_blob = "https://acct.blob.core.usgovcloudapi.net/data/"
     assert urls and all(u.startswith(gov_blob) for u in urls)

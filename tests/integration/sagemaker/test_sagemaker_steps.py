@@ -360,6 +360,9 @@ def test_every_job_option_reaches_the_training_job_request(aws, ctl):
     assert job["OutputDataConfig"]["KmsKeyId"].startswith("arn:aws:kms:us-east-1:")
     assert job["OutputDataConfig"]["CompressionType"] == "NONE"
     assert job["EnableManagedSpotTraining"] is False
+    # not only a spot job's: a retry resumes from them, as on the other clouds
+    assert job["CheckpointConfig"]["S3Uri"].endswith("/configured/-1/checkpoints/")
+    assert xcoms(run)[("configured", "return_value", -1)].endswith("/opt/ml/checkpoints")
 
 
 def test_without_deferral_the_worker_waits_and_gets_the_same_result(aws, ctl):
