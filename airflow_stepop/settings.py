@@ -72,6 +72,27 @@ def parse_memory(value: int | str, field_name: str = "memory") -> int:
     )
 
 
+# Set for every job by the step's entry script (where its inputs, code and result go, its time
+# limit), by the distribution setup (which rank writes the result) or by every backend for the
+# log relay (PYTHONUNBUFFERED: lines reach the task log as they are printed): a user's value would
+# be lost or make the step read or write the wrong place, so these are refused, not replaced.
+RESERVED_ENV = frozenset({
+    "STEPOP_PATH_MAP", "STEPOP_SPEC_URI", "STEPOP_CODE_PATH", "STEPOP_OUTPUT_URI",
+    "STEPOP_MAX_RUNTIME_S", "STEPOP_CHECKPOINT_DIR",
+    "RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "PYTHONUNBUFFERED",
+})  # fmt: skip
+
+
+def refuse_reserved_env(field_name: str, env: Mapping[str, str]) -> None:
+    """A job's environment (the operator's, or its image's) without the names we set."""
+    for name in env:
+        if name in RESERVED_ENV:
+            raise SettingsError(
+                f"{field_name} has {name!r}, which every job gets from the step's "
+                f"runtime ({', '.join(sorted(RESERVED_ENV))}). Rename yours, e.g. 'MY_{name}'."
+            )
+
+
 # a bare number up to this is read as GiB meant (2 TiB: the largest machines' memory); above it,
 # suggesting GiB would name petabytes
 _LARGEST_GIB_GUESS = 2048
@@ -336,7 +357,9 @@ class DockerSettings:
                     "(lowercase letters, digits, '+', '-', '.', optionally '=version')."
                 )
         object.__setattr__(self, "apt_packages", apt)
-        object.__setattr__(self, "environment", _string_map(owner, "environment", self.environment))
+        environment = _string_map(owner, "environment", self.environment)
+        refuse_reserved_env(f"{owner}.environment", environment)
+        object.__setattr__(self, "environment", environment)
         object.__setattr__(self, "build_args", _string_map(owner, "build_args", self.build_args))
         if self.dockerfile is not None:
             object.__setattr__(self, "dockerfile", _dockerfile(owner, self.dockerfile))

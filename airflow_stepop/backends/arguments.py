@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow_stepop.settings import SettingsError, check_image_reference
+from airflow_stepop.settings import SettingsError, check_image_reference, refuse_reserved_env
 
 CONN_ID = re.compile(r"^[\w.\-]+$")
 # The object stores' bucket naming rules (a name outside them is refused, or retried as an error).
@@ -26,15 +26,6 @@ BUCKET_NAME = {
            "with dots)."),
 }  # fmt: skip
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# Set for every job by the step's entry script (where its inputs, code and result go, its time
-# limit), by the distribution setup (which rank writes the result) or by every backend for the
-# log relay (PYTHONUNBUFFERED: lines reach the task log as they are printed): a user's value would
-# be lost or make the step read or write the wrong place, so these are refused, not replaced.
-RESERVED_ENV = frozenset({
-    "STEPOP_PATH_MAP", "STEPOP_SPEC_URI", "STEPOP_CODE_PATH", "STEPOP_OUTPUT_URI",
-    "STEPOP_MAX_RUNTIME_S", "STEPOP_CHECKPOINT_DIR",
-    "RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "PYTHONUNBUFFERED",
-})  # fmt: skip
 
 
 def is_templated(value: Any) -> bool:
@@ -211,12 +202,7 @@ def environment(owner: str, value: Any) -> dict[str, str]:
         key_rule="names are letters, digits and _ and do not start with a digit, e.g. 'DATA_DIR'.",
         value_rule="values are strings, e.g. '1' or '{{ ds }}'.", templated=True,
     )  # fmt: skip
-    for name in env:
-        if name in RESERVED_ENV:
-            raise SettingsError(
-                f"{owner}.environment has {name!r}, which every job gets from the step's "
-                f"runtime ({', '.join(sorted(RESERVED_ENV))}). Rename yours, e.g. 'MY_{name}'."
-            )
+    refuse_reserved_env(f"{owner}.environment", env)
     return env
 
 

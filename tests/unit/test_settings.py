@@ -212,3 +212,14 @@ def test_a_wrong_config_value_names_the_option_and_the_fix(monkeypatch, option, 
     getter = config.get_float if option == "poll_interval" else config.get_int
     with pytest.raises(ValueError, match=rf"\[stepop\] {option}='{value}'.*must be"):
         getter(option)
+
+
+@pytest.mark.parametrize("name", ["RANK", "STEPOP_CHECKPOINT_DIR"])
+def test_an_image_environment_refuses_the_names_every_job_gets_from_the_runtime(name):
+    """As the operators' environment= does: RANK=7 in a single-node job's image reached the
+    step with no WORLD_SIZE beside it."""
+    with pytest.raises(SettingsError) as err:
+        DockerSettings(parent_image="python:3.11-slim", environment={name: "7"})
+    message = str(err.value)
+    assert f"DockerSettings.environment has {name!r}, which every job gets from the" in message
+    assert f"Rename yours, e.g. 'MY_{name}'." in message
