@@ -83,9 +83,10 @@ class AzureMLJobConfig:
         resources: ResourceSettings | None = None,
         docker: DockerSettings | None = None,
         artifact_root: str | None = None,
+        resources_as: str = "resources",
     ) -> AzureMLJobConfig:
         check.matching(owner, "compute", compute, _COMPUTE, "a compute cluster name", "gpu-cluster")
-        size = _vm_size(owner, instance_type, resources, compute)
+        size = _vm_size(owner, instance_type, resources, compute, resources_as)
         count = check.whole_number(owner, "instance_count", instance_count, low=1, high=100)
         per_node = check.whole_number(
             owner, "processes_per_instance", processes_per_instance, low=1, high=64
@@ -179,7 +180,7 @@ def experiment_for(dag_id: str) -> str:
 
 
 def _vm_size(
-    owner: str, value: Any, resources: ResourceSettings | None, compute: Any
+    owner: str, value: Any, resources: ResourceSettings | None, compute: Any, resources_as: str
 ) -> str | None:
     catalog = load_catalog(CATALOG)
     if value is not None:
@@ -191,10 +192,12 @@ def _vm_size(
             )
         known = {m.name.lower(): m.name for m in catalog.types}
         size = known.get(value.lower(), value)
-        catalog.check_explicit(size, resources, owner=owner, explicit="instance_type")
+        catalog.check_explicit(
+            size, resources, owner=owner, explicit="instance_type", wanted=resources_as
+        )
         return size
     if resources is not None and compute is None:  # a named cluster's size is checked at submit
-        return catalog.resolve(resources, owner=f"{owner}.resources").name
+        return catalog.resolve(resources, owner=f"{owner}.{resources_as}").name
     return None
 
 

@@ -106,6 +106,7 @@ class SageMakerArguments:
         tags: Any = None,
         image_uri: Any = None,
         image_repository: Any = None,
+        resources_as: str = "resources",
     ) -> SageMakerArguments:
         arn = "'arn:aws:iam::123456789012:role/SageMakerExecution'"
         if (
@@ -122,9 +123,10 @@ class SageMakerArguments:
         if instance_type is not None:
             check.matching(owner, "instance_type", instance_type, _INSTANCE_TYPE,
                            "a SageMaker instance type", "ml.g5.xlarge")  # fmt: skip
-            catalog.check_explicit(instance_type, resources, owner=owner, explicit="instance_type")
+            catalog.check_explicit(instance_type, resources, owner=owner,
+                                   explicit="instance_type", wanted=resources_as)  # fmt: skip
         elif resources is not None:
-            instance_type = catalog.resolve(resources, owner=f"{owner}.resources").name
+            instance_type = catalog.resolve(resources, owner=f"{owner}.{resources_as}").name
         count = check.whole_number(owner, "instance_count", instance_count, low=1, high=100)
         volume = check.whole_number(owner, "volume_size_gb", volume_size_gb, low=1, high=16384)
         runtime = _seconds(owner, "max_runtime", max_runtime, MAX_RUNTIME_LIMIT, low=1)

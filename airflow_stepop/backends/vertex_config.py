@@ -112,6 +112,7 @@ class VertexJobConfig:
         docker: DockerSettings | None,
         artifact_root: str | None,
         execution_timeout: Any,
+        resources_as: str = "resources",
         machine_type: str | None = None,
         accelerator_type: str | None = None,
         accelerator_count: int | None = None,
@@ -135,7 +136,13 @@ class VertexJobConfig:
 
         catalog = load(CATALOG)
         machine, accelerator, count = _hardware(
-            owner, catalog, resources, machine_type, accelerator_type, accelerator_count
+            owner,
+            catalog,
+            resources,
+            machine_type,
+            accelerator_type,
+            accelerator_count,
+            resources_as=resources_as,
         )
         if machine is not None and machine_type is not None:
             written = ", ".join(f"{key}={value!r}" for key, value in (
@@ -143,7 +150,7 @@ class VertexJobConfig:
                 ("accelerator_count", accelerator_count)) if value is not None)  # fmt: skip
             catalog.check_explicit(machine_name(machine, accelerator, count), resources,
                                    owner=owner, explicit="machine_type",
-                                   written=written)  # fmt: skip
+                                   written=written, wanted=resources_as)  # fmt: skip
         if machine is None:
             default = config.get("vertex_default_machine_type")
             machine, accelerator, count = split_machine(default)
@@ -258,6 +265,8 @@ def _hardware(
     machine_type: Any,
     accelerator_type: Any,
     accelerator_count: Any,
+    *,
+    resources_as: str,
 ) -> tuple[str | None, str | None, int]:
     """An explicit machine (checked against the catalog's pairings) wins over ``resources=``."""
     if accelerator_type is not None and accelerator_type not in ACCELERATORS:
@@ -277,9 +286,8 @@ def _hardware(
             )
         if resources is None:
             return None, None, 0
-        chosen = catalog.resolve(
-            resources, owner=f"{owner}.resources", explicit="machine_type", count="replica_count"
-        )
+        chosen = catalog.resolve(resources, owner=f"{owner}.{resources_as}",
+                                 explicit="machine_type", count="replica_count")  # fmt: skip
         return split_machine(chosen.name)
     check.refuse_template(owner, "machine_type", machine_type, "n1-standard-8")
     if not isinstance(machine_type, str) or not _MACHINE.fullmatch(machine_type):

@@ -113,18 +113,20 @@ class Catalog:
         owner: str,
         explicit: str,
         written: str | None = None,
+        wanted: str = "resources",
     ) -> None:
         """A type named explicitly wins over ``resources=``; one the catalog knows to lack what
         ``resources`` asks for (a GPU, memory, vCPUs) is refused, not run without it. A type the
         catalog does not list is taken as given. ``written``: the arguments as the user wrote
-        them, when the catalog's row name differs (default ``explicit=name``)."""
+        them, when the catalog's row name differs (default ``explicit=name``); ``wanted``: how
+        they wrote ``want`` (``resources`` or ``default_args['step_resources']``)."""
         machine = self.get(name)
         if want is None or machine is None or machine.fits(want):
             return
         written = written or f"{explicit}={name!r}"
         raise NoFittingMachineError(
             f"{owner}.{written} is {machine.describe()}, which lacks what "
-            f"resources={want.shown()} asks for; {explicit} wins over resources, so the step "
+            f"{wanted}={want.shown()} asks for; {explicit} wins over {wanted}, so the step "
             f"would run without it. Drop {explicit} to get the cheapest type that fits, or name "
             "one that fits."
         )

@@ -27,13 +27,15 @@ def check_step_arguments(
     docker: Any,
     poll_interval: Any,
     artifact_root: Any,
+    resources_as: str = "resources",
 ) -> None:
-    """Refuse a wrong value of the arguments ``BaseStepOperator`` declares."""
+    """Refuse a wrong value of the arguments ``BaseStepOperator`` declares (``resources_as``:
+    how the user wrote ``resources``, e.g. ``default_args['step_resources']``)."""
     if not callable(python_callable):
         raise SettingsError(f"{name}.python_callable={python_callable!r} is not callable.")
     if resources is not None and not isinstance(resources, ResourceSettings):
         raise SettingsError(
-            f"{name}.resources={resources!r} must be a ResourceSettings, e.g. "
+            f"{name}.{resources_as}={resources!r} must be a ResourceSettings, e.g. "
             "ResourceSettings(gpu_count=1, memory='16GiB')."
         )
     if docker is not None and not isinstance(docker, DockerSettings):

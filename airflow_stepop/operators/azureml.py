@@ -87,6 +87,7 @@ class AzureMLStepOperator(BaseStepOperator):
             image_repository=image_repository,
             shm_size=shm_size,
             resources=self.resource_settings,
+            resources_as=self.resources_as,
             docker=self.docker_settings,
             artifact_root=self.artifact_root,
         )

@@ -87,14 +87,20 @@ class BaseStepOperator(BaseOperator):
         refuse_shared_resource_settings(kwargs.get("default_args"))
         super().__init__(**kwargs)
         name = self.argument_owner
+        # how errors name the step's ResourceSettings: as the user wrote it
+        self.resources_as = "resources"
         if resources is None:  # a mapped step's resources= (see partial()), or default_args'
             resources = step_resources
+            shared = kwargs.get("default_args") or {}
+            if step_resources is not None and shared.get("step_resources") is step_resources:
+                self.resources_as = "default_args['step_resources']"
         check_step_arguments(
             name,
             python_callable=python_callable,
             op_args=op_args,
             op_kwargs=op_kwargs,
             resources=resources,
+            resources_as=self.resources_as,
             docker=docker,
             poll_interval=poll_interval,
             artifact_root=artifact_root,

@@ -77,6 +77,7 @@ class SageMakerStepOperator(BaseStepOperator):
         self.sagemaker = SageMakerArguments.check(
             self.argument_owner,
             resources=self.resource_settings,
+            resources_as=self.resources_as,
             docker=self.docker_settings,
             artifact_root=self.artifact_root,
             role=role,

@@ -89,7 +89,8 @@ class VertexStepOperator(BaseStepOperator):
         )
         self.job_config = VertexJobConfig.from_arguments(
             self.argument_owner,
-            resources=self.resource_settings, docker=self.docker_settings,
+            resources=self.resource_settings, resources_as=self.resources_as,
+            docker=self.docker_settings,
             artifact_root=self.artifact_root, execution_timeout=self.execution_timeout,
             machine_type=machine_type, accelerator_type=accelerator_type,
             accelerator_count=accelerator_count, replica_count=replica_count,

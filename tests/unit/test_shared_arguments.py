@@ -265,3 +265,34 @@ def test_a_misspelt_argument_is_named_with_the_one_meant(kind, typo, meant):
     with pytest.raises(TypeError) as err:
         _op(kind, **{typo: 1})
     assert f"got arguments it does not take: {typo}= (did you mean {meant}=?)" in str(err.value)
+
+
+CPU_ONLY = {
+    "sagemaker": {"instance_type": "ml.m5.large"},
+    "vertex": {"machine_type": "n1-standard-16"},
+    "azureml": {"instance_type": "Standard_DS3_v2"},
+}
+
+
+@pytest.mark.parametrize("kind", ["sagemaker", "vertex", "azureml"])
+def test_resources_shared_in_default_args_are_named_as_written_when_nothing_fits(kind):
+    """The task line that fails has no resources=: the error points at default_args."""
+    from airflow_stepop import ResourceSettings
+    from airflow_stepop.catalog import NoFittingMachineError
+
+    cls, kwargs = OPERATORS[kind]
+    shared = ResourceSettings(gpu_count=64)
+    dag = DAG(f"shared_{kind}", schedule=None, default_args={"step_resources": shared})
+    with dag, pytest.raises(NoFittingMachineError) as err:
+        cls(task_id="t", python_callable=dict, **kwargs)
+    assert str(err.value).startswith(
+        f"{cls.__name__}.default_args['step_resources']=ResourceSettings(gpu_count=64) fits no"
+    )
+    with dag, pytest.raises(NoFittingMachineError) as err:
+        cls(task_id="explicit", python_callable=dict, **kwargs, **CPU_ONLY[kind])
+    assert "lacks what default_args['step_resources']=ResourceSettings(gpu_count=64)" in str(
+        err.value
+    )
+    with DAG(f"own_{kind}", schedule=None), pytest.raises(NoFittingMachineError) as err:
+        cls(task_id="t", python_callable=dict, resources=shared, **kwargs)
+    assert str(err.value).startswith(f"{cls.__name__}.resources=ResourceSettings(gpu_count=64)")
