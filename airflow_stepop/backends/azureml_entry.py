@@ -8,7 +8,7 @@ reads ``stepop_launch.json`` beside it:
 * ``path_map``: URI prefix -> input/output name, exported as ``STEPOP_PATH_MAP`` (prefix ->
   local path) so the runtime reads and writes those URIs as local files;
 * ``code``: the input holding the code bundle, put in front of ``PYTHONPATH``;
-* ``spec_uri``, ``output_uri`` and ``checkpoints`` (the output shared by a task's tries, if any).
+* ``spec_uri``, ``output_uri`` and ``checkpoints`` (the output shared by a task's tries).
 
 Azure ML's PyTorch distribution sets RANK, LOCAL_RANK, WORLD_SIZE, NODE_RANK, MASTER_ADDR and
 MASTER_PORT per process; a single process gets rank 0 of 1. Only rank 0 writes the results

@@ -42,7 +42,7 @@ _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
 def checkpoint_dir(request: JobRequest) -> str:
     """The task instance's checkpoint directory (created), shared by its tries as on the clouds:
-    a step written for a spot job's ``$STEPOP_CHECKPOINT_DIR`` runs locally unchanged."""
+    a step that resumes from ``$STEPOP_CHECKPOINT_DIR`` runs locally unchanged."""
     path = Storage().local_path(request.checkpoint_uri)
     assert path is not None  # under the run's root, which _local_bundle found local
     path.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ class SageMakerStepOperator(BaseStepOperator):
     :param max_runtime: timedelta or seconds; default the task's ``execution_timeout`` plus 5
         minutes (the trigger stops the job at the deadline; this limit only ends one nobody
         watches), else 1 day.
-    :param spot: managed spot training, with checkpoints in ``$STEPOP_CHECKPOINT_DIR``.
+    :param spot: managed spot training (resumes from ``$STEPOP_CHECKPOINT_DIR``, as any job can).
     :param max_wait: spot only: runtime plus waiting for capacity (default 2 x max_runtime).
     :param keep_alive: warm pool keep-alive (timedelta or seconds, at most 1 hour).
     :param subnets: VPC subnet ids; ``security_group_ids`` must come with them.

@@ -34,8 +34,8 @@ class VertexStepOperator(BaseStepOperator):
     :param boot_disk_size_gb: boot disk per machine (100..64000).
     :param max_runtime: ``scheduling.timeout``; default the task's ``execution_timeout`` plus 5
         minutes (the trigger cancels the job at the deadline), else 7 days.
-    :param spot: Spot VMs (``scheduling.strategy=SPOT``); checkpoints in
-        ``$STEPOP_CHECKPOINT_DIR`` survive a preemption.
+    :param spot: Spot VMs (``scheduling.strategy=SPOT``); ``$STEPOP_CHECKPOINT_DIR``, which
+        every job has, survives a preemption.
     :param restart_on_worker_restart: ``scheduling.restartJobOnWorkerRestart``.
     :param service_account: the job's service account (default: Vertex's service agent).
     :param network: VPC network to peer, ``projects/NUMBER/global/networks/NAME``.
