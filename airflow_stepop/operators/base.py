@@ -131,8 +131,11 @@ class BaseStepOperator(BaseOperator):
     @property
     def argument_owner(self) -> str:
         """How errors name this operator: as the user wrote it (``@task.vertex_step``, or the
-        class name), so an argument's error points at the line that passed it."""
-        return getattr(self, "custom_operator_name", None) or type(self).__name__
+        class name) with its task id, so an argument's error points at the task that passed it
+        (a DAG's import error shows only the traceback's last frames, which are ours)."""
+        name = getattr(self, "custom_operator_name", None) or type(self).__name__
+        task_id = getattr(self, "task_id", None)
+        return f"{name}(task_id={task_id!r})" if task_id else name
 
     # ---- what a service's subclass provides ------------------------------------------------
 

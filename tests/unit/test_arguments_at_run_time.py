@@ -44,7 +44,8 @@ def test_a_connection_airflow_does_not_have_is_named_with_its_argument(
             {"ti": TI}, **{f"{operator.__name__}__sentinel": ExecutorSafeguard.sentinel_value}
         )
     assert str(refused.value) == (
-        f"{operator.__name__}.{argument}='prod_typo': Airflow has no connection with that id. "
+        f"{operator.__name__}(task_id='t').{argument}='prod_typo': Airflow has no connection "
+        "with that id. "
         "Create it (Admin > Connections, `airflow connections add prod_typo ...`, or the "
         f"environment variable AIRFLOW_CONN_PROD_TYPO), or pass {argument}= the id of one that "
         "exists."
@@ -101,7 +102,8 @@ def test_a_template_that_rendered_empty_is_named(operator, argument, extra, monk
             {"ti": TI}, **{f"{operator.__name__}__sentinel": ExecutorSafeguard.sentinel_value}
         )
     assert str(refused.value) == (
-        f"{operator.__name__}.{argument} is '' after its template was rendered: the Variable, "
+        f"{operator.__name__}(task_id='t').{argument} is '' after its template was rendered: "
+        "the Variable, "
         f"param or XCom it reads is empty. Give that a value, or leave {argument}= out."
     )
 
@@ -136,7 +138,9 @@ def test_op_args_a_template_that_rendered_to_text_is_refused_with_native_renderi
     op.op_args = "[3, 4]"  # as Airflow renders it without native rendering
     with pytest.raises(SettingsError) as refused:
         op.execute({"ti": TI}, LocalStepOperator__sentinel=ExecutorSafeguard.sentinel_value)
-    assert str(refused.value).startswith("LocalStepOperator.op_args='[3, 4]' must be a list")
+    assert str(refused.value).startswith(
+        "LocalStepOperator(task_id='t').op_args='[3, 4]' must be a list"
+    )
     assert "unless the DAG sets render_template_as_native_obj=True" in str(refused.value)
 
 

@@ -30,7 +30,7 @@ def test_a_root_the_jobs_cannot_read_is_refused_when_the_step_is_declared(root, 
     with pytest.raises(SettingsError) as refused, DAG("wrong_root", schedule=None):
         LocalStepOperator(task_id="t", python_callable=dict, artifact_root=root)
     message = str(refused.value)
-    assert f"LocalStepOperator.artifact_root={root!r} {problem}" in message
+    assert f"LocalStepOperator(task_id='t').artifact_root={root!r} {problem}" in message
     assert "file:// URL or an absolute path such as 'file:///data/stepop'" in message
     assert "[stepop] sagemaker_artifact_root" in message
 
@@ -38,7 +38,9 @@ def test_a_root_the_jobs_cannot_read_is_refused_when_the_step_is_declared(root, 
 def test_the_decorator_refuses_it_at_parse_time():
     from airflow.sdk import dag, task
 
-    with pytest.raises(SettingsError, match=r"@task.local_step.artifact_root='s3://bucket/x'"):
+    with pytest.raises(
+        SettingsError, match=r"@task.local_step\(task_id=.step.\).artifact_root='s3://bucket/x'"
+    ):
 
         @dag(schedule=None)
         def wrong():
@@ -96,8 +98,9 @@ def test_a_jobs_own_runtime_limit(arguments, limit):
 def test_a_wrong_max_runtime_is_refused_at_parse_time():
     with pytest.raises(SettingsError) as refused, DAG("limits", schedule=None):
         LocalStepOperator(task_id="t", python_callable=dict, max_runtime="1h")
-    assert "LocalStepOperator.max_runtime='1h' must be a timedelta or whole seconds" in str(
-        refused.value
+    assert (
+        "LocalStepOperator(task_id='t').max_runtime='1h' must be a timedelta or whole seconds"
+        in str(refused.value)
     )
 
 
@@ -111,7 +114,7 @@ def test_arguments_the_callable_cannot_take_are_refused_at_parse():
     with pytest.raises(SettingsError) as err:
         LocalStepOperator(task_id="t", python_callable=train, op_kwargs={"y": 1})
     assert str(err.value).startswith(
-        "LocalStepOperator: train(x, epochs=1) cannot be called with op_args=[], "
+        "LocalStepOperator(task_id='t'): train(x, epochs=1) cannot be called with op_args=[], "
         "op_kwargs={'y': 1} (missing a required argument: 'x')"
     )
     with pytest.raises(SettingsError, match="too many positional arguments"):

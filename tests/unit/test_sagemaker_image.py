@@ -56,7 +56,7 @@ def test_an_image_uri_sagemaker_cannot_pull_fails_the_dag_at_parse_time():
         _op(image_uri="python:3.11-slim")
     message = str(err.value)
     for words in (
-        "SageMakerStepOperator.image_uri='python:3.11-slim'",
+        "SageMakerStepOperator(task_id='t').image_uri='python:3.11-slim'",
         "cannot pull",
         "Amazon ECR",
         "docker=DockerSettings(parent_image='python:3.11-slim')",

@@ -125,7 +125,11 @@ def test_a_default_instance_type_that_is_not_one_names_the_option(monkeypatch):
 @pytest.mark.parametrize(
     ("instance_type", "default", "named"),
     [
-        ("ml.m5.huge", "ml.m5.large", "SageMakerStepOperator.instance_type='ml.m5.huge'"),
+        (
+            "ml.m5.huge",
+            "ml.m5.large",
+            "SageMakerStepOperator(task_id='t').instance_type='ml.m5.huge'",
+        ),
         (None, "ml.g5.xlarg", "[stepop] sagemaker_default_instance_type='ml.g5.xlarg'"),
     ],
 )

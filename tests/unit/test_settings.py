@@ -188,7 +188,7 @@ def test_settings_are_checked_when_a_dag_declares_a_step():
 
     with pytest.raises(
         SettingsError,
-        match=r"@task.local_step.resources=\{.gpu_count.: 1\} must be a ResourceSettings",
+        match=r"@task.local_step\(task_id=.step.\).resources=\{.gpu_count.: 1\} must be a ",
     ):
 
         @dag(schedule=None)

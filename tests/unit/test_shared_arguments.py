@@ -52,7 +52,7 @@ def test_a_refusal_names_the_operator_the_entry_and_the_fix(kind, environment, s
     with pytest.raises(SettingsError) as err:
         _op(kind, environment)
     assert says in str(err.value)
-    assert str(err.value).startswith(f"{OPERATORS[kind][0].__name__}.environment")
+    assert str(err.value).startswith(f"{OPERATORS[kind][0].__name__}(task_id='t').environment")
 
 
 @pytest.mark.parametrize(
@@ -162,7 +162,7 @@ def test_an_error_names_the_decorator_the_step_was_written_with(kind, argument, 
 
         with pytest.raises(SettingsError) as err:
             step()
-    assert str(err.value).startswith(f"@task.{kind}_step.{argument}=")
+    assert str(err.value).startswith(f"@task.{kind}_step(task_id='step').{argument}=")
 
 
 @pytest.mark.parametrize(
@@ -286,7 +286,8 @@ def test_resources_shared_in_default_args_are_named_as_written_when_nothing_fits
     with dag, pytest.raises(NoFittingMachineError) as err:
         cls(task_id="t", python_callable=dict, **kwargs)
     assert str(err.value).startswith(
-        f"{cls.__name__}.default_args['step_resources']=ResourceSettings(gpu_count=64) fits no"
+        f"{cls.__name__}(task_id='t').default_args['step_resources']="
+        "ResourceSettings(gpu_count=64) fits no"
     )
     with dag, pytest.raises(NoFittingMachineError) as err:
         cls(task_id="explicit", python_callable=dict, **kwargs, **CPU_ONLY[kind])
@@ -295,4 +296,6 @@ def test_resources_shared_in_default_args_are_named_as_written_when_nothing_fits
     )
     with DAG(f"own_{kind}", schedule=None), pytest.raises(NoFittingMachineError) as err:
         cls(task_id="t", python_callable=dict, resources=shared, **kwargs)
-    assert str(err.value).startswith(f"{cls.__name__}.resources=ResourceSettings(gpu_count=64)")
+    assert str(err.value).startswith(
+        f"{cls.__name__}(task_id='t').resources=ResourceSettings(gpu_count=64)"
+    )

@@ -213,7 +213,10 @@ def test_a_request_nothing_fits_names_the_three_closest_machines():
     with pytest.raises(NoFittingMachineError) as err:
         _op(resources=ResourceSettings(gpu_count=16, gpu_type="H100"))
     message = str(err.value)
-    assert "VertexStepOperator.resources=ResourceSettings(gpu_count=16, gpu_type='H100')" in message
+    assert (
+        "VertexStepOperator(task_id='t').resources=ResourceSettings(gpu_count=16, gpu_type='H100')"
+        in message
+    )
     closest = re.search(r"Closest: (.*)\. Ask", message).group(1).split("; ")
     assert len(closest) == 3 and closest[0].startswith("a3-highgpu-8g+NVIDIA_H100_80GBx8")
     assert "more machines with replica_count" in message and "machine_type=" in message
@@ -225,7 +228,9 @@ def test_a_bundled_gpu_machine_lacking_the_asked_gpu_is_refused_as_written():
     with pytest.raises(NoFittingMachineError) as err:
         _op(machine_type="a2-highgpu-1g", resources=ResourceSettings(gpu_type="T4"))
     message = str(err.value)
-    assert message.startswith("VertexStepOperator.machine_type='a2-highgpu-1g' is a2-highgpu-1g")
+    assert message.startswith(
+        "VertexStepOperator(task_id='t').machine_type='a2-highgpu-1g' is a2-highgpu-1g"
+    )
     assert "1 x A100" in message and "Drop machine_type" in message
 
 

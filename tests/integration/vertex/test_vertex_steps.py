@@ -95,8 +95,8 @@ def test_a_missing_bucket_is_named_and_no_job_is_created(gcp, ctl):
     assert run.state == "failed"
     failure = _read(gcp["results"], "failure")
     assert failure.startswith(
-        "SettingsError: @task.vertex_step: the artifact root 'gs://no-such-bucket-stepop/steps' "
-        "is in gs://no-such-bucket-stepop, which does not exist"
+        "SettingsError: @task.vertex_step(task_id='nowhere'): the artifact root "
+        "'gs://no-such-bucket-stepop/steps' is in gs://no-such-bucket-stepop, which does not exist"
     )
     assert "CreateCustomJob" not in ctl.counters()
 
