@@ -188,7 +188,8 @@ def test_settings_are_checked_when_a_dag_declares_a_step():
 
     with pytest.raises(
         SettingsError,
-        match=r"@task.local_step\(task_id=.step.\).resources=\{.gpu_count.: 1\} must be a ",
+        match=r"@task.local_step\(task_id=.step.\).resources=\{.gpu_count.: 1\} "
+        r"must be a ResourceSettings",
     ):
 
         @dag(schedule=None)
