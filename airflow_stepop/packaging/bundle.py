@@ -265,7 +265,7 @@ def _build(
         watched = [*sources.values(), *([module_file] if module_file else [])]
         record = {"sha256": sha256, "callable": entry}
         if pickled is not None:
-            record["pickle_sha256"] = pickled.sha256()
+            record["by_value_sha256"] = pickled.sha256()
             record["by_value"] = by_value
         # a module added beside them, or where an unresolved import looks, changes the bundle
         dirs = {p.parent for p in watched} | _local_path_dirs()

@@ -7,13 +7,15 @@ the line read from that file. Two things stand in the way on a real cloud:
 - cloudpickle 3.1.3 and later pickle every code object with the file name ``<dynamic-code>``
   (for payloads that do not depend on where a function was defined). Our pickler restores the
   worker's file name on load, whatever cloudpickle's version.
-- the DAG file is not in the job's container, so no line could be read from it. The lines of
-  every code object that is pickled (only those: nothing else of the file travels) go in the
-  bundle as ``sources.json``, which the runtime gives to ``linecache`` (``source_lines.py``).
+- the DAG file is not in the job's container, so no line could be read from it. The lines a
+  traceback of the pickled code can show (each of its statements, whole) go in the bundle as
+  ``sources.json``, which the runtime gives to ``linecache`` (``source_lines.py``). Nothing else
+  of the file travels: not its decorators' arguments, nor a comment outside a statement.
 """
 
 from __future__ import annotations
 
+import dis
 import functools
 import hashlib
 import io
@@ -88,9 +90,7 @@ def _pickler_class() -> type:
 
         def reducer_override(self, obj: Any) -> Any:
             if type(obj) is types.CodeType and obj.co_filename != DYNAMIC_FILE:
-                lines = {line for *_, line in obj.co_lines() if line is not None}
-                first, last = obj.co_firstlineno, max(lines, default=obj.co_firstlineno)
-                self.code_lines.setdefault(obj.co_filename, set()).update(range(first, last + 1))
+                self.code_lines.setdefault(obj.co_filename, set()).update(_shown_lines(obj))
                 # loads as code.replace(co_filename=...): standard library only, so the pickle
                 # needs nothing of ours in the job; nested code objects come here in turn
                 renamed = obj.replace(co_filename=DYNAMIC_FILE)
@@ -101,12 +101,27 @@ def _pickler_class() -> type:
             sources = {}
             for filename, numbers in self.code_lines.items():
                 text = linecache.getlines(filename)
-                lines = {str(n): text[n - 1] for n in sorted(numbers) if n <= len(text)}
+                lines = {str(n): text[n - 1] for n in sorted(numbers) if 0 < n <= len(text)}
                 if lines:
                     sources[filename] = lines
             return sources
 
     return FileKeepingPickler
+
+
+def _shown_lines(code: types.CodeType) -> set[int]:
+    """The lines a traceback of ``code`` can show: every line each of its instructions spans
+    (Python 3.13 prints a statement's lines from first to last). The prologue before ``RESUME``
+    sits on the first line of the definition, a decorator's for a decorated function: its
+    arguments ran where the DAG was parsed, and may hold what the job must not see."""
+    instructions = list(dis.get_instructions(code))
+    start = next((i + 1 for i, ins in enumerate(instructions) if ins.opname == "RESUME"), 0)
+    lines: set[int] = set()
+    for instruction in instructions[start:]:
+        first, last = instruction.positions.lineno, instruction.positions.end_lineno
+        if first is not None:
+            lines.update(range(first, (last or first) + 1))
+    return lines
 
 
 def _unpicklable_name(function: Callable[..., Any], dumps: Callable[[Any], bytes]) -> str:

@@ -4,13 +4,14 @@ Airflow runs every task in a new process, so an in-memory cache helps no task. W
 one, each step's ``execute()`` would parse the callable's modules, resolve their imports and
 zip them again (``bundle.py``, which a task imports only when it must build). An entry, one per
 callable, records the bundle's sha256, how the runtime finds the callable (a pickled callable:
-the sha256 of its pickle, compared anew each time, as closures and globals may differ), and the
-size and modification time (ns) of every file the bundle was built from, of the callable's
-module file and of the directories those are in (a module added there changes what an import
-finds). It is used only while the interpreter, ``sys.path`` and all of those are unchanged, the
-rule Python applies to its own bytecode caches. A file modified less than ``settle_seconds``
-before an entry would be written could be modified again within the file system's timestamp
-granularity without changing its mtime, so no entry is written then (the next task builds).
+the sha256 of its pickle and shipped source lines, compared anew each time, as closures and
+globals may differ), and the size and modification time (ns) of every file the bundle was built
+from, of the callable's module file and of the directories those are in (a module added there
+changes what an import finds). It is used only while the interpreter, ``sys.path`` and all of
+those are unchanged, the rule Python applies to its own bytecode caches. A file modified less
+than ``settle_seconds`` before an entry would be written could be modified again within the
+file system's timestamp granularity without changing its mtime, so no entry is written then
+(the next task builds).
 
 Entries and zips are written to a temporary name and renamed into place, so concurrent tasks
 never see half an entry; an entry that cannot be read, or a zip whose sha256 is not its name,
@@ -79,7 +80,7 @@ class BundleCache:
         callable_entry = entry["callable"]
         if callable_entry["kind"] == "pickle":
             by_value = pickle_by_value(function, entry.get("by_value", ()))
-            if by_value.sha256() != entry.get("pickle_sha256"):
+            if by_value.sha256() != entry.get("by_value_sha256"):
                 return None
         elif lookup(sys.modules.get(function.__module__), function.__qualname__) is not function:
             return None

@@ -18,7 +18,7 @@ def register(sources_file: Path) -> None:
     """Give ``linecache`` the lines in ``sources_file`` (nothing when the bundle has none)."""
     try:
         sources = json.loads(sources_file.read_text())
-    except FileNotFoundError:  # a callable imported by name: its module file is in the bundle
+    except FileNotFoundError:  # a bundle built before sources.json was: lines stay unshown
         return
     for filename, numbered in sources.items():
         lines = ["\n"] * max(int(n) for n in numbered)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import json
 import sys
 import textwrap
 import zipfile
@@ -435,6 +436,43 @@ def test_a_pickled_steps_traceback_names_its_file_and_shows_its_lines_where_the_
     assert f'File "{dag_file}", line 11, in train\n    make_check(10)(x)  # the step' in traceback
     assert f'File "{dag_file}", line 7, in check\n    raise ValueError(' in traceback
     assert traceback.endswith("ValueError: bad value 42\n")
+
+
+def test_the_shipped_source_lines_are_the_steps_statements_not_its_decorator_nor_comments(
+    tmp_path,
+):
+    """A decorator's arguments ran where the DAG was parsed (a connection's secret may be one),
+    and a comment between statements is not code: neither goes in the bundle. A statement over
+    several lines goes whole (Python 3.13 shows all of them in a traceback)."""
+    from airflow_stepop.packaging.by_value import pickle_by_value
+
+    (tmp_path / "decorated_dag.py").write_text(
+        textwrap.dedent(
+            """
+            def deco(**kwargs):
+                return lambda function: function
+
+            @deco(environment={"API_KEY": "sk-live-123"})
+            def step(x):
+                # token = "ghp_not_for_the_job"
+                y = max(
+                    x,
+                    1,
+                )
+                return y / 0
+            """
+        )
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        sources = pickle_by_value(importlib.import_module("decorated_dag").step).sources
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("decorated_dag", None)
+    (lines,) = sources.values()
+    assert sorted(map(int, lines)) == [8, 9, 10, 11, 12]
+    assert lines["11"] == "    )\n" and lines["12"] == "    return y / 0\n"
+    assert "sk-live" not in json.dumps(sources) and "ghp_" not in json.dumps(sources)
 
 
 def test_a_step_may_import_airflow_where_the_job_has_it_and_airflow_stepop_installed(tmp_path):
