@@ -76,6 +76,8 @@ def parse_memory(value: int | str, field_name: str = "memory") -> int:
 # limit), by the distribution setup (which rank writes the result) or by every backend for the
 # log relay (PYTHONUNBUFFERED: lines reach the task log as they are printed): a user's value would
 # be lost or make the step read or write the wrong place, so these are refused, not replaced.
+# One has the same value in every job: giving that value (a common line of images) is harmless.
+FIXED_ENV = {"PYTHONUNBUFFERED": "1"}
 RESERVED_ENV = frozenset({
     "STEPOP_PATH_MAP", "STEPOP_SPEC_URI", "STEPOP_CODE_PATH", "STEPOP_OUTPUT_URI",
     "STEPOP_MAX_RUNTIME_S", "STEPOP_CHECKPOINT_DIR",
@@ -85,8 +87,14 @@ RESERVED_ENV = frozenset({
 
 def refuse_reserved_env(field_name: str, env: Mapping[str, str]) -> None:
     """A job's environment (the operator's, or its image's) without the names we set."""
-    for name in env:
-        if name in RESERVED_ENV:
+    for name, value in env.items():
+        if name in FIXED_ENV and value != FIXED_ENV[name]:
+            raise SettingsError(
+                f"{field_name}[{name!r}]={value!r}: every job runs with "
+                f"{name}={FIXED_ENV[name]!r}, so that its lines reach the task log as they are "
+                f"printed. Leave {name} out."
+            )
+        if name in RESERVED_ENV and name not in FIXED_ENV:
             raise SettingsError(
                 f"{field_name} has {name!r}, which every job gets from the step's "
                 f"runtime ({', '.join(sorted(RESERVED_ENV))}). Rename yours, e.g. 'MY_{name}'."

@@ -224,3 +224,16 @@ def test_an_image_environment_refuses_the_names_every_job_gets_from_the_runtime(
     message = str(err.value)
     assert f"DockerSettings.environment has {name!r}, which every job gets from the" in message
     assert f"Rename yours, e.g. 'MY_{name}'." in message
+
+
+def test_an_image_may_set_pythonunbuffered_as_every_job_does_but_not_otherwise():
+    """``ENV PYTHONUNBUFFERED=1`` is a common line of images; another value would be lost."""
+    image = DockerSettings(parent_image="python:3.11-slim", environment={"PYTHONUNBUFFERED": "1"})
+    assert image.environment == {"PYTHONUNBUFFERED": "1"}
+    with pytest.raises(SettingsError) as err:
+        DockerSettings(parent_image="python:3.11-slim", environment={"PYTHONUNBUFFERED": "0"})
+    assert str(err.value).startswith(
+        "DockerSettings.environment['PYTHONUNBUFFERED']='0': every job runs with "
+        "PYTHONUNBUFFERED='1'"
+    )
+    assert str(err.value).endswith("Leave PYTHONUNBUFFERED out.")

@@ -33,6 +33,7 @@ def _op(kind: str, environment: object = None, **arguments: object) -> object:
 @pytest.mark.parametrize("kind", sorted(OPERATORS))
 def test_names_strings_and_templates_are_taken_as_given(kind):
     env = {"DATA_DIR": "/data", "MASTER_PORT": "29600", "PYTHONPATH": "/opt/lib", "DAY": "{{ ds }}"}
+    env["PYTHONUNBUFFERED"] = "1"  # what every job gets anyway
     assert _op(kind, env).environment == env
 
 
@@ -45,7 +46,7 @@ def test_names_strings_and_templates_are_taken_as_given(kind):
         (["A"], "environment=['A'] must be a dict"),
         ({"STEPOP_OUTPUT_URI": "s3://b/x"}, "Rename yours, e.g. 'MY_STEPOP_OUTPUT_URI'"),
         ({"RANK": "1"}, "'RANK', which every job gets from the step's runtime"),
-        ({"PYTHONUNBUFFERED": "0"}, "'PYTHONUNBUFFERED', which every job gets"),
+        ({"PYTHONUNBUFFERED": "0"}, "every job runs with PYTHONUNBUFFERED='1', so that"),
     ],
 )
 def test_a_refusal_names_the_operator_the_entry_and_the_fix(kind, environment, says):
