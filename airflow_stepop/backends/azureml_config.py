@@ -52,6 +52,7 @@ class AzureMLJobConfig:
     image_repository: str | None = None
     shm_size: str | None = None
     resources: ResourceSettings | None = None  # kept to check a named cluster's VM size
+    resources_as: str = "resources"  # how the user wrote them, for that check's error
     artifact_root: str | None = None  # as configured (a datastore path is resolved at submit)
 
     @property
@@ -138,6 +139,7 @@ class AzureMLJobConfig:
             image_repository=image_repository,
             shm_size=shm_size,
             resources=resources,
+            resources_as=resources_as,
         )
 
     def completed(

@@ -188,6 +188,15 @@ def rename_step_resources(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def resources_written_as(resources: Any, step_resources: Any, kwargs: Mapping[str, Any]) -> str:
+    """How errors name a step's ``ResourceSettings``: as the user wrote them, ``resources=``
+    (a mapped step's too, which travels as ``step_resources``) or shared in ``default_args``."""
+    shared = (kwargs.get("default_args") or {}).get("step_resources")
+    if resources is None and step_resources is not None and step_resources is shared:
+        return "default_args['step_resources']"
+    return "resources"
+
+
 def refuse_shared_resource_settings(default_args: Any) -> None:
     """``default_args={"resources": ResourceSettings(...)}`` reaches every task of the DAG, and
     Airflow turns a plain task's ``resources`` into its own ``Resources``: it would fail there

@@ -29,6 +29,7 @@ from airflow_stepop.operators.arguments import (
     refuse_unknown_arguments,
     rename_step_resources,
     rendered_later,
+    resources_written_as,
 )
 from airflow_stepop.operators.job_request import job_request
 from airflow_stepop.operators.outcome import (
@@ -87,13 +88,9 @@ class BaseStepOperator(BaseOperator):
         refuse_shared_resource_settings(kwargs.get("default_args"))
         super().__init__(**kwargs)
         name = self.argument_owner
-        # how errors name the step's ResourceSettings: as the user wrote it
-        self.resources_as = "resources"
+        self.resources_as = resources_written_as(resources, step_resources, kwargs)
         if resources is None:  # a mapped step's resources= (see partial()), or default_args'
             resources = step_resources
-            shared = kwargs.get("default_args") or {}
-            if step_resources is not None and shared.get("step_resources") is step_resources:
-                self.resources_as = "default_args['step_resources']"
         check_step_arguments(
             name,
             python_callable=python_callable,
