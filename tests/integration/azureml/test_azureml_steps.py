@@ -73,8 +73,8 @@ def test_a_raising_step_fails_with_the_remote_exception(azure, ctl):
     failure = _read(azure["results"], "failure")
     assert failure.startswith("StepFailedError: Step job ")
     assert "The step raised ValueError: bad value 42" in failure
-    # the remote traceback, with its source line (from the bundle: a job on the real service has
-    # no copy of the DAG file)
+    # the remote traceback, with its source line (the fake runs the job on this host, where the
+    # DAG file is; test_packaging checks the line comes from the bundle where it is not)
     assert 'in explode\n    raise ValueError(f"bad value {x}")' in failure
     assert "UserError: Execution failed" in failure  # Azure ML's own error for the run
 

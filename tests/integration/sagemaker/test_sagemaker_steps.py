@@ -85,8 +85,8 @@ def test_a_raising_step_fails_with_the_remote_exception_and_the_failure_reason(a
     failure = _read(aws["results"], "failure")
     assert failure.startswith("StepFailedError: Step job ")
     assert "AlgorithmError: ValueError: bad value 42" in failure  # the service's FailureReason
-    # the traceback, from the job's log tail, with its source line (from the bundle: a job on
-    # the real service has no copy of the DAG file)
+    # the traceback, from the job's log tail, with its source line (the fake runs the job on
+    # this host, where the DAG file is; test_packaging checks the line comes from the bundle)
     assert 'in explode\n    raise ValueError(f"bad value {x}")' in failure
 
 
