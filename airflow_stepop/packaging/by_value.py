@@ -15,17 +15,19 @@ the line read from that file. Two things stand in the way on a real cloud:
 
 from __future__ import annotations
 
-import dis
 import functools
 import hashlib
 import io
+import itertools
 import json
 import linecache
+import opcode
 import sys
 import types
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+_RESUME = opcode.opmap["RESUME"]  # ends the prologue of every code object (Python >= 3.11)
 # what cloudpickle >= 3.1.3 names every file; also what we pickle a code object under, so the
 # file name is set once, by ``code.replace`` on load, whichever cloudpickle pickled it
 DYNAMIC_FILE = "<dynamic-code>"
@@ -114,14 +116,10 @@ def _shown_lines(code: types.CodeType) -> set[int]:
     (Python 3.13 prints a statement's lines from first to last). The prologue before ``RESUME``
     sits on the first line of the definition, a decorator's for a decorated function: its
     arguments ran where the DAG was parsed, and may hold what the job must not see."""
-    instructions = list(dis.get_instructions(code))
-    start = next((i + 1 for i, ins in enumerate(instructions) if ins.opname == "RESUME"), 0)
-    lines: set[int] = set()
-    for instruction in instructions[start:]:
-        first, last = instruction.positions.lineno, instruction.positions.end_lineno
-        if first is not None:
-            lines.update(range(first, (last or first) + 1))
-    return lines
+    raw = code.co_code  # 2 bytes a code unit; the prologue's instructions have no inline cache
+    body = next((i // 2 + 1 for i in range(0, len(raw), 2) if raw[i] == _RESUME), 0)
+    positions = set(itertools.islice(code.co_positions(), body, None))  # (line, end line, ...)
+    return {n for first, last, *_ in positions if first for n in range(first, (last or first) + 1)}
 
 
 def _unpicklable_name(function: Callable[..., Any], dumps: Callable[[Any], bytes]) -> str:
