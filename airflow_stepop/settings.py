@@ -88,13 +88,15 @@ RESERVED_ENV = frozenset({
 def refuse_reserved_env(field_name: str, env: Mapping[str, str]) -> None:
     """A job's environment (the operator's, or its image's) without the names we set."""
     for name, value in env.items():
-        if name in FIXED_ENV and value != FIXED_ENV[name]:
+        if FIXED_ENV.get(name) == value:
+            continue  # what the job gets anyway
+        if name in FIXED_ENV:
             raise SettingsError(
                 f"{field_name}[{name!r}]={value!r}: every job runs with "
                 f"{name}={FIXED_ENV[name]!r}, so that its lines reach the task log as they are "
                 f"printed. Leave {name} out."
             )
-        if name in RESERVED_ENV and name not in FIXED_ENV:
+        if name in RESERVED_ENV:
             raise SettingsError(
                 f"{field_name} has {name!r}, which every job gets from the step's "
                 f"runtime ({', '.join(sorted(RESERVED_ENV))}). Rename yours, e.g. 'MY_{name}'."
