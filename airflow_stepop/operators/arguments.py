@@ -168,6 +168,8 @@ def refuse_unknown_arguments(cls: type, kwargs: Mapping[str, Any]) -> None:
     known = set().union(*(_parameters(c) for c in cls.__mro__ if "__init__" in vars(c)))
     name = getattr(cls, "custom_operator_name", None) or cls.__name__
     if isinstance(task_id := kwargs.get("task_id"), str):
+        if group := kwargs.get("task_group"):  # set by Airflow inside a TaskGroup
+            task_id = group.child_id(task_id)
         name += f"(task_id={task_id!r})"
     hints = []
     for argument in unknown:

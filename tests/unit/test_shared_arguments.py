@@ -268,6 +268,18 @@ def test_a_misspelt_argument_is_named_with_the_one_meant(kind, typo, meant):
     assert f"got arguments it does not take: {typo}= (did you mean {meant}=?)" in str(err.value)
 
 
+def test_errors_in_a_task_group_name_the_task_id_airflow_shows():
+    """Airflow prefixes a grouped task's id with its group's; the errors say the same id."""
+    from airflow.sdk import TaskGroup
+
+    cls, kwargs = OPERATORS["local"]
+    with DAG("grouped", schedule=None), TaskGroup("train"):
+        with pytest.raises(TypeError, match=r"\(task_id='train\.fit'\) got arguments it"):
+            cls(task_id="fit", python_callable=dict, max_runtim=1, **kwargs)
+        with pytest.raises(SettingsError, match=r"\(task_id='train\.fit'\)\.max_runtime="):
+            cls(task_id="fit", python_callable=dict, max_runtime="soon", **kwargs)
+
+
 CPU_ONLY = {
     "sagemaker": {"instance_type": "ml.m5.large"},
     "vertex": {"machine_type": "n1-standard-16"},
