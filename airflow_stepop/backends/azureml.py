@@ -216,8 +216,8 @@ class AzureMLBackend(StepBackend):
         if job.resources is not None and machine is not None and not machine.fits(job.resources):
             raise AzureMLConfigError(
                 f"compute={job.compute!r} runs {machine.describe()}, which does not fit "
-                f"{job.resources_as}={job.resources}; pick a larger cluster, or leave compute "
-                "unset to run serverless on the cheapest VM size that fits."
+                f"{job.resources_as}={job.resources.shown()}; pick a larger cluster, or leave "
+                "compute unset to run serverless on the cheapest VM size that fits."
             )
         return replace(job, instance_type=machine.name if machine else size), compute_id, priority
 

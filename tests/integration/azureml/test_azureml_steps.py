@@ -341,7 +341,11 @@ def test_a_named_cluster_is_checked_against_the_request_before_submitting(azure,
     assert job["computeId"].endswith("/computes/gpu-cluster")
     failure = _read(azure["results"], "failure")
     assert "compute='cpu-cluster' runs Standard_DS3_v2" in failure
-    assert "does not fit resources=" in failure
+    assert "does not fit resources=ResourceSettings(gpu_count=1);" in failure  # as written
+    shared = _read(azure["results"], "shared")
+    assert "compute='cpu-cluster' runs Standard_DS3_v2" in shared
+    assert "does not fit default_args['step_resources']=ResourceSettings(gpu_count=1)" in shared
+    assert jobs(azure["fake"], "too-small-shared") == []
     assert jobs(azure["fake"], "aml-named-clusters-too-small") == []  # refused before any job
     missing = _read(azure["results"], "missing")
     assert "compute='gpu-clustr' is not a compute of the workspace 'stepop-ws'" in missing

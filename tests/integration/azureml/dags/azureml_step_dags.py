@@ -7,7 +7,7 @@ import os
 from datetime import timedelta
 
 import fault_operators
-from airflow.sdk import dag, task
+from airflow.sdk import TaskGroup, dag, task
 from step_helpers import wait_for_file
 
 from airflow_stepop import AzureMLStepOperator, DockerSettings, ResourceSettings
@@ -240,6 +240,19 @@ def aml_named_clusters():
     )
     def misspelt():
         return "never runs"
+
+    # resources every step of a group shares: the error names them as written
+    with TaskGroup("shared", default_args={"step_resources": ResourceSettings(gpu_count=1)}):
+
+        @task.azureml_step(
+            docker=PARENT_ONLY,
+            compute="cpu-cluster",
+            on_failure_callback=lambda context: _remember("shared", str(context["exception"])),
+        )
+        def too_small_shared():
+            return "never runs"
+
+        too_small_shared()
 
     on_gpus()
     too_small()
