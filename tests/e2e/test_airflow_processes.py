@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.doc_blocks import python_block
 from tests.e2e.services import Api
 from tests.processes import process_alive
 from tests.waiting import free_port, wait_for
@@ -57,6 +58,33 @@ def test_example_dag_under_airflow_dags_test(tmp_path):
         (home / "stepop-artifacts").glob("stepop_train_pipeline/*/prepare/-1/1/outputs/train.npy")
     )
     assert npy.stat().st_size > 50 * 10**6
+
+
+def test_the_readme_quick_start_runs_as_written_and_its_unit_test_passes(tmp_path):
+    """The README's first DAG, saved as it says ($AIRFLOW_HOME/dags/pipeline.py) and run with
+    the two commands it names; then the README's unit test of a step, with pytest."""
+    home = tmp_path / "home"
+    dags = home / "dags"
+    dags.mkdir(parents=True)
+    (dags / "pipeline.py").write_text(python_block("README.md", "def pipeline():"))
+    env = _env(home)
+    subprocess.run(["airflow", "db", "migrate"], env=env, check=True, capture_output=True)
+    result = subprocess.run(
+        ["airflow", "dags", "test", "pipeline"], env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert "state=success" in output, output[-3000:]
+    assert "{'rows': 1000000, 'mean': " in output and "(1000000, 32)" in output  # report's print
+    assert "does not reserve or check" in output  # the warning the README says prepare logs
+
+    (tmp_path / "test_pipeline.py").write_text(python_block("README.md", "def test_summarize"))
+    env["PYTHONPATH"] = str(dags)  # "run pytest with your DAGs folder on PYTHONPATH"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_pipeline.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout[-3000:]
 
 
 def wait_for_ok(what: str, check, timeout: float):
