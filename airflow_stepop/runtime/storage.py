@@ -247,7 +247,8 @@ class Storage:
         return json.loads(self.read_bytes(uri))
 
     def write_json(self, uri: str, value: Any) -> None:
-        self.write_bytes(uri, json.dumps(value, indent=1, sort_keys=True).encode())
+        """Keys in their order: a step's dict result comes back as a plain task's would."""
+        self.write_bytes(uri, json.dumps(value, indent=1).encode())
 
     def put(self, source: Path, uri: str) -> None:
         """Copy a local file or directory tree to a URI."""

@@ -468,6 +468,14 @@ def plain_task_idioms():
     def kind(value):
         return [type(value).__name__, *value]
 
+    @task.local_step
+    def ordered(config: dict):  # a dict keeps its order both ways, as through a plain XCom
+        return {"seen": [list(config), list(config["layers"])], "z": 1, "a": 2}
+
+    @task
+    def keys(value):
+        return [*value["seen"], list(value)]
+
     @task
     def record(*values):
         import json
@@ -492,7 +500,9 @@ def plain_task_idioms():
         task_id="from_template", python_callable=scaled, op_args="{{ params.pair }}"
     )
     steps = (env_number(), asynchronous(1), partial.output, instance.output, dated())
-    record(*steps, kind(pair()), from_output.output, from_template.output)
+    config = {"rows": 1, "mean": 2.0, "layers": {"conv": 8, "bn": 8}}
+    ordered_keys = keys(ordered(config))
+    record(*steps, kind(pair()), from_output.output, from_template.output, ordered_keys)
     nothing()
 
 
