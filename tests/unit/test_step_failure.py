@@ -78,19 +78,61 @@ def test_an_entry_scripts_summary_line_after_the_traceback_is_not_shown_again(tm
     assert message.count("ValueError: no merchant column") == 2  # "raised" and the traceback
 
 
-def test_a_missing_module_says_where_a_job_gets_its_packages(tmp_path):
-    said = "No module named 'pandas.core'"
+def _missing(module: str, tmp_path) -> str:
+    """The task's failure message for a job whose step could not import ``module``."""
+    said = f"No module named '{module}'"
     (tmp_path / "error.json").write_text(json.dumps({
         "type": "ModuleNotFoundError", "message": said,
         "traceback": f"Traceback (most recent call last):\nModuleNotFoundError: {said}\n",
     }))  # fmt: skip
     event = {"status": "failed", "handle": {"job_id": "j1", "run_uri": f"file://{tmp_path}"},
              "log_tail": []}  # fmt: skip
+    return str(step_failure(event, Storage()))
 
-    message = str(step_failure(event, Storage()))
 
-    assert "The job's Python has no module 'pandas'" in message
-    assert "docker=DockerSettings(requirements=['pandas'])" in message
+def test_a_missing_module_the_worker_has_names_the_package_that_installs_it(tmp_path):
+    """The import name is not always the package's: dateutil comes from python-dateutil."""
+    from importlib.metadata import version
+
+    message = _missing("dateutil", tmp_path)
+
+    assert "The job's Python has no module 'dateutil'" in message
+    pinned = f"python-dateutil=={version('python-dateutil')}"
+    assert f"docker=DockerSettings(requirements=[{pinned!r}])" in message
+
+
+def test_a_missing_part_of_a_package_the_job_has_is_a_version_mismatch(tmp_path):
+    """A numpy 2 pickle read by numpy 1 says "No module named 'numpy._core'": numpy is there."""
+    import numpy
+
+    message = _missing("numpy._core", tmp_path)
+
+    assert "The job has the package 'numpy' but not its module 'numpy._core'" in message
+    assert "another version than the worker's" in message
+    assert f"requirements=['numpy=={numpy.__version__}']" in message
+
+
+def test_a_module_of_the_dags_folder_the_bundle_missed_says_to_import_it_by_name(
+    tmp_path, monkeypatch
+):
+    dags = tmp_path / "dags"
+    (dags / "stepop_features").mkdir(parents=True)
+    (dags / "stepop_features" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(dags))
+
+    message = _missing("stepop_features.scaling", tmp_path)
+
+    assert "The job has no module 'stepop_features.scaling', which the worker has at" in message
+    assert "Add `import stepop_features.scaling` to the module that defines the step" in message
+    assert "requirements=" not in message  # never a PyPI name for a module of one's own
+
+
+def test_a_module_nobody_has_says_its_package_name_may_differ(tmp_path):
+    message = _missing("stepop_no_such_module", tmp_path)
+
+    assert "The job's Python has no module 'stepop_no_such_module'" in message
+    assert "its name on PyPI may differ" in message
+    assert "requirements=['<the package that provides it>']" in message
 
 
 def _error_of(code: str, tmp_path) -> dict:
@@ -141,3 +183,9 @@ def test_a_job_without_airflow_says_to_move_the_airflow_import(tmp_path):
 
     assert "The job's Python has no Airflow" in message
     assert "Move the Airflow imports to the DAG file" in message
+
+
+def test_a_missing_module_of_pythons_own_says_the_images_python_lacks_it(tmp_path):
+    message = _missing("sqlite3", tmp_path)
+
+    assert "which is part of Python itself" in message and "requirements=" not in message
