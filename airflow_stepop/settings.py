@@ -304,7 +304,10 @@ def _string_map(owner: str, name: str, value: Any) -> dict[str, str]:
                 "(letters, digits and _, not starting with a digit)."
             )
         if not isinstance(item, (str, int, float, bool)):
-            raise SettingsError(f"{owner}.{name}[{key!r}]={item!r} must be a string.")
+            raise SettingsError(
+                f"{owner}.{name}[{key!r}]={item!r} must be a string (a number or a bool is "
+                "taken as its text)."
+            )
         out[key] = str(item)
     return out
 

@@ -196,7 +196,11 @@ def string_map(
 
 
 def environment(owner: str, value: Any) -> dict[str, str]:
-    """The job's environment variables: names a shell takes, string values, none of ours."""
+    """The job's environment variables: names a shell takes, string values, none of ours. A
+    number or a bool is taken as its text, as in ``DockerSettings.environment`` and as a
+    template that renders to one."""
+    if isinstance(value, Mapping):
+        value = {k: str(v) if isinstance(v, (int, float)) else v for k, v in value.items()}
     env = string_map(
         owner, "environment", value, key_pattern=ENV_NAME,
         key_rule="names are letters, digits and _ and do not start with a digit, e.g. 'DATA_DIR'.",

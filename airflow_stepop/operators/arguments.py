@@ -250,18 +250,24 @@ def refuse_empty_renders(owner: str, rendered: Mapping[str, Any]) -> None:
 
 def rendered_environment(name: str, environment: Mapping[str, Any]) -> dict[str, str]:
     """After rendering: the environment as text. With ``render_template_as_native_obj=True`` a
-    template such as ``"{{ params.n }}"`` renders to an int; a number or a bool becomes its
-    text, as the shell would see it; anything else is refused, named."""
+    template such as ``"{{ params.n }}"`` renders to an int: a number or a bool becomes its
+    text, as the shell would see it, and a list or dict its JSON (native rendering turns even
+    ``"{{ params.xs | tojson }}"`` back into a list); anything else is refused, named."""
+    import contextlib
+    import json
+
     text: dict[str, str] = {}
     for key, value in (environment or {}).items():
         if isinstance(value, (int, float)):  # bool too
             value = str(value)
+        elif isinstance(value, (list, dict)):
+            with contextlib.suppress(TypeError, ValueError):  # not JSON (a date in it): refused
+                value = json.dumps(value)
         if not isinstance(value, str):
             raise SettingsError(
                 f"{name}.environment[{key!r}] rendered to a {type(value).__name__} "
-                f"({str(value)[:60]!r}); an environment variable is text. Render it to a string "
-                "(e.g. '{{ ... | tojson }}' for a list or dict), or pass the value as an argument "
-                "of the step instead."
+                f"({str(value)[:60]!r}); an environment variable is text. Render it to a "
+                "string, or pass the value as an argument of the step instead."
             )
         text[key] = value
     return text

@@ -109,17 +109,23 @@ def test_a_template_that_rendered_empty_is_named(operator, argument, extra, monk
 
 
 def test_an_environment_value_rendered_to_a_non_text_is_text_or_named():
+    """Native rendering turns "{{ params.layers | tojson }}" back into a list: it is JSON."""
+    import datetime
+
     from airflow_stepop.operators.arguments import rendered_environment
 
-    assert rendered_environment("S", {"N": 9, "ON": True, "X": "x"}) == {
+    native = {"N": 9, "ON": True, "X": "x", "LAYERS": [64, 32], "HP": {"lr": 0.1}}
+    assert rendered_environment("S", native) == {
         "N": "9",
         "ON": "True",
         "X": "x",
+        "LAYERS": "[64, 32]",
+        "HP": '{"lr": 0.1}',
     }
     with pytest.raises(SettingsError) as refused:
-        rendered_environment("@task.local_step", {"LAYERS": [64, 32]})
+        rendered_environment("@task.local_step", {"DAY": datetime.date(2026, 1, 2)})
     assert str(refused.value).startswith(
-        "@task.local_step.environment['LAYERS'] rendered to a list ('[64, 32]'); an environment "
+        "@task.local_step.environment['DAY'] rendered to a date ('2026-01-02'); an environment "
         "variable is text."
     )
 

@@ -38,11 +38,18 @@ def test_names_strings_and_templates_are_taken_as_given(kind):
 
 
 @pytest.mark.parametrize("kind", sorted(OPERATORS))
+def test_numbers_and_bools_are_taken_as_their_text_as_in_docker_settings(kind):
+    given = {"EPOCHS": 10, "LR": 0.5, "DEBUG": True}
+    assert _op(kind, given).environment == {"EPOCHS": "10", "LR": "0.5", "DEBUG": "True"}
+    assert DockerSettings(environment=given).environment == _op(kind, given).environment
+
+
+@pytest.mark.parametrize("kind", sorted(OPERATORS))
 @pytest.mark.parametrize(
     ("environment", "says"),
     [
         ({"1BAD": "x"}, "environment has the key '1BAD'; names are letters"),
-        ({"A": 1}, "environment['A']=1 is refused; values are strings"),
+        ({"A": None}, "environment['A']=None is refused; values are strings"),
         (["A"], "environment=['A'] must be a dict"),
         ({"STEPOP_OUTPUT_URI": "s3://b/x"}, "Rename yours, e.g. 'MY_STEPOP_OUTPUT_URI'"),
         ({"RANK": "1"}, "'RANK', which every job gets from the step's runtime"),
