@@ -59,7 +59,7 @@ def job_request(op: BaseStepOperator, context: Any, key: str, backend: StepBacke
             raise
         raise SettingsError(
             f"{op.argument_owner}: the artifact root {root!r} is in {store}, which does not "
-            f"exist (or the connection {op.storage_conn_id!r} cannot see it). Create it, "
+            f"exist (or {credentials_of(op.storage_conn_id)} cannot see it). Create it, "
             f"or set {config.artifact_root_options(op.service)} to a bucket or container "
             "that exists."
         ) from exc
@@ -78,4 +78,14 @@ def job_request(op: BaseStepOperator, context: Any, key: str, backend: StepBacke
             "run_id": ti.run_id,
             "map_index": str(ti.map_index),
         },
+    )
+
+
+def credentials_of(conn_id: str | None) -> str:
+    """Whose credentials the worker reads the artifact root with, for an error to name."""
+    if conn_id:
+        return f"the connection {conn_id!r}"
+    return (
+        "the worker's own credentials for it (no Airflow connection is named: those of its "
+        "environment, such as AZURE_STORAGE_CONNECTION_STRING or AWS_PROFILE)"
     )

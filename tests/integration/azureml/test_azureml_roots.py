@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from airflow_stepop import ArtifactRef
-from tests.integration.azureml.conftest import CONTAINER, jobs, xcoms
+from tests.integration.azureml.conftest import CONTAINER, dags, jobs, xcoms
 
 
 def root_dags():
@@ -119,3 +119,16 @@ def test_a_missing_container_is_told_from_one_that_exists(azure):
     storage = worker_storage(None)  # adlfs finds the emulator by AZURE_STORAGE_CONNECTION_STRING
     assert missing_store("abfs://no-such-container/steps", storage) == "abfs://no-such-container"
     assert missing_store(azure["root"], storage) is None
+
+
+def test_a_missing_container_fails_the_task_naming_whose_credentials_looked(azure, ctl):
+    """No Airflow connection reads an abfs:// root here: the error names what did."""
+    run = dags().aml_missing_container().test()
+    assert run.state == "failed"
+    failure = (azure["results"] / "failure.json").read_text()
+    assert (
+        "'abfs://no-such-container-stepop/steps' is in abfs://no-such-container-stepop, " in failure
+    )
+    assert "which does not exist (or the worker's own credentials for it" in failure
+    assert "AZURE_STORAGE_CONNECTION_STRING" in failure and "connection None" not in failure
+    assert jobs(azure["fake"], "missing-container") == []

@@ -96,7 +96,8 @@ def test_a_missing_bucket_is_named_and_no_job_is_created(gcp, ctl):
     failure = _read(gcp["results"], "failure")
     assert failure.startswith(
         "SettingsError: @task.vertex_step(task_id='nowhere'): the artifact root "
-        "'gs://no-such-bucket-stepop/steps' is in gs://no-such-bucket-stepop, which does not exist"
+        "'gs://no-such-bucket-stepop/steps' is in gs://no-such-bucket-stepop, which does not exist "
+        "(or the connection 'google_cloud_default' cannot see it)"
     )
     assert "CreateCustomJob" not in ctl.counters()
 

@@ -385,3 +385,19 @@ def aml_retry_after_success():
 
 
 aml_retry_after_success()
+
+
+@dag(schedule=None)
+def aml_missing_container():
+    @task.azureml_step(
+        docker=PARENT_ONLY,
+        artifact_root="abfs://no-such-container-stepop/steps",
+        on_failure_callback=_remember_failure,
+    )
+    def nowhere():
+        return 1
+
+    nowhere()
+
+
+aml_missing_container()
