@@ -230,7 +230,12 @@ class StepRun:
 
     def _write(self, value: Any, name: str) -> dict[str, Any]:
         uri = join(self.output_uri, specs.OUTPUTS_DIR, name)
-        return values.write_artifact(value, uri, self.storage)
+        ref = values.write_artifact(value, uri, self.storage)
+        if ref["materializer"] == "cloudpickle":  # say so when it was nearly JSON
+            limit = int(self.spec.get("inline_limit_bytes", 64 * 1024))
+            if note := values.pickled_json_note(value, name, limit):
+                print(note, flush=True)
+        return ref
 
     def _encode_outputs(self, result: Any) -> dict[str, Any]:
         limit = int(self.spec.get("inline_limit_bytes", 64 * 1024))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -83,6 +84,51 @@ def _small_json_with_tuples(value: Any, inline_limit: int) -> bool:
         return False
     as_lists = _tuples_as_lists(value)
     return materializers.is_strict_json(as_lists) and len(json.dumps(as_lists)) <= inline_limit
+
+
+def pickled_json_note(value: Any, name: str, inline_limit: int) -> str | None:
+    """Why a small result that is nearly JSON comes back as a pickled ``ArtifactRef``: the first
+    value in it that JSON has no form for (sklearn's scores are numpy scalars), with the fix.
+    None for values that are no such near miss (a model, a big list)."""
+    scalar = not isinstance(value, (list, tuple, dict))
+    if not scalar and not _fewer_items(value, inline_limit):
+        return None
+    found = _first_not_json(value, name)
+    if found is None:
+        return None
+    reason, item = found
+    numpy_scalar = _is_numpy_scalar(item)
+    if scalar and not numpy_scalar:
+        return None  # an object pickled on purpose
+    fix = "float(...) or int(...) of it" if numpy_scalar else "JSON in its place"
+    return (
+        f"[stepop] {name} comes back as an ArtifactRef (pickled), not inline: {reason}, so a "
+        f"plain task gets a reference to .load(). Return {fix} to keep the result inline."
+    )
+
+
+def _first_not_json(value: Any, where: str) -> tuple[str, Any] | None:
+    """Why ``value`` is not JSON (the first reason, and the value or key it is about)."""
+    if materializers.is_strict_json(value) and type(value) not in (list, dict):
+        return None
+    if type(value) in (list, tuple):
+        for index, item in enumerate(value):
+            if (found := _first_not_json(item, f"{where}[{index}]")) is not None:
+                return found
+        return None
+    if type(value) is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                return f"{where} has the key {key!r}, and JSON keys are strings", key
+            if (found := _first_not_json(item, f"{where}[{key!r}]")) is not None:
+                return found
+        return None
+    return f"{where} is a {materializers.type_name(value)}, which is not JSON", value
+
+
+def _is_numpy_scalar(value: Any) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.generic)
 
 
 def _fewer_items(value: Any, limit: int) -> bool:

@@ -1,0 +1,79 @@
+"""What the runtime says of a step's result in the job's log (relayed into the task log)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+from airflow_stepop.packaging.staging import StepIdentity, stage_step
+from airflow_stepop.runtime.storage import Storage
+
+
+@pytest.fixture
+def result_steps(tmp_path, monkeypatch):
+    """Steps importable by name (no Airflow import in their module)."""
+    code = tmp_path / "code"
+    code.mkdir()
+    name = f"result_steps_{uuid.uuid4().hex[:8]}"
+    (code / f"{name}.py").write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+
+            class Model:
+                pass
+
+            def sklearn_metrics():
+                return {"accuracy": 0.9, "f1": np.float64(0.87), "n": 100}
+
+            def plain_metrics():
+                return {"accuracy": 0.9, "f1": 0.87, "n": 100}
+
+            def model():
+                return Model()
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(code))
+    yield __import__(name)
+    sys.modules.pop(name, None)
+
+
+def _run(tmp_path, function) -> tuple[str, dict]:
+    storage = Storage()
+    staged = stage_step(
+        function, [], {}, root=f"file://{tmp_path}/root",
+        step=StepIdentity("dag", "run", function.__name__, -1, 1), storage=storage,
+    )  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    process = subprocess.run(
+        [sys.executable, "-m", "airflow_stepop.runtime", staged.spec_uri],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert process.returncode == 0, process.stderr
+    return process.stdout, storage.read_json(staged.run_uri + "/result.json")["outputs"]
+
+
+def test_a_nearly_json_result_that_is_pickled_says_which_value_and_the_fix(tmp_path, result_steps):
+    """sklearn's scores are numpy scalars: one in a dict of metrics makes the whole dict a
+    pickle, and a plain task downstream fails on metrics['f1'] with no word of why."""
+    log, outputs = _run(tmp_path, result_steps.sklearn_metrics)
+
+    assert outputs["ref"]["materializer"] == "cloudpickle"
+    assert (
+        "[stepop] return_value comes back as an ArtifactRef (pickled), not inline: "
+        "return_value['f1'] is a numpy.float64, which is not JSON, so a plain task gets a "
+        "reference to .load(). Return float(...) or int(...) of it to keep the result inline."
+    ) in log
+
+
+@pytest.mark.parametrize("step", ["plain_metrics", "model"])
+def test_json_and_objects_meant_as_pickles_come_back_without_a_word(tmp_path, result_steps, step):
+    log, _ = _run(tmp_path, getattr(result_steps, step))
+
+    assert "comes back as an ArtifactRef" not in log
