@@ -273,9 +273,13 @@ class BaseStepOperator(BaseOperator):
         )
 
     def _store_links(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> None:
-        """Links are best effort: an API server that does not answer never fails a step."""
+        """Links are best effort: an API server that does not answer never fails a step. The
+        task log shows them too (as the UI's link buttons name them): a log read without the UI
+        (``airflow dags test``, a shipped log) still leads to the job."""
         try:
             links = backend.links(handle)
+            for kind, url in links.items():
+                self.log.info("Step %s: %s", kind, url)
             if links:  # a backend without a console has none: nothing to import
                 from airflow_stepop.links.job import persist_links
 

@@ -47,6 +47,7 @@ def test_arrays_and_a_model_directory_pass_between_vertex_steps(gcp, ctl, capfd)
     # no experiment, so no experiment link, and Airflow's end-of-task lookup did not ask for it
     assert rows[("train", "_link_StepExperimentLink", -1)] == ""
     out, err = capfd.readouterr()
+    assert f"Step job: {link}" in out + err  # the task log leads to the job without the UI
     assert not [
         line for line in (out + err).splitlines() if "XCom not found" in line and "_link_" in line
     ]
