@@ -202,6 +202,8 @@ def report_billing(log: Logger, ti: Any, backend: StepBackend, event: dict[str, 
     billing = backend.billing(event.get("details") or {}) if key else None
     if not billing:
         return
+    from airflow_stepop.triggers.progress import usd
+
     cost = billing.get("estimated_cost_usd")
     log.info(
         "Job %s: %s billable s x %s x %s%s%s",
@@ -210,7 +212,7 @@ def report_billing(log: Logger, ti: Any, backend: StepBackend, event: dict[str, 
         billing.get("count", 1),
         billing.get("machine"),
         " (Spot)" if billing.get("spot") else "",
-        f" = about ${cost:.4f} (catalog {billing.get('catalog_date')})"
+        f" = about {usd(cost)} (catalog {billing.get('catalog_date')})"
         if cost is not None
         else " (no price in the catalog)",
     )

@@ -44,7 +44,7 @@ class Progress:
         # (not zero); the billing line the operator logs next has it.
         if price is not None and not (status.terminal and self.running_since is None):
             running = now - self.running_since if self.running_since is not None else 0.0
-            parts.append(f"about ${float(price) * running / 3600:.4f} so far")
+            parts.append(f"about {usd(float(price) * running / 3600)} so far")
         return ", ".join(parts)
 
     def update(self, status: JobStatus, now: float | None = None) -> None:
@@ -55,3 +55,12 @@ class Progress:
             self.state = status.state
             self.shown = now
             self.log.info(self.line(status, now))
+
+
+def usd(amount: float) -> str:
+    """A cost as the log shows it: to a hundredth of a cent, and a short job's not as $0.0000."""
+    if amount == 0:
+        return "$0"
+    if amount < 0.0001:
+        return "<$0.0001"
+    return f"${amount:.4f}"

@@ -154,9 +154,11 @@ def test_only_the_poll_group_s_own_backend_is_prepared_and_each_job_forgotten_on
 @pytest.mark.parametrize(
     ("state", "running_since", "expected"),
     [
-        ("pending", None, "pending, 1m05s since submit, on ml.g5.xlarge x 2, about $0.0000 so far"),
+        ("pending", None, "pending, 1m05s since submit, on ml.g5.xlarge x 2, about $0 so far"),
         ("running", 3600.0, "running, 1m05s since submit, on ml.g5.xlarge x 2, about $2.0000 so far"),  # noqa: E501
         ("succeeded", 60.0, "succeeded, 1m05s since submit, on ml.g5.xlarge x 2, about $0.0333 so far"),  # noqa: E501
+        # a second at $2/h is $0.00056; a twentieth of one is not "$0.0000"
+        ("running", 0.05, "running, 1m05s since submit, on ml.g5.xlarge x 2, about <$0.0001 so far"),  # noqa: E501
         # ended between two polls, never seen running: no cost rather than a wrong $0
         ("succeeded", None, "succeeded, 1m05s since submit, on ml.g5.xlarge x 2"),
     ],
