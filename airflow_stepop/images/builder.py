@@ -127,9 +127,12 @@ def _image_exists(client: Any, reference: str) -> bool:
         return False
 
 
-def _run_build(client: Any, tag: str, options: BuildOptions, **kwargs: Any) -> None:
+def _run_build(client: Any, tag: str, options: BuildOptions, what: str = "", **kwargs: Any) -> None:
+    """Build ``tag``; a failure says ``what`` was done (default: building it), the build's last
+    lines and what to set."""
     import docker.errors
 
+    what = what or f"Building image {tag}"
     lines: list[str] = []
     try:
         for chunk in client.api.build(
@@ -141,13 +144,11 @@ def _run_build(client: Any, tag: str, options: BuildOptions, **kwargs: Any) -> N
                 said = hints(lines, options.network_mode, options.ca_bundle)
                 raise ImageBuildError(
                     "\n".join(
-                        [f"Building image {tag} failed: {plain(chunk['error']).strip()}"]
-                        + lines[-30:]
-                        + said
+                        [f"{what} failed: {plain(chunk['error']).strip()}"] + lines[-30:] + said
                     )
                 )
     except docker.errors.APIError as exc:
-        raise ImageBuildError(f"Building image {tag} failed: {exc}") from exc
+        raise ImageBuildError(f"{what} failed: {exc}") from exc
     for line in lines:
         log.debug("build %s: %s", tag, line)
 
@@ -283,11 +284,15 @@ def _build(settings: DockerSettings, client: Any, reference: str, options: Build
             files[CA_FILE] = Path(ca_bundle).read_bytes()
         except OSError as exc:
             raise ImageBuildError(unreadable_ca_bundle(ca_bundle, exc)) from exc
-    log.info("Building environment image %s", reference)
+    what = f"Building environment image {reference}"
+    if not settings.needs_build:  # only FROM <parent>: for a service that cannot pull it
+        what = f"Copying the parent image {parent} to {reference} (the service pulls from there)"
+    log.info(what)
     _run_build(
         client,
         reference,
         options,
+        what,
         fileobj=_context(files),
         custom_context=True,
         buildargs=dict(settings.build_args) or None,

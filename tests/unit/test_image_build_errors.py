@@ -121,6 +121,25 @@ def test_a_parent_image_the_engine_cannot_pull_names_parent_image_and_a_mirror()
     assert "build_network_mode" not in message  # the build's own network is not the cause
 
 
+def test_a_parent_copied_for_a_service_says_it_was_copying_not_building():
+    """SageMaker pulls from ECR only: a parent image alone is copied there, with no build of
+    the user's; the failure says so, with the same hint."""
+    stream = [
+        {"stream": "Step 1/1 : FROM python:3.99-slim"},
+        {"stream": "\n"},
+        {"error": 'Get "https://registry-1.docker.io/v2/": dial tcp: no such host'},
+    ]
+    engine = _Engine(stream)
+    with pytest.raises(ImageBuildError) as failed:
+        ensure_image(DockerSettings(parent_image="python:3.99-slim"), engine, copy=True)
+    message = str(failed.value)
+    assert message.startswith(
+        f"Copying the parent image python:3.99-slim to {engine.builds[0]} (the service pulls "
+        'from there) failed: Get "https://registry-1.docker.io/v2/"'
+    )
+    assert "could not pull the parent image python:3.99-slim" in message
+
+
 def test_a_build_failure_of_another_kind_gets_no_hint():
     stream = _stream("ERROR: Invalid requirement: 'tomli-w===='")
     message = _failure(stream, BuildOptions())
