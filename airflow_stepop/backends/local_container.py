@@ -61,6 +61,12 @@ def submit(
         kwargs["device_requests"] = [
             docker.types.DeviceRequest(count=resources.gpu_count, capabilities=[["gpu"]])
         ]
+        if resources.gpu_type:  # the engine asks for a count; it knows no models
+            log.warning(
+                "The container engine does not pick GPUs by model: gpu_type=%r is not applied "
+                "to job %s, which gets %d GPU(s) of whatever models this worker has.",
+                resources.gpu_type, request.job_name, resources.gpu_count,
+            )  # fmt: skip
     if resources is not None and resources.cpu_count:
         kwargs["nano_cpus"] = resources.cpu_count * 10**9
     if resources is not None and resources.memory_bytes:
@@ -218,7 +224,7 @@ def _start_failure(request: JobRequest, image: str, exc: Any) -> str:
     if gpus and any(word in said.lower() for word in ("gpu", "device driver", "nvidia")):
         return (
             f"The container of step job {request.job_name} could not start: "
-            f"resources=ResourceSettings(gpu_count={gpus}) asks the container engine for "
+            f"resources={request.resources.shown()} asks the container engine for "
             f"{gpus} GPU{'s' if gpus > 1 else ''}, and the engine on this worker cannot give "
             f"containers GPUs (it said: {said}). Install the NVIDIA Container Toolkit on the "
             "worker host and configure the engine for it (nvidia-ctk runtime configure), or "

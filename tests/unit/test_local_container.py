@@ -55,10 +55,10 @@ def _request(
 
 @pytest.mark.container
 def test_a_gpu_step_on_an_engine_without_gpus_fails_clearly_and_leaves_no_container(
-    tmp_path, engine
+    tmp_path, engine, caplog
 ):
     client, image = engine
-    request = _request(tmp_path, "wants_gpu", image, ResourceSettings(gpu_count=1))
+    request = _request(tmp_path, "wants_gpu", image, ResourceSettings(gpu_type="T4"))
     name = request.job_name
     from airflow_stepop.backends.local_container import ContainerStartError
 
@@ -73,7 +73,9 @@ def test_a_gpu_step_on_an_engine_without_gpus_fails_clearly_and_leaves_no_contai
     assert left == []
     message = str(failed.value)
     assert f"The container of step job {name} could not start" in message
-    assert "resources=ResourceSettings(gpu_count=1) asks the container engine for 1 GPU" in message
+    wanted = "resources=ResourceSettings(gpu_count=1, gpu_type='T4')"  # as the step asked
+    assert f"{wanted} asks the container engine for 1 GPU" in message
+    assert "does not pick GPUs by model: gpu_type='T4' is not applied" in caplog.text
     assert "NVIDIA Container Toolkit" in message and "drop gpu_count" in message
     assert message.endswith("The container was removed.")
 
