@@ -200,7 +200,9 @@ class BaseStepOperator(BaseOperator):
             raise StepKilledError("The task was killed before its job was submitted: no job ran")
         handle = {**backend.submit(request), "submitted_at": time.time()}
         self._handle = (backend, handle)  # from now on, on_kill stops it
-        self.log.info("Submitted job %s", handle["job_id"])
+        from airflow_stepop.backends.base import shown_job
+
+        self.log.info("Submitted job %s", shown_job(handle))
         if self._killed:  # the kill came while the submit was on its way
             self._stop_killed(backend, handle)
         return handle
@@ -355,7 +357,9 @@ class BaseStepOperator(BaseOperator):
             if event["status"] != "succeeded":
                 raise step_failure(event, storage)
             result = read_result(handle, storage, self.storage_conn_id)
-            self.log.info("Step job %s succeeded; result: %s", handle["job_id"], shown(result))
+            from airflow_stepop.backends.base import shown_job
+
+            self.log.info("Step job %s succeeded; result: %s", shown_job(handle), shown(result))
             report_billing(self.log, context["ti"], backend, event)
             remember(
                 context.get("task_state_store"),

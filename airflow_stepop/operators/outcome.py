@@ -27,11 +27,12 @@ class StepKilledError(RuntimeError):
 def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
     """The task's error for a job that did not succeed: the remote exception (from the job's
     ``error.json``) once, then the rest of the job's log tail."""
+    from airflow_stepop.backends.base import shown_job
     from airflow_stepop.runtime import spec as specs
     from airflow_stepop.runtime.storage import join
 
     handle = event["handle"]
-    parts = [f"Step job {handle['job_id']} {event['status']}"]
+    parts = [f"Step job {shown_job(handle)} {event['status']}"]
     if event.get("reason"):
         parts[0] += f": {event['reason']}"
     error_uri = join(output_uri(handle), specs.ERROR_NAME)
@@ -202,12 +203,13 @@ def report_billing(log: Logger, ti: Any, backend: StepBackend, event: dict[str, 
     billing = backend.billing(event.get("details") or {}) if key else None
     if not billing:
         return
+    from airflow_stepop.backends.base import shown_job
     from airflow_stepop.triggers.progress import usd
 
     cost = billing.get("estimated_cost_usd")
     log.info(
         "Job %s: %s billable s x %s x %s%s%s",
-        event["handle"]["job_id"],
+        shown_job(event["handle"]),
         billing.get("billable_seconds"),
         billing.get("count", 1),
         billing.get("machine"),

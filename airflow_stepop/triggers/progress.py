@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from airflow_stepop.backends.base import JobStatus
+from airflow_stepop.backends.base import JobStatus, shown_job
 
 REPEAT_SECONDS = 60.0
 
@@ -35,7 +35,7 @@ class Progress:
         self.shown = 0.0
 
     def line(self, status: JobStatus, now: float) -> str:
-        parts = [f"Job {self.handle['job_id']}: {status.state}, {_duration(now - self.submitted)}"]
+        parts = [f"Job {shown_job(self.handle)}: {status.state}, {_duration(now - self.submitted)}"]
         parts[0] += " since submit"
         if machine := self.handle.get("machine"):
             parts.append(f"on {machine}")

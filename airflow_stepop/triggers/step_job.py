@@ -27,7 +27,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_stepop.backends.base import JobStatus, StepBackend
+from airflow_stepop.backends.base import JobStatus, StepBackend, shown_job
 from airflow_stepop.triggers.poller import JobPoller, poller_for
 from airflow_stepop.triggers.progress import Progress
 from airflow_stepop.triggers.relay_cursor import CursorStore
@@ -232,7 +232,7 @@ class StepJobTrigger(BaseTrigger):
     def _show(self, lines: list[str], tail: collections.deque[str]) -> None:
         """The job's lines into the task log, and into the tail its event carries."""
         for line in lines:
-            self.log.info("[%s] %s", self.handle["job_id"], line)
+            self.log.info("[%s] %s", shown_job(self.handle), line)
         tail.extend(lines)
 
     async def _relay(

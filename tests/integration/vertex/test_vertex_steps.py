@@ -436,7 +436,8 @@ def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_sto
         return cursor
 
     cursor = asyncio.run(relay_until_saved())
-    assert f"[{job_id}] before 2" in capfd.readouterr().out  # the first triggerer relayed them
+    shown = handle["display_name"]  # the task log names the job as its console does
+    assert f"[{shown}] before 2" in capfd.readouterr().out  # the first triggerer relayed them
     # The resumed trigger's first read looks back LOG_LOOKBACK_S from the saved timestamp, so
     # the service answers with the "before" lines again: only the saved ids keep them out.
     since = epoch(cursor["ts"]) - LOG_LOOKBACK_S
@@ -446,8 +447,8 @@ def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_sto
     event = asyncio.run(anext(aiter(resumed.run())))
     assert event.payload["status"] == "succeeded"
     logged = capfd.readouterr().out
-    assert all(logged.count(f"[{job_id}] after {i}") == 1 for i in range(3))
-    assert f"[{job_id}] before" not in logged  # not relayed twice
+    assert all(logged.count(f"[{shown}] after {i}") == 1 for i in range(3))
+    assert f"[{shown}] before" not in logged  # not relayed twice
     assert ctl.counters()["CreateCustomJob"] == 1  # resuming never submits
 
 
