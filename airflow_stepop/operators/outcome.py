@@ -98,8 +98,10 @@ def _missing_module_hint(message: str) -> str:
             "docker=DockerSettings(requirements=['apache-airflow']) if the step needs Airflow's "
             "library."
         )
-    installed = _installed_as(top)
-    if missing != top and installed:  # Python imported the package before looking for its part
+    installed = _installed_as(missing)
+    if missing != top and installed and installed[2]:
+        # Python imported the package before looking for its part, and one distribution makes
+        # the package (not a namespace such as google or azure, which many share)
         return (
             f"The job has the package {top!r} but not its module {missing!r}: the job's "
             f"{installed[0]} is another version than the worker's {installed[1]} (a value "
@@ -135,14 +137,29 @@ def _missing_module_hint(message: str) -> str:
     )
 
 
-def _installed_as(module: str) -> tuple[str, str] | None:
-    """The distribution that gives the worker ``module``, and its version."""
+def _installed_as(module: str) -> tuple[str, str, bool] | None:
+    """The distribution that gives the worker ``module`` (a dotted name too), its version, and
+    whether it alone makes the top-level package (no namespace package that many share)."""
     from importlib import metadata
 
-    names = metadata.packages_distributions().get(module)
+    top = module.partition(".")[0]
+    names = metadata.packages_distributions().get(top) or []
+    if len(names) > 1:  # a namespace (google.cloud.bigquery): the one whose files hold it
+        if module == top:
+            return None  # the namespace itself: no one package to name
+        path = module.replace(".", "/")
+        names = [
+            name
+            for name in names
+            if any(
+                str(file) == f"{path}.py" or str(file).startswith(f"{path}/")
+                for file in metadata.distribution(name).files or []
+            )
+        ]
+        return (names[0], metadata.version(names[0]), False) if names else None
     if not names:
         return None
-    return names[0], metadata.version(names[0])
+    return names[0], metadata.version(names[0]), True
 
 
 def _local_origin(module: str) -> str | None:

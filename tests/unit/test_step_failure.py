@@ -112,6 +112,18 @@ def test_a_missing_part_of_a_package_the_job_has_is_a_version_mismatch(tmp_path)
     assert f"requirements=['numpy=={numpy.__version__}']" in message
 
 
+def test_a_module_of_a_namespace_package_names_the_package_that_installs_it(tmp_path):
+    """Many packages share google.*: the job lacking google.cloud.storage lacks
+    google-cloud-storage, not another version of whichever package made google first."""
+    from importlib.metadata import version
+
+    message = _missing("google.cloud.storage", tmp_path)
+
+    assert "The job's Python has no module 'google.cloud.storage'" in message
+    pinned = f"google-cloud-storage=={version('google-cloud-storage')}"
+    assert f"requirements=[{pinned!r}]" in message and "another version" not in message
+
+
 def test_a_module_of_the_dags_folder_the_bundle_missed_says_to_import_it_by_name(
     tmp_path, monkeypatch
 ):
