@@ -260,7 +260,10 @@ def rendered_environment(name: str, environment: Mapping[str, Any]) -> dict[str,
     for key, value in (environment or {}).items():
         if isinstance(value, (int, float)):  # bool too
             value = str(value)
-        elif isinstance(value, (list, dict)):
+        elif isinstance(value, (list, tuple, dict)):
+            # each text in it is checked for secrets first: JSON's escapes would hide them
+            for _, text in _texts(value, key):
+                refuse_secrets(name, {key: text})
             with contextlib.suppress(TypeError, ValueError):  # not JSON (a date in it): refused
                 value = json.dumps(value)
         if not isinstance(value, str):

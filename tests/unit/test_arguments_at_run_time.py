@@ -196,3 +196,15 @@ def test_a_surplus_beside_an_argument_rendered_later_is_refused_at_parse(
     assert f"op_args={op_args!r}, op_kwargs={op_kwargs!r}" in str(refused.value)
     # what a render may still fill is not refused now
     LocalStepOperator(task_id="t2", python_callable=train, op_args="{{ params.x }}", op_kwargs={})
+
+
+def test_a_secret_in_a_list_rendered_to_json_is_refused_before_its_escapes_hide_it():
+    """JSON escapes a quote, a backslash or an accent, and the masker matches the raw text."""
+    from airflow.sdk.log import mask_secret
+
+    from airflow_stepop.operators.arguments import rendered_environment
+
+    secret = 'pä55"w\\rd-stepop-9'
+    mask_secret(secret)
+    with pytest.raises(SettingsError, match=r"environment\['HOSTS'\] holds a value Airflow masks"):
+        rendered_environment("S", {"HOSTS": ["db1", {"password": secret}]})
