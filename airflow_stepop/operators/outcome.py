@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -66,10 +65,20 @@ _AIRFLOW_LOOKUP = re.compile(
 
 
 def _hint(error: dict[str, Any]) -> str | None:
-    """What to change, for the remote errors that come from where a job runs, not the code."""
+    """What to change, for the remote errors that come from where a job runs, not the code. A
+    hint that cannot be made is left out: it never hides the failure it is about."""
+    try:
+        return _hint_for(error)
+    except Exception:
+        return None
+
+
+def _hint_for(error: dict[str, Any]) -> str | None:
     message = error["message"]
     if error["type"] == "ModuleNotFoundError":
-        return _missing_module_hint(message)
+        from airflow_stepop.operators.missing_module import missing_module_hint
+
+        return missing_module_hint(message)
     if error.get("module", "").startswith("airflow.") and _AIRFLOW_LOOKUP.search(message):
         return (
             "A step's job runs outside Airflow: it cannot read Airflow's Variables or "
@@ -79,101 +88,6 @@ def _hint(error: dict[str, Any]) -> str | None:
             "is read inside the step from your cloud's secret store."
         )
     return None
-
-
-def _missing_module_hint(message: str) -> str:
-    """What gives a job a module its step imports: the job's environment, not the worker's.
-
-    The worker (where this runs) tells the cases apart: a package it has installed (its name
-    on PyPI may differ from the import name: ``sklearn`` is ``scikit-learn``), a module of the
-    DAGs folder that the code bundle missed, or a part of a package the job has in another
-    version (``numpy._core``: an array pickled by numpy 2, read by numpy 1)."""
-    named = re.search(r"No module named '([^']+)'", message)
-    missing = named.group(1) if named else "the package"
-    top = missing.partition(".")[0]
-    if top == "airflow":
-        return (
-            "The job's Python has no Airflow: a step runs outside Airflow, and what it imports "
-            "must not import Airflow. Move the Airflow imports to the DAG file, or give the job "
-            "docker=DockerSettings(requirements=['apache-airflow']) if the step needs Airflow's "
-            "library."
-        )
-    installed = _installed_as(missing)
-    if missing != top and installed and installed[2]:
-        # Python imported the package before looking for its part, and one distribution makes
-        # the package (not a namespace such as google or azure, which many share)
-        return (
-            f"The job has the package {top!r} but not its module {missing!r}: the job's "
-            f"{installed[0]} is another version than the worker's {installed[1]} (a value "
-            f"pickled by one version and read by another, or code written for the other). Give "
-            f"the job the worker's version: docker=DockerSettings(requirements="
-            f"[{installed[0] + '==' + installed[1]!r}]), or return the value in a form that "
-            "does not depend on it (an array, a DataFrame, JSON)."
-        )
-    if installed:
-        requirement = repr(f"{installed[0]}=={installed[1]}")
-        where = f"the worker has it from {installed[0]} {installed[1]}"
-    elif top in sys.stdlib_module_names:
-        return (
-            f"The job's Python has no module {missing!r}, which is part of Python itself: the "
-            "job's image has a Python built without it; use an image with a full Python."
-        )
-    elif (origin := _local_origin(top)) is not None:
-        return (
-            f"The job has no module {missing!r}, which the worker has at {origin} and no "
-            "package installs: the code bundle takes the modules of your DAGs folder that the "
-            "step's code names in an import statement, and none names this one (an import by "
-            f"a computed name, importlib.import_module(...), is not seen). Add `import "
-            f"{missing}` to the module that defines the step."
-        )
-    else:
-        requirement = "'<the package that provides it>'"
-        where = f"its name on PyPI may differ from {top!r} (sklearn is scikit-learn)"
-    return (
-        f"The job's Python has no module {missing!r}: a step imports what its job's "
-        f"environment has ({where}). Add it with docker=DockerSettings(requirements="
-        f"[{requirement}]) (or use an image that has it); a local step without docker= runs "
-        "in the worker's own Python, so install it there."
-    )
-
-
-def _installed_as(module: str) -> tuple[str, str, bool] | None:
-    """The distribution that gives the worker ``module`` (a dotted name too), its version, and
-    whether it alone makes the top-level package (no namespace package that many share)."""
-    from importlib import metadata
-
-    top = module.partition(".")[0]
-    names = metadata.packages_distributions().get(top) or []
-    if len(names) > 1:  # a namespace (google.cloud.bigquery): the one whose files hold it
-        if module == top:
-            return None  # the namespace itself: no one package to name
-        path = module.replace(".", "/")
-        names = [
-            name
-            for name in names
-            if any(
-                str(file) == f"{path}.py" or str(file).startswith(f"{path}/")
-                for file in metadata.distribution(name).files or []
-            )
-        ]
-        return (names[0], metadata.version(names[0]), False) if names else None
-    if not names:
-        return None
-    return names[0], metadata.version(names[0]), True
-
-
-def _local_origin(module: str) -> str | None:
-    """Where the worker finds ``module`` when no distribution installs it (the DAGs folder)."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    if spec is None:
-        return None
-    locations = list(spec.submodule_search_locations or []) or [spec.origin]
-    return str(locations[0]) if locations[0] else None
 
 
 def _without_traceback(tail: list[str], traceback: str) -> list[str]:

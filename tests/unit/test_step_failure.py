@@ -201,3 +201,40 @@ def test_a_missing_module_of_pythons_own_says_the_images_python_lacks_it(tmp_pat
     message = _missing("sqlite3", tmp_path)
 
     assert "which is part of Python itself" in message and "requirements=" not in message
+
+
+def test_a_part_the_workers_package_lacks_too_is_no_version_mismatch(tmp_path):
+    import numpy
+
+    message = _missing("numpy.stepop_no_such_part", tmp_path)
+
+    assert message.count(
+        f"Neither the job nor the worker (numpy {numpy.__version__}) has the module "
+        "'numpy.stepop_no_such_part': check the name"
+    )
+    assert "another version" not in message and "requirements=" not in message
+
+
+@pytest.mark.parametrize("module", ["google", "google.cloud.stepop_not_installed"])
+def test_a_namespace_no_one_package_makes_gets_the_plain_hint_not_the_dags_folder_one(
+    tmp_path, module
+):
+    """google lives in site-packages, made by many packages: not a DAGs-folder module."""
+    message = _missing(module, tmp_path)
+
+    assert f"The job's Python has no module {module!r}" in message
+    assert "its name on PyPI may differ" in message and "Add `import" not in message
+
+
+def test_a_hint_that_cannot_be_made_leaves_the_failure_whole(tmp_path, monkeypatch):
+    """A broken install (a dist-info without a name) must not replace the job's error."""
+    from importlib import metadata
+
+    def broken():
+        raise ValueError("A distribution name is required.")
+
+    monkeypatch.setattr(metadata, "packages_distributions", broken)
+    message = _missing("stepop_anything", tmp_path)
+
+    assert message.startswith("Step job j1 failed")
+    assert "ModuleNotFoundError: No module named 'stepop_anything'" in message
