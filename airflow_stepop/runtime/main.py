@@ -233,8 +233,9 @@ class StepRun:
         ref = values.write_artifact(value, uri, self.storage)
         if ref["materializer"] == "cloudpickle":  # say so when it was nearly JSON
             limit = int(self.spec.get("inline_limit_bytes", 64 * 1024))
-            if note := values.pickled_json_note(value, name, limit):
-                print(note, flush=True)
+            with contextlib.suppress(Exception):  # a note never fails a step that succeeded
+                if note := values.pickled_json_note(value, name, limit):
+                    print(note, flush=True)
         return ref
 
     def _encode_outputs(self, result: Any) -> dict[str, Any]:

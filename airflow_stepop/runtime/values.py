@@ -87,43 +87,40 @@ def _small_json_with_tuples(value: Any, inline_limit: int) -> bool:
 
 
 def pickled_json_note(value: Any, name: str, inline_limit: int) -> str | None:
-    """Why a small result that is nearly JSON comes back as a pickled ``ArtifactRef``: the first
-    value in it that JSON has no form for (sklearn's scores are numpy scalars), with the fix.
-    None for values that are no such near miss (a model, a big list)."""
-    scalar = not isinstance(value, (list, tuple, dict))
-    if not scalar and not _fewer_items(value, inline_limit):
+    """Why a small result comes back as a pickled ``ArtifactRef`` when it would be inline JSON
+    but for numpy scalars (sklearn's scores) or keys that are not strings: the first of them,
+    with the fix. None for anything else (a model or an array is pickled on purpose)."""
+    if isinstance(value, (list, tuple, dict)) and not _fewer_items(value, inline_limit):
         return None
-    found = _first_not_json(value, name)
-    if found is None:
-        return None
-    reason, item = found
-    numpy_scalar = _is_numpy_scalar(item)
-    if scalar and not numpy_scalar:
-        return None  # an object pickled on purpose
-    fix = "float(...) or int(...) of it" if numpy_scalar else "JSON in its place"
+    misses: list[tuple[str, Any]] = []
+    as_json = _as_json(value, name, misses)
+    if not misses or not materializers.is_strict_json(as_json):
+        return None  # something else in it is no JSON either (NaN, a model, a set)
+    if len(json.dumps(as_json)) > inline_limit:
+        return None  # too big to be inline anyway
+    reason, item = misses[0]
+    fix = "float(...) or int(...) of it" if _is_numpy_scalar(item) else "str keys"
     return (
         f"[stepop] {name} comes back as an ArtifactRef (pickled), not inline: {reason}, so a "
         f"plain task gets a reference to .load(). Return {fix} to keep the result inline."
     )
 
 
-def _first_not_json(value: Any, where: str) -> tuple[str, Any] | None:
-    """Why ``value`` is not JSON (the first reason, and the value or key it is about)."""
-    if materializers.is_strict_json(value) and type(value) not in (list, dict):
-        return None
+def _as_json(value: Any, where: str, misses: list[tuple[str, Any]]) -> Any:
+    """``value`` with numpy scalars as numbers and keys as strings, noting each of them."""
+    if _is_numpy_scalar(value):
+        misses.append((f"{where} is a {materializers.type_name(value)}, which is not JSON", value))
+        return value.item()
     if type(value) in (list, tuple):
-        for index, item in enumerate(value):
-            if (found := _first_not_json(item, f"{where}[{index}]")) is not None:
-                return found
-        return None
+        return [_as_json(item, f"{where}[{i}]", misses) for i, item in enumerate(value)]
     if type(value) is dict:
+        out = {}
         for key, item in value.items():
             if type(key) is not str:
-                return f"{where} has the key {key!r}, and JSON keys are strings", key
-            if (found := _first_not_json(item, f"{where}[{key!r}]")) is not None:
-                return found
-        return None
-    return f"{where} is a {materializers.type_name(value)}, which is not JSON", value
+                misses.append((f"{where} has the key {key!r}, and JSON keys are strings", key))
+            out[str(key)] = _as_json(item, f"{where}[{key!r}]", misses)
+        return out
+    return value
 
 
 def _is_numpy_scalar(value: Any) -> bool:

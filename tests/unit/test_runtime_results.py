@@ -36,6 +36,12 @@ def result_steps(tmp_path, monkeypatch):
 
             def model():
                 return Model()
+
+            def model_and_score():
+                return {"model": Model(), "score": np.float64(0.87)}
+
+            def large_scores():
+                return [0.5] * 20_000 + [np.float64(1.0)]  # over 64 KiB as JSON too
             """
         )
     )
@@ -72,7 +78,7 @@ def test_a_nearly_json_result_that_is_pickled_says_which_value_and_the_fix(tmp_p
     ) in log
 
 
-@pytest.mark.parametrize("step", ["plain_metrics", "model"])
+@pytest.mark.parametrize("step", ["plain_metrics", "model", "model_and_score", "large_scores"])
 def test_json_and_objects_meant_as_pickles_come_back_without_a_word(tmp_path, result_steps, step):
     log, _ = _run(tmp_path, getattr(result_steps, step))
 
