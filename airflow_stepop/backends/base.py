@@ -84,7 +84,7 @@ class StepBackend(abc.ABC):
     @abc.abstractmethod
     def submit(self, request: JobRequest) -> dict[str, Any]:
         """Start the job; return its handle: ``job_id`` (what the service's API calls take),
-        and ``display_name`` where users know the job by another name (``shown_job``)."""
+        and ``display_name`` where users know the job by another name (``naming.shown_job``)."""
 
     @abc.abstractmethod
     def find_active(self, task_key: str) -> dict[str, Any] | None:
@@ -201,9 +201,3 @@ class StepBackend(abc.ABC):
         """Console links for the job (name -> URL), made from the handle without a call to the
         service (a resumed task recomputes them); none for backends without a console."""
         return {}
-
-
-def shown_job(handle: dict[str, Any]) -> str:
-    """The job as the task log names it: its display name where the service's id is not the
-    name users see in its console (a Vertex AI CustomJob's id is a number), else its id."""
-    return handle.get("display_name") or handle["job_id"]

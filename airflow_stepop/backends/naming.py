@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 
 
 def task_key(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
@@ -52,3 +53,9 @@ def task_digest(key: str) -> str:
     """A short hash of the task instance's key: in every job name, tag or label of its tries,
     what a retry finds its earlier job by (the readable slug may be cut)."""
     return hashlib.sha256(key.encode()).hexdigest()[:10]
+
+
+def shown_job(handle: dict[str, Any]) -> str:
+    """The job as the task log names it: its display name where the service's id is not the
+    name users see in its console (a Vertex AI CustomJob's id is a number), else its id."""
+    return handle.get("display_name") or handle["job_id"]

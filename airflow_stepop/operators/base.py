@@ -20,6 +20,7 @@ from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_stepop import config
 from airflow_stepop.backends import arguments as check
+from airflow_stepop.backends.naming import shown_job
 from airflow_stepop.operators.arguments import (
     check_call_arguments,
     check_connection,
@@ -170,7 +171,7 @@ class BaseStepOperator(BaseOperator):
         handle = decision.attach
         if handle is not None:
             self.log.info(
-                "Re-attaching to job %s, still running from an earlier try", handle["job_id"]
+                "Re-attaching to job %s, still running from an earlier try", shown_job(handle)
             )
             handle = {**handle, "earlier_try": True}
         else:
@@ -200,17 +201,15 @@ class BaseStepOperator(BaseOperator):
             raise StepKilledError("The task was killed before its job was submitted: no job ran")
         handle = {**backend.submit(request), "submitted_at": time.time()}
         self._handle = (backend, handle)  # from now on, on_kill stops it
-        from airflow_stepop.backends.base import shown_job
-
         self.log.info("Submitted job %s", shown_job(handle))
         if self._killed:  # the kill came while the submit was on its way
             self._stop_killed(backend, handle)
         return handle
 
     def _stop_killed(self, backend: StepBackend, handle: dict[str, Any]) -> None:
-        self.log.warning("The task was killed: stopping job %s", handle["job_id"])
+        self.log.warning("The task was killed: stopping job %s", shown_job(handle))
         backend.stop(handle)
-        raise StepKilledError(f"The task was killed: job {handle['job_id']} was stopped")
+        raise StepKilledError(f"The task was killed: job {shown_job(handle)} was stopped")
 
     def _follow(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> Any:
         """Record the job for a retry, link it, and wait for it: deferred, or here."""
@@ -225,7 +224,7 @@ class BaseStepOperator(BaseOperator):
             self._store_links(context, backend, handle)
             trigger = self._trigger(backend, handle)
             if self._killed:  # on_kill stopped the job: there is nothing to wait for
-                raise StepKilledError(f"The task was killed: job {handle['job_id']} was stopped")
+                raise StepKilledError(f"The task was killed: job {shown_job(handle)} was stopped")
             if self.deferrable:
                 if not _still_running(ti):
                     self._killed = True
@@ -254,7 +253,7 @@ class BaseStepOperator(BaseOperator):
         self.log.warning(
             "Job %s of an earlier try was stopped (that try was cleared or killed): running "
             "the step again as a new job",
-            handle["job_id"],
+            shown_job(handle),
         )
         self._release(backend, handle)
         ti = context["ti"]
@@ -288,7 +287,7 @@ class BaseStepOperator(BaseOperator):
                 self.stored_link_kinds = persist_links(context, links)
         except Exception as exc:
             self.stored_link_kinds = None  # perhaps some: the end-of-task lookup asks for all
-            self.log.warning("Could not store the links of job %s: %s", handle["job_id"], exc)
+            self.log.warning("Could not store the links of job %s: %s", shown_job(handle), exc)
 
     def _recall_stored_links(self, backend: StepBackend, handle: dict[str, Any]) -> None:
         """In a task resumed after its deferral: the links execute() stored for this job."""
@@ -306,13 +305,13 @@ class BaseStepOperator(BaseOperator):
         if max_tries is None:
             max_tries = self.retries or 0
         if self.retries and ti.try_number <= max_tries:
-            self.log.warning("Leaving job %s to the retry, which re-attaches", handle["job_id"])
+            self.log.warning("Leaving job %s to the retry, which re-attaches", shown_job(handle))
             return True
-        self.log.warning("No retry is left: stopping job %s", handle["job_id"])
+        self.log.warning("No retry is left: stopping job %s", shown_job(handle))
         try:
             backend.stop(handle)
         except Exception as exc:
-            self.log.error("Could not stop job %s: %s", handle["job_id"], exc)
+            self.log.error("Could not stop job %s: %s", shown_job(handle), exc)
         return False
 
     def step_artifact_root(self) -> str:
@@ -357,8 +356,6 @@ class BaseStepOperator(BaseOperator):
             if event["status"] != "succeeded":
                 raise step_failure(event, storage)
             result = read_result(handle, storage, self.storage_conn_id)
-            from airflow_stepop.backends.base import shown_job
-
             self.log.info("Step job %s succeeded; result: %s", shown_job(handle), shown(result))
             report_billing(self.log, context["ti"], backend, event)
             remember(
@@ -374,7 +371,7 @@ class BaseStepOperator(BaseOperator):
         try:
             backend.release(handle)
         except Exception as exc:
-            self.log.warning("Could not release job %s: %s", handle["job_id"], exc)
+            self.log.warning("Could not release job %s: %s", shown_job(handle), exc)
 
     def on_kill(self) -> None:
         """SIGTERM (a user's mark or clear, ``execution_timeout``): stop the job this try
@@ -383,7 +380,7 @@ class BaseStepOperator(BaseOperator):
         self._killed = True  # a stop to end with, not one to run the step again after
         if self._handle is not None:
             backend, job = self._handle
-            self.log.info("Stopping job %s", job["job_id"])
+            self.log.info("Stopping job %s", shown_job(job))
             backend.stop(job)
 
 

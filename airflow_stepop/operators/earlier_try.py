@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from airflow_stepop.backends.naming import shown_job
 from airflow_stepop.operators.outcome import read_result
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def earlier_job(
     except Exception as exc:
         if not backend.is_gone(exc):  # it may still run: a second job would be paid twice
             raise EarlierJobUnknownError(
-                f"Cannot look up job {handle['job_id']} of an earlier try "
+                f"Cannot look up job {shown_job(handle)} of an earlier try "
                 f"({type(exc).__name__}: {exc}); this try fails rather than start a second "
                 "job beside one that may still run. A later try asks again.",
                 handle,
@@ -71,11 +72,11 @@ def earlier_job(
         # deleted or expired: nothing to re-attach to or reuse; a retry failing on it for ever
         # would never run the step again
         log.warning(
-            "The earlier job %s is gone (%s); running the step again", handle["job_id"], exc
+            "The earlier job %s is gone (%s); running the step again", shown_job(handle), exc
         )
         return EarlierJob()
     if status.stopping:  # its try was cleared or killed: its result will never come
-        log.info("The earlier job %s is being stopped; running the step again", handle["job_id"])
+        log.info("The earlier job %s is being stopped; running the step again", shown_job(handle))
         return EarlierJob()
     if not status.terminal:
         return EarlierJob(attach=handle)
@@ -87,7 +88,7 @@ def earlier_job(
             return EarlierJob(reuse=reused)
     log.info(
         "The earlier job %s %s%s; running the step again",
-        handle["job_id"],
+        shown_job(handle),
         status.state,
         " and its result was delivered" if record.get("delivered") else "",
     )
@@ -104,12 +105,12 @@ def _reuse(
     try:
         result = read_result(handle, storage, storage_conn_id, check_artifacts=True)
     except Exception as exc:
-        log.warning("Job %s succeeded but its result cannot be used (%s)", handle["job_id"], exc)
+        log.warning("Job %s succeeded but its result cannot be used (%s)", shown_job(handle), exc)
         return None
     log.info(
         "Job %s of try %s already succeeded and left a verified result: returning it "
         "without starting a new job",
-        handle["job_id"],
+        shown_job(handle),
         try_number,
     )
     return Reused(result, handle)

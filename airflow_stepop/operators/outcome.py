@@ -7,6 +7,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.artifacts.ref import ArtifactRef
+from airflow_stepop.backends.naming import shown_job
 
 if TYPE_CHECKING:
     from airflow.sdk.types import Logger
@@ -26,7 +27,6 @@ class StepKilledError(RuntimeError):
 def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
     """The task's error for a job that did not succeed: the remote exception (from the job's
     ``error.json``) once, then the rest of the job's log tail."""
-    from airflow_stepop.backends.base import shown_job
     from airflow_stepop.runtime import spec as specs
     from airflow_stepop.runtime.storage import join
 
@@ -134,7 +134,6 @@ def report_billing(log: Logger, ti: Any, backend: StepBackend, event: dict[str, 
     billing = backend.billing(event.get("details") or {}) if key else None
     if not billing:
         return
-    from airflow_stepop.backends.base import shown_job
     from airflow_stepop.triggers.progress import usd
 
     cost = billing.get("estimated_cost_usd")

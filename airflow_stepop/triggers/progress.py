@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from airflow_stepop.backends.base import JobStatus, shown_job
+from airflow_stepop.backends.base import JobStatus
+from airflow_stepop.backends.naming import shown_job
 
 REPEAT_SECONDS = 60.0
 

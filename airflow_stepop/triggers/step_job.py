@@ -27,7 +27,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_stepop.backends.base import JobStatus, StepBackend, shown_job
+from airflow_stepop.backends.base import JobStatus, StepBackend
+from airflow_stepop.backends.naming import shown_job
 from airflow_stepop.triggers.poller import JobPoller, poller_for
 from airflow_stepop.triggers.progress import Progress
 from airflow_stepop.triggers.relay_cursor import CursorStore
@@ -145,7 +146,7 @@ class StepJobTrigger(BaseTrigger):
     ) -> TriggerEvent:
         """Poll and relay until the job ends or the task's deadline passes."""
         backend = poller.backend  # shared by the group's triggers
-        job_id = self.handle["job_id"]
+        job_id = shown_job(self.handle)
         progress = Progress(self.handle, self.log)
         wait = backend.first_poll_seconds
         failures = 0
@@ -193,7 +194,7 @@ class StepJobTrigger(BaseTrigger):
     ) -> TriggerEvent:
         """Stop the job at the task's deadline; with ``relay`` (the service answers), relay
         what the step printed while it stopped (a ``finally:`` saving its work, say)."""
-        job_id = self.handle["job_id"]
+        job_id = shown_job(self.handle)
         self.log.error("Job %s passed the task's execution_timeout; stopping it", job_id)
         await backend.astop(self.handle)
         if relay:
@@ -242,7 +243,7 @@ class StepJobTrigger(BaseTrigger):
         state: while the job runs, its lines wait for a later round (the cursor stays; one
         warning per outage); for a finished job the read is tried a few times, then the event
         goes out without them."""
-        what = f"Reading the log of {self.handle['job_id']}"
+        what = f"Reading the log of {shown_job(self.handle)}"
         attempts = FINAL_LOG_ATTEMPTS if final else 1
         for attempt in range(1, attempts + 1):
             try:
@@ -281,7 +282,7 @@ class StepJobTrigger(BaseTrigger):
         with no ``on_kill``, its job running on unwatched; the event lets ``execute_complete``
         stop the job, or leave it to a retry that re-attaches."""
         self.log.error(
-            "Cannot follow job %s: %s: %s", self.handle["job_id"], type(exc).__name__, exc,
+            "Cannot follow job %s: %s: %s", shown_job(self.handle), type(exc).__name__, exc,
             exc_info=exc,
         )  # fmt: skip
         return TriggerEvent(
@@ -305,7 +306,7 @@ class StepJobTrigger(BaseTrigger):
         )
 
     async def on_kill(self) -> None:
-        self.log.info("Task killed by a user: stopping job %s", self.handle["job_id"])
+        self.log.info("Task killed by a user: stopping job %s", shown_job(self.handle))
         backend = await asyncio.to_thread(self._prepared_backend)
         try:
             await backend.astop(self.handle)
