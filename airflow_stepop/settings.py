@@ -234,8 +234,8 @@ class ResourceSettings:
 
 
 def shown_size(size: int) -> str:
-    """Bytes as a user writes them: ``4GiB``, ``512MiB``."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+    """Bytes as a user writes them: ``4GiB``, ``512MiB``, or ``16GB`` for powers of 1000."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("GB", 10**9), ("MB", 10**6)):
         if size % scale == 0:
             return f"{size // scale}{unit}"
     return f"{size / 2**30:g}GiB"

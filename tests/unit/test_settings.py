@@ -25,6 +25,21 @@ def test_memory_accepts_the_documented_forms(text, expected):
     assert ResourceSettings(memory=text).memory == expected
 
 
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        ("16GB", "16GB"),
+        ("8GiB", "8GiB"),
+        ("512MiB", "512MiB"),
+        ("250MB", "250MB"),
+        ("1.5GiB", "1536MiB"),
+    ],
+)
+def test_memory_is_shown_in_messages_in_the_unit_it_was_written_in(given, shown):
+    """Errors quote a step's resources: 16GB is not shown as 14.9012GiB."""
+    assert ResourceSettings(memory=given).shown() == f"ResourceSettings(memory={shown!r})"
+
+
 @pytest.mark.parametrize("bad", ["8 parsecs", "", "GiB", -1, 0, True, "0.1B", 3.5, "8 GiBs"])
 def test_memory_refuses_other_values_naming_field_and_fix(bad):
     with pytest.raises(SettingsError) as err:
