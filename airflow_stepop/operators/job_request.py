@@ -87,5 +87,6 @@ def credentials_of(conn_id: str | None) -> str:
         return f"the connection {conn_id!r}"
     return (
         "the worker's own credentials for it (no Airflow connection is named: those of its "
-        "environment, such as AZURE_STORAGE_CONNECTION_STRING or AWS_PROFILE)"
+        "environment, such as AZURE_STORAGE_CONNECTION_STRING, AWS_PROFILE or "
+        "GOOGLE_APPLICATION_CREDENTIALS)"
     )

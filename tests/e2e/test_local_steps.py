@@ -223,7 +223,7 @@ def test_what_a_plain_task_takes_a_step_takes(results):
     callable instance; ``multiple_outputs=True`` returning None; parameters named like context
     values (``ds``, ``params``, ``logical_date``), which stayed None; a small
     tuple, which came back as an ArtifactRef; ``op_kwargs=`` an upstream output and ``op_args=``
-    a template, which were refused at parse; a dict's key order, sorted both ways."""
+    a template, which were refused at parse; a dict's key order, which was sorted both ways."""
     run = _dags(results).plain_task_idioms().test()
     assert run.state == "success"
     day = run.logical_date.date().isoformat()
