@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
+import json
 import re
+import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -14,3 +20,28 @@ def python_block(page: str, containing: str) -> str:
     found = [code for code in blocks if containing in code]
     assert len(found) == 1, f"{page}: {len(found)} python blocks contain {containing!r}"
     return found[0]
+
+
+def run_dag_block(
+    page: str,
+    dag_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    bundles: list[dict[str, Any]],
+) -> Any:
+    """Save the block that defines ``dag_name`` as a DAG file, as a user would, and run its DAG
+    with ``dag.test()`` (the file is a DAG bundle of its own: dag.test() runs a DAG as its
+    bundle has it). Returns the DAG run."""
+    module = f"doc_{dag_name}"
+    (tmp_path / f"{module}.py").write_text(python_block(page, f"def {dag_name}("))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    own = {
+        "name": "doc-block",
+        "classpath": bundles[0]["classpath"],
+        "kwargs": {"path": str(tmp_path)},
+    }
+    monkeypatch.setenv(
+        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps([*bundles, own])
+    )
+    sys.modules.pop(module, None)
+    return getattr(importlib.import_module(module), dag_name)().test()

@@ -6,8 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import sys
-import textwrap
 import uuid
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from airflow_stepop.packaging.staging import StepIdentity, stage_step
 from airflow_stepop.runtime.storage import Storage
 from airflow_stepop.triggers.step_job import StepJobTrigger
 from tests.processes import process_alive
+from tests.step_modules import step_module
 from tests.waiting import wait_for
 
 RUN_ID = f"run-{uuid.uuid4().hex[:8]}"  # container names are global to the engine
@@ -29,12 +28,11 @@ RUN_ID = f"run-{uuid.uuid4().hex[:8]}"  # container names are global to the engi
 @pytest.fixture
 def steps(tmp_path, monkeypatch):
     """A module of step functions, importable by name (no Airflow import in it)."""
-    code = tmp_path / "code"
-    code.mkdir()
-    name = f"steps_{uuid.uuid4().hex[:8]}"
-    (code / f"{name}.py").write_text(
-        textwrap.dedent(
-            """
+    yield from step_module(
+        tmp_path,
+        monkeypatch,
+        "steps",
+        """
             import os, sys, time
             from pathlib import Path
 
@@ -80,13 +78,8 @@ def steps(tmp_path, monkeypatch):
                     "greeting": os.environ.get("GREETING"),
                     "pythonpath": os.environ["PYTHONPATH"].split(os.pathsep),
                 }
-            """
-        )
+        """,
     )
-    monkeypatch.syspath_prepend(str(code))
-    module = __import__(name)
-    yield module
-    sys.modules.pop(name, None)
 
 
 def _submit(

@@ -8,24 +8,22 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
-import uuid
 
 import pytest
 
 from airflow_stepop.packaging.staging import StepIdentity, stage_step
 from airflow_stepop.runtime.storage import Storage
+from tests.step_modules import step_module
 
 
 @pytest.fixture
 def stop_steps(tmp_path, monkeypatch):
     """Steps that stop themselves, importable by name (no Airflow import in their module)."""
-    code = tmp_path / "code"
-    code.mkdir()
-    name = f"stop_steps_{uuid.uuid4().hex[:8]}"
-    (code / f"{name}.py").write_text(
-        textwrap.dedent(
-            """
+    yield from step_module(
+        tmp_path,
+        monkeypatch,
+        "stop_steps",
+        """
             import os, signal, sys, threading
 
             class _SecondStop:
@@ -67,13 +65,8 @@ def stop_steps(tmp_path, monkeypatch):
                         threading.Event().wait()
                     except BaseException:
                         print("ignoring it", file=sys.stderr, flush=True)
-            """
-        )
+        """,
     )
-    monkeypatch.syspath_prepend(str(code))
-    module = __import__(name)
-    yield module
-    sys.modules.pop(name, None)
 
 
 def _run_step(tmp_path, function, env=None):

@@ -5,24 +5,22 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
-import uuid
 
 import pytest
 
 from airflow_stepop.packaging.staging import StepIdentity, stage_step
 from airflow_stepop.runtime.storage import Storage
+from tests.step_modules import step_module
 
 
 @pytest.fixture
 def result_steps(tmp_path, monkeypatch):
     """Steps importable by name (no Airflow import in their module)."""
-    code = tmp_path / "code"
-    code.mkdir()
-    name = f"result_steps_{uuid.uuid4().hex[:8]}"
-    (code / f"{name}.py").write_text(
-        textwrap.dedent(
-            """
+    yield from step_module(
+        tmp_path,
+        monkeypatch,
+        "result_steps",
+        """
             import numpy as np
 
             class Model:
@@ -42,12 +40,8 @@ def result_steps(tmp_path, monkeypatch):
 
             def large_scores():
                 return [0.5] * 20_000 + [np.float64(1.0)]  # over 64 KiB as JSON too
-            """
-        )
+        """,
     )
-    monkeypatch.syspath_prepend(str(code))
-    yield __import__(name)
-    sys.modules.pop(name, None)
 
 
 def _run(tmp_path, function) -> tuple[str, dict]:

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
-import json
-import sys
-
-from tests.doc_blocks import python_block
+from tests.doc_blocks import run_dag_block
 from tests.integration.azureml.conftest import BUNDLES, jobs, xcoms
 
 
 def test_the_readme_azureml_dag_runs_and_its_comments_hold(azure, ctl, tmp_path, monkeypatch):
-    (tmp_path / "readme_azureml.py").write_text(python_block("README.md", "def on_azureml"))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    readme = {
-        "name": "readme",
-        "classpath": BUNDLES[0]["classpath"],
-        "kwargs": {"path": str(tmp_path)},
-    }
-    monkeypatch.setenv(
-        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps([*BUNDLES, readme])
-    )
-    sys.modules.pop("readme_azureml", None)
-    run = importlib.import_module("readme_azureml").on_azureml().test()
+    run = run_dag_block("README.md", "on_azureml", tmp_path, monkeypatch, BUNDLES)
     assert run.state == "success"
     rows = xcoms(run)
     parts = [rows[("part", "return_value", k)] for k in range(4)]
