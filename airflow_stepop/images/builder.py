@@ -127,7 +127,9 @@ def _image_exists(client: Any, reference: str) -> bool:
         return False
 
 
-def _run_build(client: Any, tag: str, options: BuildOptions, what: str = "", **kwargs: Any) -> None:
+def _run_build(
+    client: Any, tag: str, options: BuildOptions, *, what: str = "", **kwargs: Any
+) -> None:
     """Build ``tag``; a failure says ``what`` was done (default: building it), the build's last
     lines and what to set."""
     import docker.errors
@@ -292,7 +294,7 @@ def _build(settings: DockerSettings, client: Any, reference: str, options: Build
         client,
         reference,
         options,
-        what,
+        what=what,
         fileobj=_context(files),
         custom_context=True,
         buildargs=dict(settings.build_args) or None,
