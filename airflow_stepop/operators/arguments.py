@@ -159,12 +159,12 @@ def refuse_unknown_arguments(cls: type, kwargs: Mapping[str, Any]) -> None:
     """What reaches here goes to BaseOperator; an argument it does not take either is a typo of
     one of ours (``instance_typ=``), named with the closest argument (Airflow's own error lists
     it without a suggestion)."""
-    import difflib
-
     # "_airflow_*" arguments are Airflow's own, for mapped tasks
     unknown = sorted(k for k in kwargs if k not in _parameters(BaseOperator) and k[:1] != "_")
     if not unknown:
         return
+    import difflib  # only on the error path: every DAG parse passes through here
+
     known = set().union(*(_parameters(c) for c in cls.__mro__ if "__init__" in vars(c)))
     name = getattr(cls, "custom_operator_name", None) or cls.__name__
     if isinstance(task_id := kwargs.get("task_id"), str):
