@@ -88,39 +88,61 @@ def _small_json_with_tuples(value: Any, inline_limit: int) -> bool:
 
 def pickled_json_note(value: Any, name: str, inline_limit: int) -> str | None:
     """Why a small result comes back as a pickled ``ArtifactRef`` when it would be inline JSON
-    but for numpy scalars (sklearn's scores) or keys that are not strings: the first of them,
-    with the fix. None for anything else (a model or an array is pickled on purpose)."""
+    but for numpy scalars (sklearn's scores), datetimes, Decimals or keys that are not strings:
+    the first of them, with the fix. None for anything else (a model or an array is pickled on
+    purpose)."""
     if isinstance(value, (list, tuple, dict)) and not _fewer_items(value, inline_limit):
         return None
-    misses: list[tuple[str, Any]] = []
+    misses: list[tuple[str, str]] = []
     as_json = _as_json(value, name, misses)
     if not misses or not materializers.is_strict_json(as_json):
         return None  # something else in it is no JSON either (NaN, a model, a set)
     if len(json.dumps(as_json)) > inline_limit:
         return None  # too big to be inline anyway
-    reason, item = misses[0]
-    fix = "float(...) or int(...) of it" if _is_numpy_scalar(item) else "str keys"
+    reason, fix = misses[0]
     return (
         f"[stepop] {name} comes back as an ArtifactRef (pickled), not inline: {reason}, so a "
         f"plain task gets a reference to .load(). Return {fix} to keep the result inline."
     )
 
 
-def _as_json(value: Any, where: str, misses: list[tuple[str, Any]]) -> Any:
-    """``value`` with numpy scalars as numbers and keys as strings, noting each of them."""
+def _as_json(value: Any, where: str, misses: list[tuple[str, str]]) -> Any:
+    """``value`` with numpy scalars, datetimes and Decimals as JSON and keys as strings, noting
+    each of them with its fix."""
+
+    def missed(fix: str) -> None:
+        misses.append((f"{where} is a {materializers.type_name(value)}, which is not JSON", fix))
+
     if _is_numpy_scalar(value):
-        misses.append((f"{where} is a {materializers.type_name(value)}, which is not JSON", value))
+        missed("float(...) or int(...) of it")
         return value.item()
+    if (nearly := _nearly_json(value)) is not None:
+        stand_in, fix = nearly
+        missed(fix)
+        return stand_in
     if type(value) in (list, tuple):
         return [_as_json(item, f"{where}[{i}]", misses) for i, item in enumerate(value)]
     if type(value) is dict:
         out = {}
         for key, item in value.items():
             if type(key) is not str:
-                misses.append((f"{where} has the key {key!r}, and JSON keys are strings", key))
+                misses.append(
+                    (f"{where} has the key {key!r}, and JSON keys are strings", "str keys")
+                )
             out[str(key)] = _as_json(item, f"{where}[{key!r}]", misses)
         return out
     return value
+
+
+def _nearly_json(value: Any) -> tuple[Any, str] | None:
+    """A value a plain task's XCom takes and JSON does not, as its JSON stand-in and the fix.
+    Looked up in ``sys.modules``: a value of a module never imported cannot be here."""
+    datetime, decimal = sys.modules.get("datetime"), sys.modules.get("decimal")
+    if datetime is not None and isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat(), ".isoformat() of it"
+    if decimal is not None and isinstance(value, decimal.Decimal):
+        return float(value), "float(...) or str(...) of it"
+    return None
 
 
 def _is_numpy_scalar(value: Any) -> bool:

@@ -29,6 +29,11 @@ def result_steps(tmp_path, monkeypatch):
             def sklearn_metrics():
                 return {"accuracy": 0.9, "f1": np.float64(0.87), "n": 100}
 
+            def dated_metrics():
+                import datetime, decimal
+                return {"accuracy": 0.9, "cost": decimal.Decimal("1.25"),
+                        "trained_at": datetime.datetime(2026, 11, 24, 12, 0)}
+
             def plain_metrics():
                 return {"accuracy": 0.9, "f1": 0.87, "n": 100}
 
@@ -69,6 +74,17 @@ def test_a_nearly_json_result_that_is_pickled_says_which_value_and_the_fix(tmp_p
         "[stepop] return_value comes back as an ArtifactRef (pickled), not inline: "
         "return_value['f1'] is a numpy.float64, which is not JSON, so a plain task gets a "
         "reference to .load(). Return float(...) or int(...) of it to keep the result inline."
+    ) in log
+
+
+def test_a_datetime_or_decimal_in_a_small_result_is_named_with_its_fix(tmp_path, result_steps):
+    """A plain task's XCom takes a datetime or a Decimal; a step's inline result is JSON."""
+    log, outputs = _run(tmp_path, result_steps.dated_metrics)
+
+    assert outputs["ref"]["materializer"] == "cloudpickle"
+    assert (
+        "return_value['cost'] is a decimal.Decimal, which is not JSON, so a plain task gets a "
+        "reference to .load(). Return float(...) or str(...) of it to keep the result inline."
     ) in log
 
 
