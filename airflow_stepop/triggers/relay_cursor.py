@@ -2,15 +2,21 @@
 
 Airflow gives a trigger no state of its own that survives a triggerer restart or an HA
 failover, and the run directory is already the job's: ``<run_uri>/relay-<job>.json`` holds the
-backend's last cursor (JSON). It is saved at most every ``SAVE_SECONDS`` after lines were
-relayed, so a resumed trigger repeats at most those seconds of log, never the whole log. Two
-triggers of one job (HA) write the same kind of document: harmless. Saving is best effort: a
-storage error never fails the step.
+backend's last cursor (JSON). While the job runs it is saved at most every ``SAVE_SECONDS``
+after lines were relayed, and only past lines handed to the task log ``SETTLE_SECONDS`` before:
+a line logged is not yet in the log file (the triggerer's supervisor reads it from a socket),
+and a triggerer killed outright must not leave a cursor past a line its file never got. So a
+resumed trigger repeats at most those seconds of log, never the whole log, and loses none.
+The last cursor is saved when the trigger is cancelled (a triggerer stopping) and after the
+job's last lines, before its event (a triggerer killed between the two resumes the trigger).
+Two triggers of one job (HA) write the same kind of document: harmless. Saving is best
+effort: a storage error never fails the step.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import time
@@ -22,6 +28,7 @@ from airflow_stepop.runtime.storage import join
 log = logging.getLogger(__name__)
 
 SAVE_SECONDS = 10.0
+SETTLE_SECONDS = 2.0
 # Object-store clients are made per thread: one thread for every trigger's cursor keeps it one.
 _IO = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stepop-relay-cursor")
 
@@ -36,7 +43,9 @@ class CursorStore:
         self.uri = join(handle["run_uri"], f"relay-{self.job_id}.json")
         self.conn_id = conn_id
         self.saved = 0.0
-        self.pending = False
+        # The cursors reached by rounds that relayed lines and were not saved yet, with when:
+        # each is saved once its lines have settled in the task log.
+        self.unsaved: collections.deque[tuple[float, Any]] = collections.deque()
         self.latest: Any = None  # the last cursor given to save(), written or not
 
     def _storage(self) -> Any:
@@ -65,17 +74,27 @@ class CursorStore:
             log.info("Continuing the log relay of job %s where it stopped", self.job_id)
         return cursor
 
-    async def save(self, cursor: Any, *, relayed: int, final: bool) -> None:
-        self.pending = self.pending or relayed > 0
+    async def save(self, cursor: Any, *, relayed: int) -> None:
+        """Note the cursor a round reached; write the newest one whose lines have settled, at
+        most every ``SAVE_SECONDS``."""
+        now = time.monotonic()
         self.latest = cursor
-        if final or not self.pending or time.monotonic() - self.saved < SAVE_SECONDS:
+        if relayed:
+            self.unsaved.append((now, cursor))
+        if not self.unsaved or now - self.saved < SAVE_SECONDS:
             return
-        await self._write(cursor)
+        settled = None
+        while self.unsaved and self.unsaved[0][0] <= now - SETTLE_SECONDS:
+            settled = self.unsaved.popleft()[1]
+        if settled is not None:
+            await self._write(settled)
 
     async def flush(self) -> None:
         """Save the last cursor now if lines were relayed since the last save: the trigger is
-        being cancelled (a triggerer stopping), and the one that resumes it goes on from here."""
-        if self.pending:
+        being cancelled (a triggerer stopping), or its job's last lines are in the task log and
+        its event goes out next; the one that resumes it goes on from here."""
+        if self.unsaved:
+            self.unsaved.clear()
             await self._write(self.latest)
 
     async def _write(self, cursor: Any) -> None:
@@ -84,7 +103,6 @@ class CursorStore:
         except (TypeError, ValueError):
             return  # a backend whose cursor is not JSON relays from the top after a restart
         self.saved = time.monotonic()
-        self.pending = False
         try:
             await _in_io_thread(self._storage().write_bytes, self.uri, document.encode())
         except Exception as exc:

@@ -109,6 +109,7 @@ class StepJobTrigger(BaseTrigger):
         # The backend's import and its poll group (it may read a connection) run in a thread:
         # the triggerer's loop serves the other triggers meanwhile. Only a new poll group's
         # backend is then prepared for async calls (see JobPoller.attach).
+        cursors = CursorStore(self.handle, self.storage_conn_id)
         try:
             backend, group = await asyncio.to_thread(self._backend_and_group)
             poller = poller_for(self.backend_path, backend, group)
@@ -117,18 +118,21 @@ class StepJobTrigger(BaseTrigger):
             event = self._unwatched(exc, [])
         else:
             try:
-                event = await self._watch(poller)
+                event = await self._watch(poller, cursors)
             finally:
                 await poller.detach(self.handle)
         await asyncio.sleep(LAST_LINES_GRACE_SECONDS)
+        # The last lines are in the task log: a triggerer killed before the event is stored
+        # resumes this trigger after them.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(cursors.flush(), FLUSH_SECONDS)
         # Clients are closed before the event goes out: a trigger's code after its yield may
         # never run (``dag.test()`` abandons the generator with its event loop).
         yield event
 
-    async def _watch(self, poller: JobPoller) -> TriggerEvent:
+    async def _watch(self, poller: JobPoller, cursors: CursorStore) -> TriggerEvent:
         """Follow the job to its end (or the task's deadline): the event that says how."""
         tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
-        cursors = CursorStore(self.handle, self.storage_conn_id)
         cursor = await cursors.load()
         try:
             return await self._follow(poller, cursors, cursor, tail)
@@ -177,7 +181,7 @@ class StepJobTrigger(BaseTrigger):
                 continue
             lines, cursor = await self._relay(backend, cursor, final=status.terminal)
             self._show(lines, tail)
-            await cursors.save(cursor, relayed=len(lines), final=status.terminal)
+            await cursors.save(cursor, relayed=len(lines))
             progress.update(status)
             if status.terminal:
                 if status.held:

@@ -136,6 +136,23 @@ def test_trigger_relays_job_log_lines_into_the_task_log(tmp_path, steps, capfd):
     assert storage.read_json(handle["run_uri"] + "/result.json")["outputs"] == {"inline": 5}
 
 
+def test_a_trigger_resumed_after_its_event_fired_relays_no_line_again(
+    tmp_path, steps, capfd, monkeypatch
+):
+    """A triggerer killed after the trigger fired and before Airflow stored the event: the
+    task stays deferred, and another triggerer runs the trigger again."""
+    from airflow_stepop.triggers import relay_cursor
+
+    monkeypatch.setattr(relay_cursor, "SETTLE_SECONDS", 3600.0)  # only the last save counts
+    _, handle, first, _ = _submit(tmp_path, steps.chatty, [5])
+    assert asyncio.run(_first(first))["status"] == "succeeded"
+    assert f"[{handle['job_id']}] line 4" in capfd.readouterr().out
+
+    resumed = StepJobTrigger(**first.serialize()[1])
+    assert asyncio.run(_first(resumed))["status"] == "succeeded"
+    assert "line" not in capfd.readouterr().out
+
+
 class LogServiceDown(LocalBackend):
     """The local backend with a log service that never answers (an outage, a missing
     permission): the job's state must still reach the task."""

@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from typing import Any
 
 import pytest
 
 from airflow_stepop.backends.base import JobStatus
 from airflow_stepop.triggers import step_job
 from airflow_stepop.triggers.poller import poller_for
+from airflow_stepop.triggers.relay_cursor import CursorStore
 from airflow_stepop.triggers.step_job import StepJobTrigger
 from tests.unit.backend_doubles import TriggerSideBackend
 
@@ -96,6 +98,10 @@ def _trigger(tmp_path, *, deadline: float | None, poll_interval: float = 5.0) ->
     )
 
 
+def _watch(trigger: StepJobTrigger, poller) -> Any:
+    return trigger._watch(poller, CursorStore(trigger.handle, None))
+
+
 def test_a_deadline_between_two_polls_stops_the_job_at_the_deadline_not_a_poll_later(
     clock, tmp_path
 ):
@@ -103,7 +109,7 @@ def test_a_deadline_between_two_polls_stops_the_job_at_the_deadline_not_a_poll_l
     to the next (12.75 s) is cut to the deadline: the job was stopped ~5 s late before."""
     backend = RunningBackend(clock)
     poller = Poller(backend, clock)
-    event = asyncio.run(_trigger(tmp_path, deadline=START + 8.0)._watch(poller))
+    event = asyncio.run(_watch(_trigger(tmp_path, deadline=START + 8.0), poller))
     assert event.payload["status"] == "timeout"
     assert poller.dues == pytest.approx([0.25, 0.75, 1.75, 3.75, 7.75, 8.0])
     assert backend.stopped_at == [pytest.approx(START + 8.0)]
@@ -117,7 +123,7 @@ def test_a_poll_round_spaced_past_the_deadline_stops_the_job_then(clock, tmp_pat
     backend.first_poll_seconds = 5.0
     poller = Poller(backend, clock)
     trigger = _trigger(tmp_path, deadline=START + 18.0, poll_interval=0.3)
-    event = asyncio.run(trigger._watch(poller))
+    event = asyncio.run(_watch(trigger, poller))
     assert event.payload["status"] == "timeout"
     assert poller.rounds == pytest.approx([5.0, 10.0, 15.0, 20.0])
     assert backend.stopped_at == [pytest.approx(START + 20.0)]
@@ -138,7 +144,7 @@ def test_a_round_of_another_trigger_before_the_deadline_does_not_stop_the_job(cl
 
     backend = RunningBackend(clock)
     poller = BusyGroup(backend, clock)
-    event = asyncio.run(_trigger(tmp_path, deadline=START + 7.5)._watch(poller))
+    event = asyncio.run(_watch(_trigger(tmp_path, deadline=START + 7.5), poller))
     assert event.payload["status"] == "timeout"
     assert poller.rounds == pytest.approx([0.25, 0.75, 1, 2, 3, 4, 5, 6, 7, 7.5])
     assert backend.stopped_at == [pytest.approx(START + 7.5)]
@@ -147,7 +153,7 @@ def test_a_round_of_another_trigger_before_the_deadline_does_not_stop_the_job(cl
 def test_a_trigger_resumed_past_the_deadline_stops_the_job_after_one_round(clock, tmp_path):
     backend = RunningBackend(clock)
     poller = Poller(backend, clock)
-    event = asyncio.run(_trigger(tmp_path, deadline=START - 30.0)._watch(poller))
+    event = asyncio.run(_watch(_trigger(tmp_path, deadline=START - 30.0), poller))
     assert event.payload["status"] == "timeout"
     assert poller.dues == [0.0] and len(backend.stopped_at) == 1
 
@@ -164,7 +170,7 @@ def test_a_service_that_stops_answering_still_has_its_job_stopped_at_the_deadlin
     monkeypatch.setattr(step_job.asyncio, "sleep", sleep)
     backend = RunningBackend(clock)
     poller = Poller(backend, clock, error=ConnectionError("the service does not answer"))
-    event = asyncio.run(_trigger(tmp_path, deadline=START + 8.0)._watch(poller))
+    event = asyncio.run(_watch(_trigger(tmp_path, deadline=START + 8.0), poller))
     assert event.payload["status"] == "timeout"
     assert backend.stopped_at == [pytest.approx(START + 8.0)]
     assert max(poller.dues) == pytest.approx(8.0)
@@ -190,7 +196,7 @@ def test_what_a_job_prints_while_it_stops_at_the_deadline_is_relayed(clock, tmp_
 
     monkeypatch.setattr(step_job.asyncio, "sleep", sleep)
     backend = SlowToStop(clock)
-    event = asyncio.run(_trigger(tmp_path, deadline=START + 8.0)._watch(Poller(backend, clock)))
+    event = asyncio.run(_watch(_trigger(tmp_path, deadline=START + 8.0), Poller(backend, clock)))
     assert event.payload["status"] == "timeout"
     assert event.payload["log_tail"] == ["saving a checkpoint in finally:"]
 
@@ -205,7 +211,7 @@ def test_without_a_deadline_the_wait_grows_to_the_poll_interval(clock, tmp_path)
 
     backend = RunningBackend(clock)
     poller = Ends(backend, clock)
-    event = asyncio.run(_trigger(tmp_path, deadline=None)._watch(poller))
+    event = asyncio.run(_watch(_trigger(tmp_path, deadline=None), poller))
     assert event.payload["status"] == "succeeded" and backend.stopped_at == []
     waits = [b - a for a, b in zip([0.0, *poller.dues], poller.dues, strict=False)]
     assert waits == pytest.approx([0.25, 0.5, 1, 2, 4, 5, 5, 5])
@@ -298,7 +304,7 @@ def test_a_trigger_cancelled_by_a_stopping_triggerer_saves_where_its_relay_stopp
     )
 
     async def run_then_stop_the_triggerer() -> None:
-        watching = asyncio.ensure_future(trigger._watch(Immediate()))
+        watching = asyncio.ensure_future(_watch(trigger, Immediate()))
         while Chatty.reads < 5:
             await asyncio.sleep(0.01)
         watching.cancel()
