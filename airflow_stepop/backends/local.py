@@ -28,8 +28,8 @@ from typing import Any
 from airflow_stepop.backends import local_supervisor as supervisor
 from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
 from airflow_stepop.backends.naming import key_prefix
-from airflow_stepop.runtime.spec import MAX_RUNTIME_ENV, MAX_RUNTIME_EXIT_CODE
-from airflow_stepop.runtime.storage import Storage
+from airflow_stepop.runtime.spec import MAX_RUNTIME_ENV, MAX_RUNTIME_EXIT_CODE, RESULT_NAME
+from airflow_stepop.runtime.storage import Storage, join
 
 log = logging.getLogger(__name__)
 
@@ -285,6 +285,10 @@ class LocalBackend(StepBackend):
             return JobStatus("running", stopping=stopped)  # its supervisor was killed, not it
         if stopped:  # stopped so early that the supervisor had no time to record an exit code
             return JobStatus("stopped", "stopped on request")
+        # No exit code: its supervisor was killed. The step wrote its result manifest last, so
+        # one there means it ran to its end (an orphaned step outlives the supervisor).
+        if Storage().exists(join(handle["run_uri"], RESULT_NAME)):
+            return JobStatus("succeeded")
         return JobStatus("failed", "the job's supervisor process disappeared (killed or lost)")
 
     def _logs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:

@@ -254,6 +254,22 @@ def test_a_stop_ends_a_step_that_outlived_its_supervisor_and_no_other_process(tm
             os.kill(step, signal.SIGKILL)
 
 
+def test_a_step_that_outlived_its_supervisor_and_ran_to_its_end_succeeded(tmp_path, steps):
+    """No exit code is recorded with the supervisor killed: the step's result manifest says
+    it ended well, so its result is used and no retry runs it again."""
+    pid_file, release = tmp_path / "pid", tmp_path / "release"
+    backend, handle, _, storage = _submit(tmp_path, steps.held, [str(pid_file), str(release)])
+    step = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 120, "the step"))
+    os.kill(handle["pid"], signal.SIGKILL)
+    wait_for(lambda: not _alive(Path(handle["job_dir"])), 30, "the supervisor's lock")
+    release.touch()
+    wait_for(lambda: not process_alive(step), 60, "the step to end")
+
+    assert backend._status(handle).state == "succeeded"
+    result = storage.read_json(handle["run_uri"] + "/result.json")
+    assert result["outputs"] == {"inline": "released"}
+
+
 def test_a_job_nobody_watches_ends_at_its_max_runtime(tmp_path, steps):
     """No trigger runs (a triggerer down): the job's own limit ends it, as a cloud's would."""
     pid_file, release = tmp_path / "pid", tmp_path / "never"
