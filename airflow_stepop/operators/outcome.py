@@ -55,7 +55,21 @@ def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
         from airflow.sdk.exceptions import AirflowTaskTimeout
 
         return AirflowTaskTimeout(message)
+    if error is not None and error.get("module", "").startswith("airflow."):
+        return _as_airflow_does(error, message) or StepFailedError(message)
     return StepFailedError(message)
+
+
+def _as_airflow_does(error: dict[str, Any], message: str) -> Exception | None:
+    """The exceptions by which a task sets its own state, raised in the step, do to the task
+    what they do in a plain ``@task``: a skip skips it, a fail fails it without a retry."""
+    from airflow.sdk import exceptions
+
+    if error["type"] == "AirflowSkipException":
+        return exceptions.AirflowSkipException(f"The step raised it: {error['message']}")
+    if error["type"] == "AirflowFailException":
+        return exceptions.AirflowFailException(message)
+    return None
 
 
 # What a step reads from Airflow while its job runs outside Airflow (the Task SDK's errors)

@@ -105,6 +105,20 @@ def test_a_raising_step_fails_the_task_with_the_remote_exception(results):
     assert "about to fail" in failure  # what the step printed before raising
 
 
+def test_a_step_skips_or_fails_its_task_with_airflow_s_exceptions_as_a_plain_task_does(results):
+    """AirflowSkipException skips the task; AirflowFailException fails it with no retry (a
+    second paid job would meet the same corrupt input)."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    run = _dags(results).steps_set_their_task_state().test()
+    with create_session() as session:
+        tis = session.query(TaskInstance).filter(TaskInstance.run_id == run.run_id).all()
+        states = {ti.task_id: (ti.state, ti.try_number) for ti in tis}
+    assert states == {"nothing_to_do": ("skipped", 1), "bad_data": ("failed", 1)}
+    assert (results / "bad_data_tries.txt").read_text() == "try\n"  # one job
+
+
 def test_a_retry_resumes_from_the_checkpoints_of_the_failed_try(results, artifact_root):
     run = _dags(results).checkpoint_resumes().test()
     assert run.state == "success"

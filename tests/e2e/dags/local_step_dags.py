@@ -109,6 +109,29 @@ step_raises()
 
 
 @dag(schedule=None)
+def steps_set_their_task_state():
+    @task.local_step
+    def nothing_to_do():
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        raise AirflowSkipException("no new rows today")
+
+    @task.local_step(retries=2, retry_delay=timedelta(seconds=0))
+    def bad_data():
+        from airflow.sdk.exceptions import AirflowFailException
+
+        with open(f"{RESULTS}/bad_data_tries.txt", "a") as tries:
+            tries.write("try\n")
+        raise AirflowFailException("the input is corrupt: retrying will not help")
+
+    nothing_to_do()
+    bad_data()
+
+
+steps_set_their_task_state()
+
+
+@dag(schedule=None)
 def checkpoint_resumes():
     @task.local_step(retries=1, retry_delay=timedelta(seconds=0))
     def train() -> int:
