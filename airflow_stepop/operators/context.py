@@ -103,6 +103,36 @@ def _plain(key: str, value: Any) -> Any:
     return value if isinstance(value, int) else None
 
 
+def without_pendulum(value: Any) -> Any:
+    """``value`` with Airflow's pendulum dates and durations (``{{ logical_date }}`` rendered
+    natively, ``macros.datetime``) as the standard library's, in lists, tuples and dicts too:
+    pickled as they are, they would not unpickle in a job without pendulum. Anything else is
+    kept as it is (a pandas Timestamp is a datetime of its own)."""
+    kind = type(value)
+    if kind in (list, tuple):
+        items = [without_pendulum(item) for item in value]
+        changed = any(new is not old for new, old in zip(items, value, strict=True))
+        return kind(items) if changed else value
+    if kind is dict:
+        pairs = [(without_pendulum(k), without_pendulum(v)) for k, v in value.items()]
+        changed = any(
+            k is not old_k or v is not old_v
+            for (k, v), (old_k, old_v) in zip(pairs, value.items(), strict=True)
+        )
+        return dict(pairs) if changed else value
+    if not kind.__module__.startswith("pendulum"):
+        return value
+    if isinstance(value, dt.datetime):
+        return _standard_datetime(value)
+    if isinstance(value, dt.date):
+        return dt.date(value.year, value.month, value.day)
+    if isinstance(value, dt.time):
+        return dt.time(value.hour, value.minute, value.second, value.microsecond)
+    if isinstance(value, dt.timedelta):
+        return dt.timedelta(seconds=value.total_seconds())
+    return value
+
+
 def _standard_datetime(value: dt.datetime) -> dt.datetime:
     """A pendulum DateTime as the standard library's, which unpickles without pendulum. Its
     zone becomes a fixed offset: a zone name would need a time zone database in the image."""

@@ -27,7 +27,7 @@ def job_request(op: BaseStepOperator, context: Any, key: str, backend: StepBacke
     from airflow_stepop.artifacts.storage import missing_store, worker_storage
     from airflow_stepop.backends.base import JobRequest
     from airflow_stepop.backends.naming import job_name
-    from airflow_stepop.operators.context import context_arguments
+    from airflow_stepop.operators.context import context_arguments, without_pendulum
     from airflow_stepop.packaging.staging import StepIdentity, stage_step
 
     op.environment = rendered_environment(op.argument_owner, op.environment)
@@ -37,6 +37,7 @@ def job_request(op: BaseStepOperator, context: Any, key: str, backend: StepBacke
         **context_arguments(op.argument_owner, function, args, kwargs, context),
         **kwargs,
     }
+    args, kwargs = without_pendulum(tuple(args)), without_pendulum(kwargs)
     refuse_secret_arguments(op.argument_owner, args, kwargs)
     ti = context["ti"]
     root = backend.artifact_root(op.step_artifact_root())

@@ -9,7 +9,7 @@ import pickle
 import pendulum
 import pytest
 
-from airflow_stepop.operators.context import context_arguments
+from airflow_stepop.operators.context import context_arguments, without_pendulum
 from airflow_stepop.settings import SettingsError
 
 LOGICAL = pendulum.datetime(2026, 11, 24, 6, 30, tz="Europe/Paris")
@@ -45,6 +45,26 @@ def test_parameters_named_like_context_values_get_them_as_plain_data():
     assert type(when) is dt.datetime  # the job may have no pendulum to unpickle one
     assert when.utcoffset() == dt.timedelta(hours=1)
     assert b"pendulum" not in pickle.dumps(given)
+
+
+def test_dates_rendered_natively_reach_the_job_as_the_standard_library_s():
+    """``{{ logical_date }}`` with render_template_as_native_obj is a pendulum DateTime: pickled
+    as it is, a job without pendulum (a slim cloud image) fails to read its arguments."""
+    when = pendulum.datetime(2026, 11, 24, 6, tz="Europe/Paris")
+    rendered = ([when, {"day": when.date()}], {"window": pendulum.duration(hours=6), "n": 3})
+
+    args, kwargs = without_pendulum(rendered)
+
+    assert b"pendulum" not in pickle.dumps((args, kwargs))
+    assert args[0] == when and type(args[0]) is dt.datetime
+    assert args[1]["day"] == dt.date(2026, 11, 24)
+    assert kwargs == {"window": dt.timedelta(hours=6), "n": 3}
+
+
+def test_values_with_no_pendulum_in_them_are_passed_as_they_are():
+    rows = [1.0] * 1000
+    assert without_pendulum(rows) is rows  # no copy of a big argument
+    assert type(without_pendulum(pendulum.now().naive())) is dt.datetime
 
 
 def test_kwargs_stay_the_step_s_own():
