@@ -15,6 +15,7 @@ reference without one was written by an earlier release with a plain sha256).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -88,9 +89,9 @@ def _small_json_with_tuples(value: Any, inline_limit: int) -> bool:
 
 def pickled_json_note(value: Any, name: str, inline_limit: int) -> str | None:
     """Why a small result comes back as a pickled ``ArtifactRef`` when it would be inline JSON
-    but for numpy scalars (sklearn's scores), datetimes, Decimals or keys that are not strings:
-    the first of them, with the fix. None for anything else (a model or an array is pickled on
-    purpose)."""
+    but for numpy scalars (sklearn's scores), NaN or infinity, datetimes, Decimals or keys that
+    are not strings: the first of them, with the fix. None for anything else (a model or an
+    array is pickled on purpose)."""
     if isinstance(value, (list, tuple, dict)) and not _fewer_items(value, inline_limit):
         return None
     misses: list[tuple[str, str]] = []
@@ -116,6 +117,9 @@ def _as_json(value: Any, where: str, misses: list[tuple[str, str]]) -> Any:
     if _is_numpy_scalar(value):
         missed("float(...) or int(...) of it")
         return value.item()
+    if type(value) is float and not math.isfinite(value):  # a diverged loss, a best of inf
+        misses.append((f"{where} is {value!r}, which JSON has no value for", "None in its place"))
+        return None
     if (nearly := _nearly_json(value)) is not None:
         stand_in, fix = nearly
         missed(fix)

@@ -34,6 +34,9 @@ def result_steps(tmp_path, monkeypatch):
                 return {"accuracy": 0.9, "cost": decimal.Decimal("1.25"),
                         "trained_at": datetime.datetime(2026, 11, 24, 12, 0)}
 
+            def diverged_metrics():
+                return {"epochs": 3, "loss": float("nan")}
+
             def plain_metrics():
                 return {"accuracy": 0.9, "f1": 0.87, "n": 100}
 
@@ -85,6 +88,16 @@ def test_a_datetime_or_decimal_in_a_small_result_is_named_with_its_fix(tmp_path,
     assert (
         "return_value['cost'] is a decimal.Decimal, which is not JSON, so a plain task gets a "
         "reference to .load(). Return float(...) or str(...) of it to keep the result inline."
+    ) in log
+
+
+def test_a_nan_in_a_small_result_is_named_with_its_fix(tmp_path, result_steps):
+    log, outputs = _run(tmp_path, result_steps.diverged_metrics)
+
+    assert outputs["ref"]["materializer"] == "cloudpickle"
+    assert (
+        "return_value['loss'] is nan, which JSON has no value for, so a plain task gets a "
+        "reference to .load(). Return None in its place to keep the result inline."
     ) in log
 
 
