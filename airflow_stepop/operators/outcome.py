@@ -78,6 +78,10 @@ _AIRFLOW_LOOKUP = re.compile(
 )
 
 
+# The Task SDK's get_current_context() outside a task
+_NO_CONTEXT = "Current context was requested but no context was found"
+
+
 def _hint(error: dict[str, Any]) -> str | None:
     """What to change, for the remote errors that come from where a job runs, not the code. A
     hint that cannot be made is left out: it never hides the failure it is about."""
@@ -93,6 +97,14 @@ def _hint_for(error: dict[str, Any]) -> str | None:
         from airflow_stepop.operators.missing_module import missing_module_hint
 
         return missing_module_hint(message)
+    if error["type"] == "RuntimeError" and _NO_CONTEXT in message:
+        return (
+            "A step's job runs outside Airflow: get_current_context() has no task there. Name "
+            "what the step needs from the context as its parameters, e.g. def step(rows, ds, "
+            "params): (ds, ts, logical_date, run_id, params, data_interval_start/_end and the "
+            "other values the README lists), or pass it as an argument, e.g. "
+            "op_kwargs={'try_number': '{{ ti.try_number }}'}."
+        )
     if error.get("module", "").startswith("airflow.") and _AIRFLOW_LOOKUP.search(message):
         return (
             "A step's job runs outside Airflow: it cannot read Airflow's Variables or "

@@ -183,6 +183,17 @@ def test_reading_airflow_from_a_step_says_the_job_runs_outside_airflow(tmp_path,
     assert "op_kwargs={'table': '{{ var.value.table }}'}" in message
 
 
+def test_the_context_asked_for_in_a_step_says_to_name_its_values_as_parameters(tmp_path):
+    code = "from airflow.sdk import get_current_context; get_current_context()['ds']"
+    (tmp_path / "error.json").write_text(json.dumps(_error_of(code, tmp_path)))
+    event = {"status": "failed", "handle": {"job_id": "j1", "run_uri": f"file://{tmp_path}"}}
+
+    message = str(step_failure(event, Storage()))
+
+    assert "get_current_context() has no task there" in message
+    assert "def step(rows, ds, params):" in message
+
+
 def test_a_job_without_airflow_says_to_move_the_airflow_import(tmp_path):
     said = "No module named 'airflow'"
     (tmp_path / "error.json").write_text(json.dumps({
