@@ -123,7 +123,7 @@ def _refuse_tiny(field_name: str, value: int | str, size: int) -> None:
 
 
 # what other tools call the number of machines of a job
-_MACHINE_COUNT_NAMES = frozenset(
+MACHINE_COUNT_NAMES = frozenset(
     {"node_count", "nodes", "num_nodes", "instance_count", "replica_count", "machine_count"}
 )
 
@@ -151,7 +151,7 @@ def _named_fields(cls: type) -> type:
 
             close = difflib.get_close_matches(unknown[0], names, n=1)
             hint = f" (did you mean {close[0]}=?)" if close else ""
-            if unknown[0] in _MACHINE_COUNT_NAMES:
+            if unknown[0] in MACHINE_COUNT_NAMES:
                 hint = (
                     " (the number of machines is the operator's argument: instance_count= on "
                     "SageMaker and Azure ML, replica_count= on Vertex AI)"

@@ -174,11 +174,29 @@ def refuse_unknown_arguments(cls: type, kwargs: Mapping[str, Any]) -> None:
     hints = []
     for argument in unknown:
         close = difflib.get_close_matches(argument, sorted(known), n=1)
-        hints.append(f"{argument}= (did you mean {close[0]}=?)" if close else f"{argument}=")
+        meant = _meant(argument, known) or [f"{name}=" for name in close]
+        hints.append(f"{argument}= (did you mean {meant[0]}?)" if meant else f"{argument}=")
     raise TypeError(
         f"{name} got arguments it does not take: {', '.join(hints)}. See the operator's "
         "arguments in the docs (README.md, docs/<service>.md)."
     )
+
+
+def _meant(argument: str, known: set[str]) -> list[str]:
+    """The argument meant by a name another tool uses for it (not a typo: no spelling is
+    close), as it is written here."""
+    from dataclasses import fields
+
+    from airflow_stepop.settings import MACHINE_COUNT_NAMES, DockerSettings
+
+    if argument in MACHINE_COUNT_NAMES:
+        return [f"{name}=" for name in sorted(known & {"instance_count", "replica_count"})][:1]
+    if "docker" in known:
+        if argument in {f.name for f in fields(DockerSettings)}:
+            return [f"docker=DockerSettings({argument}=...)"]
+        if argument in {"image", "image_uri", "base_image", "python_version"}:
+            return ["docker=DockerSettings(parent_image=...)"]
+    return []
 
 
 def rename_step_resources(kwargs: dict[str, Any]) -> dict[str, Any]:

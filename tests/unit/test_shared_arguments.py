@@ -275,6 +275,25 @@ def test_a_misspelt_argument_is_named_with_the_one_meant(kind, typo, meant):
     assert f"got arguments it does not take: {typo}= (did you mean {meant}=?)" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("kind", "written", "meant"),
+    [
+        ("vertex", "instance_count", "replica_count="),  # SageMaker's name on Vertex AI
+        ("sagemaker", "replica_count", "instance_count="),
+        ("azureml", "num_nodes", "instance_count="),
+        ("local", "requirements", "docker=DockerSettings(requirements=...)"),
+        ("sagemaker", "apt_packages", "docker=DockerSettings(apt_packages=...)"),
+        ("local", "image_uri", "docker=DockerSettings(parent_image=...)"),
+        ("local", "python_version", "docker=DockerSettings(parent_image=...)"),
+    ],
+)
+def test_another_tool_s_name_for_an_argument_is_named_with_ours(kind, written, meant):
+    """No spelling is close to these: the hint comes from what the name means."""
+    with pytest.raises(TypeError) as err:
+        _op(kind, **{written: ["x"]})
+    assert f"got arguments it does not take: {written}= (did you mean {meant}?)" in str(err.value)
+
+
 def test_errors_in_a_task_group_name_the_task_id_airflow_shows():
     """Airflow prefixes a grouped task's id with its group's; the errors say the same id."""
     from airflow.sdk import TaskGroup
