@@ -72,15 +72,25 @@ class ArtifactRef:
     def __str__(self) -> str:
         return f"ArtifactRef({self.type_name}, {self.size} bytes, {self.uri})"
 
-    __iter__ = None  # not iterable: __getitem__ alone would make iter(ref) seem to work
-
+    # Not the value: a result too big for XCom (a long list, say) arrives as a reference, and
+    # indexing, iterating or len() is the usual first use, so each error says what to call.
     def __getitem__(self, key: Any) -> Any:
-        """Not the value: a result too big for XCom (a long list, say) arrives as a reference,
-        and indexing it is the usual first use, so the error says what to call."""
-        raise TypeError(
+        raise self._not_the_value(f"value[{key!r}]")
+
+    def __iter__(self) -> Any:
+        raise self._not_the_value("for item in value")
+
+    def __len__(self) -> int:
+        raise self._not_the_value("len(value)")
+
+    def _not_the_value(self, use: str) -> TypeError:
+        return TypeError(
             f"{self} is a reference to a step's result, not the {self.type_name} itself; "
-            f"call .load() for the value: value = ref.load(), then value[{key!r}]."
+            f"call .load() for the value: value = ref.load(), then {use}."
         )
+
+    def __bool__(self) -> bool:
+        return True  # a reference is there, whatever its value (not len(): that raises)
 
 
 def as_record(value: Any) -> dict[str, Any] | None:

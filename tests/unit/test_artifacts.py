@@ -220,15 +220,19 @@ def test_a_path_inside_a_returned_dict_or_list_keeps_its_files(tmp_path, storage
     assert result["score"] == 0.9
 
 
-def test_indexing_a_reference_says_to_load_it(tmp_path, storage):
-    """A list over the inline limit arrives as an ArtifactRef: ``rows[:10]`` must say why."""
+def test_using_a_reference_as_its_value_says_to_load_it(tmp_path, storage):
+    """A list over the inline limit arrives as an ArtifactRef: ``rows[:10]``, ``for row in
+    rows`` and ``len(rows)`` must say why they fail."""
     ref = ArtifactRef.from_record(
         values.write_artifact(list(range(10)), f"file://{tmp_path}/l", storage)
     )
     with pytest.raises(TypeError, match=r"not the list itself; call \.load\(\) for the value"):
         ref[:3]
-    with pytest.raises(TypeError, match="not iterable"):
+    with pytest.raises(TypeError, match=r"not the list itself; .* then for item in value\."):
         iter(ref)
+    with pytest.raises(TypeError, match=r"not the list itself; .* then len\(value\)\."):
+        len(ref)
+    assert ref  # a reference is there, whatever its value
     assert ref.load()[:3] == [0, 1, 2]
 
 
