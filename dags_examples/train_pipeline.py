@@ -7,13 +7,19 @@ XCom holds a few hundred bytes, and the worker never touches the bytes. Change
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from airflow.sdk import dag, task
 from stepop_example import model
 
 from airflow_stepop import ResourceSettings
 
+# A retry returns a finished job's result without a new job, and mends an Airflow scheduler
+# race that quick tasks hit under load (docs/reliability.md); it starts no job, so it is short.
+RETRY_ONCE = {"retries": 1, "retry_delay": timedelta(seconds=10)}
 
-@dag(schedule=None, tags=["airflow-stepop", "example"])
+
+@dag(schedule=None, default_args=RETRY_ONCE, tags=["airflow-stepop", "example"])
 def stepop_train_pipeline():
     @task.local_step(multiple_outputs=True, resources=ResourceSettings(memory="2GiB"))
     def prepare(n_samples: int) -> dict:
