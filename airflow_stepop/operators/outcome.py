@@ -78,6 +78,8 @@ _AIRFLOW_LOOKUP = re.compile(
 )
 
 
+# Where a job unpacks the code bundle (runtime/main.py: <cache>/airflow-stepop-cache/code/<sha>)
+_IN_THE_BUNDLE = "airflow-stepop-cache/code/"
 # The Task SDK's get_current_context() outside a task
 _NO_CONTEXT = "Current context was requested but no context was found"
 
@@ -97,6 +99,12 @@ def _hint_for(error: dict[str, Any]) -> str | None:
         from airflow_stepop.operators.missing_module import missing_module_hint
 
         return missing_module_hint(message)
+    if error["type"] == "FileNotFoundError" and _IN_THE_BUNDLE in message:
+        return (
+            "Only .py files travel in a step's code bundle: a data file beside your modules "
+            "(read from Path(__file__).parent) is not in the job. Pass its content as an "
+            "argument, return it from a step (an artifact), or put it in the image."
+        )
     if error["type"] == "RuntimeError" and _NO_CONTEXT in message:
         return (
             "A step's job runs outside Airflow: get_current_context() has no task there. Name "

@@ -194,6 +194,22 @@ def test_the_context_asked_for_in_a_step_says_to_name_its_values_as_parameters(t
     assert "def step(rows, ds, params):" in message
 
 
+def test_a_data_file_missing_beside_the_bundled_modules_says_only_py_files_travel(tmp_path):
+    said = (
+        "[Errno 2] No such file or directory: '/tmp/airflow-stepop-cache/code/3f2a/code/"
+        "helpers/config.json'"
+    )
+    (tmp_path / "error.json").write_text(json.dumps({
+        "type": "FileNotFoundError", "module": "builtins", "message": said,
+        "traceback": f"Traceback (most recent call last):\nFileNotFoundError: {said}\n",
+    }))  # fmt: skip
+    event = {"status": "failed", "handle": {"job_id": "j1", "run_uri": f"file://{tmp_path}"}}
+
+    message = str(step_failure(event, Storage()))
+
+    assert "Only .py files travel in a step's code bundle" in message
+
+
 def test_a_job_without_airflow_says_to_move_the_airflow_import(tmp_path):
     said = "No module named 'airflow'"
     (tmp_path / "error.json").write_text(json.dumps({
