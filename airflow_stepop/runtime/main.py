@@ -249,7 +249,8 @@ class StepRun:
             if not isinstance(result, dict):
                 raise TypeError(
                     f"multiple_outputs=True needs the function to return a dict with str keys, "
-                    f"got {type(result).__name__}."
+                    f"got {type(result).__name__}. Airflow also sets it from a '-> dict' return "
+                    "annotation: fix the annotation or the value."
                 )
             for key in result:
                 if type(key) is not str:

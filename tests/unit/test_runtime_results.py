@@ -37,6 +37,9 @@ def result_steps(tmp_path, monkeypatch):
             def diverged_metrics():
                 return {"epochs": 3, "loss": float("nan")}
 
+            def listed() -> dict:
+                return [1, 2]
+
             def plain_metrics():
                 return {"accuracy": 0.9, "f1": 0.87, "n": 100}
 
@@ -106,3 +109,22 @@ def test_json_and_objects_meant_as_pickles_come_back_without_a_word(tmp_path, re
     log, _ = _run(tmp_path, getattr(result_steps, step))
 
     assert "comes back as an ArtifactRef" not in log
+
+
+def test_a_list_where_a_dict_annotation_promised_one_names_the_annotation(tmp_path, result_steps):
+    """Airflow infers multiple_outputs=True from ``-> dict``: the user never wrote it."""
+    storage = Storage()
+    staged = stage_step(
+        result_steps.listed, [], {}, root=f"file://{tmp_path}/root", multiple_outputs=True,
+        step=StepIdentity("dag", "run", "listed", -1, 1), storage=storage,
+    )  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    subprocess.run(
+        [sys.executable, "-m", "airflow_stepop.runtime", staged.spec_uri],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    error = storage.read_json(staged.run_uri + "/error.json")
+    assert error["message"] == (
+        "multiple_outputs=True needs the function to return a dict with str keys, got list. "
+        "Airflow also sets it from a '-> dict' return annotation: fix the annotation or the value."
+    )
