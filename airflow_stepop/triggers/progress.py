@@ -3,7 +3,8 @@
 One line at each state change and at most once a minute otherwise: the state, the time since
 the job was submitted and, where the backend says so in the handle, the machine and the cost so
 far (the handle's ``price_per_hour`` for the whole job, counted from the first poll that saw the
-job running; left out of the last line of a job no poll saw running).
+job running, a resumed trigger's from its predecessor's; left out of the last line of a job no
+poll saw running).
 """
 
 from __future__ import annotations
@@ -27,11 +28,14 @@ def _duration(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, handle: dict[str, Any], log: Any) -> None:
+    def __init__(
+        self, handle: dict[str, Any], log: Any, *, running_since: float | None = None
+    ) -> None:
+        """``running_since``: when an earlier trigger of this job first saw it running."""
         self.handle = handle
         self.log = log
         self.submitted = float(handle.get("submitted_at") or time.time())
-        self.running_since: float | None = None
+        self.running_since = running_since
         self.state: str | None = None
         self.shown = 0.0
 

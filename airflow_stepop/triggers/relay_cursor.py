@@ -2,7 +2,8 @@
 
 Airflow gives a trigger no state of its own that survives a triggerer restart or an HA
 failover, and the run directory is already the job's: ``<run_uri>/relay-<job>.json`` holds the
-backend's last cursor (JSON). While the job runs it is saved at most every ``SAVE_SECONDS``
+backend's last cursor (JSON), with when a poll first saw the job running (for the cost so
+far a resumed trigger shows). While the job runs it is saved at most every ``SAVE_SECONDS``
 after lines were relayed, and only past lines handed to the task log ``SETTLE_SECONDS`` before:
 a line logged is not yet in the log file (the triggerer's supervisor reads it from a socket),
 and a triggerer killed outright must not leave a cursor past a line its file never got. So a
@@ -47,6 +48,9 @@ class CursorStore:
         # each is saved once its lines have settled in the task log.
         self.unsaved: collections.deque[tuple[float, Any]] = collections.deque()
         self.latest: Any = None  # the last cursor given to save(), written or not
+        # When a poll first saw the job running (wall clock), kept with the cursor: a resumed
+        # trigger's "cost so far" counts from it, not from its own first poll.
+        self.running_since: float | None = None
 
     def _storage(self) -> Any:
         from airflow_stepop.artifacts.storage import worker_storage
@@ -61,7 +65,10 @@ class CursorStore:
                 document = self._storage().read_json(self.uri)
             except FileNotFoundError:
                 return None
-            return document.get("cursor") if document.get("job_id") == self.job_id else None
+            if document.get("job_id") != self.job_id:
+                return None
+            self.running_since = document.get("running_since")
+            return document.get("cursor")
 
         try:
             cursor = await _in_io_thread(read)
@@ -99,7 +106,9 @@ class CursorStore:
 
     async def _write(self, cursor: Any) -> None:
         try:
-            document = json.dumps({"job_id": self.job_id, "cursor": cursor})
+            document = json.dumps(
+                {"job_id": self.job_id, "cursor": cursor, "running_since": self.running_since}
+            )
         except (TypeError, ValueError):
             return  # a backend whose cursor is not JSON relays from the top after a restart
         self.saved = time.monotonic()

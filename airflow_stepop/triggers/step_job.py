@@ -151,7 +151,7 @@ class StepJobTrigger(BaseTrigger):
         """Poll and relay until the job ends or the task's deadline passes."""
         backend = poller.backend  # shared by the group's triggers
         job_id = shown_job(self.handle)
-        progress = Progress(self.handle, self.log)
+        progress = Progress(self.handle, self.log, running_since=cursors.running_since)
         wait = backend.first_poll_seconds
         failures = 0
         # The deadline on the clock of the poller's rounds: a round due at ``end`` runs at or
@@ -183,6 +183,7 @@ class StepJobTrigger(BaseTrigger):
             self._show(lines, tail)
             await cursors.save(cursor, relayed=len(lines))
             progress.update(status)
+            cursors.running_since = progress.running_since
             if status.terminal:
                 if status.held:
                     self.log.warning("Job %s %s; cancelling it", job_id, status.reason)

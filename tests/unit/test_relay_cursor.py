@@ -76,3 +76,14 @@ def test_a_flush_saves_the_last_cursor_and_only_when_lines_were_relayed_since(tm
     asyncio.run(store.save({"line": 1}, relayed=0))
     asyncio.run(store.flush())
     assert _saved(tmp_path) is None  # nothing new: no write
+
+
+def test_when_the_job_began_running_is_kept_with_the_cursor(tmp_path, clock):
+    store = _store(tmp_path)
+    store.running_since = 1_900_000_000.0
+    asyncio.run(store.save({"line": 1}, relayed=1))
+    asyncio.run(store.flush())
+
+    resumed = _store(tmp_path)
+    assert asyncio.run(resumed.load()) == {"line": 1}
+    assert resumed.running_since == 1_900_000_000.0

@@ -314,3 +314,50 @@ def test_a_trigger_cancelled_by_a_stopping_triggerer_saves_where_its_relay_stopp
     asyncio.run(run_then_stop_the_triggerer())
     saved = json.loads((tmp_path / "relay-dag-task-t1.json").read_text())
     assert saved["cursor"] == {"read": Chatty.reads}
+
+
+def test_a_resumed_trigger_counts_the_cost_so_far_from_when_the_job_began_running(tmp_path, capfd):
+    """The first triggerer saw the job running an hour ago and saved that with its cursor:
+    the one that resumes the trigger must not show the cost of the last seconds only."""
+    import json
+    import re
+
+    class Running(TriggerSideBackend):
+        async def astatus(self, handle):
+            return JobStatus("running")
+
+        async def alogs(self, handle, cursor):
+            return [], cursor
+
+    class Immediate:
+        backend = Running()
+
+        async def status(self, handle, due):
+            await asyncio.sleep(0)
+            return JobStatus("running")
+
+    (tmp_path / "relay-dag-task-t1.json").write_text(
+        json.dumps({"job_id": "dag-task-t1", "cursor": 7, "running_since": time.time() - 3600})
+    )
+    trigger = StepJobTrigger(
+        backend_path="unused",
+        backend_kwargs={},
+        handle={
+            "job_id": "dag-task-t1",
+            "run_uri": tmp_path.as_uri(),
+            "price_per_hour": 2.0,
+            "submitted_at": time.time() - 3700,
+        },  # fmt: skip
+        poll_interval=0.01,
+    )
+
+    async def one_round_then_stop() -> None:
+        watching = asyncio.ensure_future(_watch(trigger, Immediate()))
+        await asyncio.sleep(0.2)
+        watching.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await watching
+
+    asyncio.run(one_round_then_stop())
+    assert re.search(r"Job dag-task-t1: running, 1h01m since submit, about \$2\.000\d so far",
+                     capfd.readouterr().out)  # fmt: skip
