@@ -43,6 +43,11 @@ def check_step_arguments(
             f"{name}.docker={docker!r} must be a DockerSettings, e.g. "
             "DockerSettings(parent_image='python:3.11-slim', requirements=['numpy'])."
         )
+    if check.is_templated(poll_interval):
+        raise SettingsError(
+            f"{name}.poll_interval={poll_interval!r} is a template, but poll_interval is not "
+            "rendered: it is fixed when the DAG is parsed. Give the seconds themselves, e.g. 30."
+        )
     if poll_interval is not None and (
         isinstance(poll_interval, bool)
         or not isinstance(poll_interval, (int, float))

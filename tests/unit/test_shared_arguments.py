@@ -338,3 +338,11 @@ def test_resources_shared_in_default_args_are_named_as_written_when_nothing_fits
     assert str(err.value).startswith(
         f"{cls.__name__}(task_id='t').resources=ResourceSettings(gpu_count=64)"
     )
+
+
+def test_a_templated_poll_interval_is_refused_as_a_template_not_as_a_wrong_number():
+    with pytest.raises(SettingsError) as err:
+        _op("local", poll_interval="{{ params.poll }}")
+    assert "poll_interval='{{ params.poll }}' is a template, but poll_interval is not rendered" in (
+        str(err.value)
+    )
