@@ -238,8 +238,13 @@ class BaseStepOperator(BaseOperator):
             raise
         try:
             event = asyncio.run(_first_event(trigger))
-        except BaseException:  # execution_timeout, SIGTERM...: the job must not outlive us
+        except BaseException as exc:  # execution_timeout, SIGTERM...: the job must not outlive us
             backend.stop(handle)
+            if type(exc).__name__ == "AirflowTaskTimeout":  # Airflow's says only "Timeout, PID"
+                raise type(exc)(
+                    f"Step job {shown_job(handle)} timeout: execution_timeout reached; the job "
+                    "was stopped"
+                ) from exc
             raise
         return self.execute_complete(context, event)
 

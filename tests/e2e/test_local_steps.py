@@ -181,6 +181,17 @@ def test_execution_timeout_stops_the_job(results, tmp_path):
     wait_for(lambda: not group_members(group), 15, "the job's processes to end")
 
 
+def test_execution_timeout_without_deferral_names_the_stopped_job(results, tmp_path):
+    run = _dags(results).step_times_out_in_the_worker().test()
+    assert run.state == "failed"
+    failure = (results / "failure.txt").read_text()
+    assert failure.startswith("AirflowTaskTimeout: Step job step-times-out-in-the-worker-sleepy-")
+    assert failure.endswith("timeout: execution_timeout reached; the job was stopped")
+    [job_dir] = list((tmp_path / "jobs").iterdir())
+    group = json.loads((job_dir / "job.json").read_text())["pid"]
+    wait_for(lambda: not group_members(group), 15, "the job's processes to end")
+
+
 def test_a_job_stopped_after_a_retry_re_attached_to_it_runs_again(results, tmp_path):
     """A cleared deferred task: its next try re-attaches to the job that the cleared try's
     trigger is about to stop; it must run the step again, not fail with the stop."""

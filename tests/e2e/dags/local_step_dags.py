@@ -200,6 +200,22 @@ def step_times_out():
 step_times_out()
 
 
+@dag(schedule=None)
+def step_times_out_in_the_worker():
+    @task.local_step(
+        deferrable=False,
+        execution_timeout=timedelta(seconds=5),
+        on_failure_callback=_remember_failure,
+    )
+    def sleepy():
+        wait_for_file("/nonexistent/never", timeout=600)
+
+    sleepy()
+
+
+step_times_out_in_the_worker()
+
+
 class LosesWorkerAfterSubmit(fault_operators.LosesWorkerAfterSubmit, LocalStepOperator):
     pass
 
