@@ -70,37 +70,29 @@ def _run(tmp_path, function) -> tuple[str, dict]:
     return process.stdout, storage.read_json(staged.run_uri + "/result.json")["outputs"]
 
 
-def test_a_nearly_json_result_that_is_pickled_says_which_value_and_the_fix(tmp_path, result_steps):
-    """sklearn's scores are numpy scalars: one in a dict of metrics makes the whole dict a
-    pickle, and a plain task downstream fails on metrics['f1'] with no word of why."""
-    log, outputs = _run(tmp_path, result_steps.sklearn_metrics)
+@pytest.mark.parametrize(
+    ("step", "said"),
+    [
+        # sklearn's scores are numpy scalars: one in a dict of metrics makes the whole dict a
+        # pickle, and a plain task downstream fails on metrics['f1'] with no word of why
+        ("sklearn_metrics", "return_value['f1'] is a numpy.float64, which is not JSON, so a "
+         "plain task gets a reference to .load(). Return float(...) or int(...) of it"),
+        # a plain task's XCom takes a datetime or a Decimal; a step's inline result is JSON
+        ("dated_metrics", "return_value['cost'] is a decimal.Decimal, which is not JSON, so a "
+         "plain task gets a reference to .load(). Return float(...) or str(...) of it"),
+        ("diverged_metrics", "return_value['loss'] is nan, which JSON has no value for, so a "
+         "plain task gets a reference to .load(). Return None in its place"),
+    ],
+)  # fmt: skip
+def test_a_nearly_json_result_that_is_pickled_says_which_value_and_the_fix(
+    tmp_path, result_steps, step, said
+):
+    log, outputs = _run(tmp_path, getattr(result_steps, step))
 
     assert outputs["ref"]["materializer"] == "cloudpickle"
     assert (
-        "[stepop] return_value comes back as an ArtifactRef (pickled), not inline: "
-        "return_value['f1'] is a numpy.float64, which is not JSON, so a plain task gets a "
-        "reference to .load(). Return float(...) or int(...) of it to keep the result inline."
-    ) in log
-
-
-def test_a_datetime_or_decimal_in_a_small_result_is_named_with_its_fix(tmp_path, result_steps):
-    """A plain task's XCom takes a datetime or a Decimal; a step's inline result is JSON."""
-    log, outputs = _run(tmp_path, result_steps.dated_metrics)
-
-    assert outputs["ref"]["materializer"] == "cloudpickle"
-    assert (
-        "return_value['cost'] is a decimal.Decimal, which is not JSON, so a plain task gets a "
-        "reference to .load(). Return float(...) or str(...) of it to keep the result inline."
-    ) in log
-
-
-def test_a_nan_in_a_small_result_is_named_with_its_fix(tmp_path, result_steps):
-    log, outputs = _run(tmp_path, result_steps.diverged_metrics)
-
-    assert outputs["ref"]["materializer"] == "cloudpickle"
-    assert (
-        "return_value['loss'] is nan, which JSON has no value for, so a plain task gets a "
-        "reference to .load(). Return None in its place to keep the result inline."
+        f"[stepop] return_value comes back as an ArtifactRef (pickled), not inline: {said} to "
+        "keep the result inline."
     ) in log
 
 
