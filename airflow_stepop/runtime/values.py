@@ -108,8 +108,8 @@ def pickled_json_note(value: Any, name: str, inline_limit: int) -> str | None:
 
 
 def _as_json(value: Any, where: str, misses: list[tuple[str, str]]) -> Any:
-    """``value`` with numpy scalars, datetimes and Decimals as JSON and keys as strings, noting
-    each of them with its fix."""
+    """``value`` with numpy scalars, NaN and infinity, datetimes and Decimals as JSON and keys
+    as strings, noting each of them with its fix."""
 
     def missed(fix: str) -> None:
         misses.append((f"{where} is a {materializers.type_name(value)}, which is not JSON", fix))
