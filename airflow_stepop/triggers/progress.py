@@ -3,8 +3,8 @@
 One line at each state change and at most once a minute otherwise: the state, the time since
 the job was submitted and, where the backend says so in the handle, the machine and the cost so
 far (the handle's ``price_per_hour`` for the whole job, counted from the first poll that saw the
-job running, a resumed trigger's from its predecessor's; left out of the last line of a job no
-poll saw running).
+job running, a resumed trigger's from its predecessor's; left out of the last line of a job
+this trigger's polls never saw running).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ class Progress:
         self.log = log
         self.submitted = float(handle.get("submitted_at") or time.time())
         self.running_since = running_since
+        self.seen_running = False  # by this trigger's own polls
         self.state: str | None = None
         self.shown = 0.0
 
@@ -45,17 +46,20 @@ class Progress:
         if machine := self.handle.get("machine"):
             parts.append(f"on {machine}")
         price = self.handle.get("price_per_hour")
-        # A job that ended between two polls was never seen running: its cost is unknown here
-        # (not zero); the billing line the operator logs next has it.
-        if price is not None and not (status.terminal and self.running_since is None):
-            running = now - self.running_since if self.running_since is not None else 0.0
+        # A job that ended before this trigger's polls saw it running (between two polls, or
+        # while no triggerer ran): its cost is unknown here, not zero nor the time since;
+        # the billing line the operator logs next has it.
+        if price is not None and not (status.terminal and not self.seen_running):
+            running = max(0.0, now - self.running_since) if self.running_since else 0.0
             parts.append(f"about {usd(float(price) * running / 3600)} so far")
         return ", ".join(parts)
 
     def update(self, status: JobStatus, now: float | None = None) -> None:
         now = time.time() if now is None else now
-        if status.state == "running" and self.running_since is None:
-            self.running_since = now
+        if status.state == "running":
+            self.seen_running = True
+            if self.running_since is None:
+                self.running_since = now
         if status.state != self.state or now - self.shown >= REPEAT_SECONDS:
             self.state = status.state
             self.shown = now

@@ -8,8 +8,9 @@ after lines were relayed, and only past lines handed to the task log ``SETTLE_SE
 a line logged is not yet in the log file (the triggerer's supervisor reads it from a socket),
 and a triggerer killed outright must not leave a cursor past a line its file never got. So a
 resumed trigger repeats at most those seconds of log, never the whole log, and loses none.
-The last cursor is saved when the trigger is cancelled (a triggerer stopping) and after the
-job's last lines, before its event (a triggerer killed between the two resumes the trigger).
+The last cursor is saved when the trigger is cancelled (a triggerer stopping), and the newest
+settled one after the job's last lines, before its event (a triggerer killed between the two
+resumes the trigger).
 Two triggers of one job (HA) write the same kind of document: harmless. Saving is best
 effort: a storage error never fails the step.
 """
@@ -88,9 +89,14 @@ class CursorStore:
         self.latest = cursor
         if relayed:
             self.unsaved.append((now, cursor))
-        if not self.unsaved or now - self.saved < SAVE_SECONDS:
-            return
-        settled = None
+        if now - self.saved >= SAVE_SECONDS:
+            await self.save_settled()
+
+    async def save_settled(self) -> None:
+        """Write the newest cursor whose lines have settled in the task log, if any is
+        unsaved: also after the job's last lines, before its event goes out (a triggerer
+        killed between the two resumes the trigger, which then repeats only those seconds)."""
+        settled, now = None, time.monotonic()
         while self.unsaved and self.unsaved[0][0] <= now - SETTLE_SECONDS:
             settled = self.unsaved.popleft()[1]
         if settled is not None:
@@ -98,8 +104,8 @@ class CursorStore:
 
     async def flush(self) -> None:
         """Save the last cursor now if lines were relayed since the last save: the trigger is
-        being cancelled (a triggerer stopping), or its job's last lines are in the task log and
-        its event goes out next; the one that resumes it goes on from here."""
+        being cancelled (a triggerer stopping cleanly, which writes what it was given), and
+        the one that resumes it goes on from here."""
         if self.unsaved:
             self.unsaved.clear()
             await self._write(self.latest)

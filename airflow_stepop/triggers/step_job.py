@@ -122,10 +122,10 @@ class StepJobTrigger(BaseTrigger):
             finally:
                 await poller.detach(self.handle)
         await asyncio.sleep(LAST_LINES_GRACE_SECONDS)
-        # The last lines are in the task log: a triggerer killed before the event is stored
-        # resumes this trigger after them.
+        # A triggerer killed before the event is stored resumes this trigger: it repeats only
+        # the lines of the last seconds, not the whole job's since the last save.
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(cursors.flush(), FLUSH_SECONDS)
+            await asyncio.wait_for(cursors.save_settled(), FLUSH_SECONDS)
         # Clients are closed before the event goes out: a trigger's code after its yield may
         # never run (``dag.test()`` abandons the generator with its event loop).
         yield event

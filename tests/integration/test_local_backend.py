@@ -140,10 +140,13 @@ def test_a_trigger_resumed_after_its_event_fired_relays_no_line_again(
     tmp_path, steps, capfd, monkeypatch
 ):
     """A triggerer killed after the trigger fired and before Airflow stored the event: the
-    task stays deferred, and another triggerer runs the trigger again."""
+    task stays deferred, and another triggerer runs the trigger again. Here lines settle in
+    the task log at once (they take up to SETTLE_SECONDS, which a resumed relay repeats), and
+    no periodic save runs: only the save before the event can spare the repeat."""
     from airflow_stepop.triggers import relay_cursor
 
-    monkeypatch.setattr(relay_cursor, "SETTLE_SECONDS", 3600.0)  # only the last save counts
+    monkeypatch.setattr(relay_cursor, "SETTLE_SECONDS", 0.0)
+    monkeypatch.setattr(relay_cursor, "SAVE_SECONDS", 1e9)
     _, handle, first, _ = _submit(tmp_path, steps.chatty, [5])
     assert asyncio.run(_first(first))["status"] == "succeeded"
     assert f"[{handle['job_id']}] line 4" in capfd.readouterr().out

@@ -172,6 +172,7 @@ def test_a_progress_line_shows_state_elapsed_machine_and_cost_so_far(
               "price_per_hour": 2.0}  # fmt: skip
     progress = Progress(handle, log=None)
     progress.running_since = None if running_since is None else 1065.0 - running_since
+    progress.seen_running = running_since is not None
     assert progress.line(JobStatus(state), now=1065.0) == f"Job j-t1: {expected}"
 
 
@@ -190,3 +191,15 @@ def test_progress_is_logged_on_each_change_and_at_most_once_a_minute_otherwise()
     assert [line.split(",")[0] for line in lines] == [
         "Job j: pending", "Job j: running", "Job j: running", "Job j: succeeded"
     ]  # fmt: skip
+
+
+def test_a_resumed_trigger_leaves_out_the_cost_of_a_job_that_ended_before_it_polled():
+    """Its predecessor saw the job running; the job ended while no triggerer ran. The time
+    since then is not running time: the billing line has the cost."""
+    from airflow_stepop.triggers.progress import Progress
+
+    handle = {"job_id": "j-t1", "submitted_at": 1000.0, "price_per_hour": 2.0}
+    progress = Progress(handle, log=None, running_since=1010.0)
+    assert progress.line(JobStatus("succeeded"), now=9000.0) == (
+        "Job j-t1: succeeded, 2h13m since submit"
+    )
