@@ -7,7 +7,8 @@ far a resumed trigger shows). While the job runs it is saved at most every ``SAV
 after lines were relayed, and only past lines handed to the task log ``SETTLE_SECONDS`` before:
 a line logged is not yet in the log file (the triggerer's supervisor reads it from a socket),
 and a triggerer killed outright must not leave a cursor past a line its file never got. So a
-resumed trigger repeats at most those seconds of log, never the whole log, and loses none.
+resumed trigger repeats at most those seconds of log, never the whole log, and skips no line
+the killed triggerer may not have written (what it wrote stays in its own trigger log file).
 The last cursor is saved when the trigger is cancelled (a triggerer stopping), and the newest
 settled one after the job's last lines, before its event (a triggerer killed between the two
 resumes the trigger).
