@@ -33,7 +33,7 @@ _MEMORY_UNITS = {
 }
 # "8G" means 8 GiB to docker and 8 * 10**9 bytes to Kubernetes: refused rather than guessed.
 _AMBIGUOUS_UNITS = {"k", "m", "g", "t"}
-_MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_MEMORY_RE = r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$"
 
 
 class SettingsError(ValueError):
@@ -52,7 +52,7 @@ def parse_memory(value: int | str, field_name: str = "memory") -> int:
         _refuse_tiny(field_name, value, value)
         return value
     if isinstance(value, str):
-        match = _MEMORY_RE.match(value)
+        match = re.match(_MEMORY_RE, value)
         unit = match.group(2).lower() if match else None
         if match and unit in _AMBIGUOUS_UNITS:
             number, letter = match.group(1), match.group(2)
@@ -241,7 +241,7 @@ def shown_size(size: int) -> str:
     return f"{size / 2**30:g}GiB"
 
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 # The distribution project's reference grammar: [domain[:port]/]path[:tag][@digest], where the
 # path's components are lowercase (a registry refuses ``Python``; docker says only "invalid
@@ -250,7 +250,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOMAIN_PART = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _DOMAIN = rf"(?={_DOMAIN_PART}[.:]|localhost/){_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?"
 _PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_IMAGE_REFERENCE = re.compile(
+_IMAGE_REFERENCE = (
     rf"(?:{_DOMAIN}/)?{_PATH_PART}(?:/{_PATH_PART})*"
     r"(?::\w[\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
 )
@@ -259,7 +259,7 @@ _IMAGE_REFERENCE = re.compile(
 def check_image_reference(field_name: str, value: Any, example: str) -> None:
     """Refuse what no registry takes as an image reference, naming the lowercase spelling when
     only the case is wrong (tags keep theirs)."""
-    if isinstance(value, str) and _IMAGE_REFERENCE.fullmatch(value):
+    if isinstance(value, str) and re.fullmatch(_IMAGE_REFERENCE, value):
         return
     hint = ""
     if isinstance(value, str):
@@ -268,14 +268,14 @@ def check_image_reference(field_name: str, value: Any, example: str) -> None:
         colon = name.rfind(":")
         path, tag = (name[:colon], name[colon:]) if colon > slash else (name, "")
         lowered = path.lower() + tag + at + digest
-        if lowered != value and _IMAGE_REFERENCE.fullmatch(lowered):
+        if lowered != value and re.fullmatch(_IMAGE_REFERENCE, lowered):
             hint = f" Repository names are lowercase: {lowered!r}."
     raise SettingsError(
         f"{field_name}={value!r} is not an image reference; use e.g. {example!r}.{hint}"
     )
 
 
-_APT_NAME = re.compile(r"^[a-z0-9][a-z0-9+.\-]*(=[A-Za-z0-9.+~:\-]+)?$")
+_APT_NAME = r"^[a-z0-9][a-z0-9+.\-]*(=[A-Za-z0-9.+~:\-]+)?$"
 
 
 def _string_tuple(owner: str, name: str, value: Any) -> tuple[str, ...]:
@@ -298,7 +298,7 @@ def _string_map(owner: str, name: str, value: Any) -> dict[str, str]:
         raise SettingsError(f"{owner}.{name}={value!r} must be a dict of str -> str.")
     out: dict[str, str] = {}
     for key, item in value.items():
-        if not isinstance(key, str) or not _ENV_NAME.match(key):
+        if not isinstance(key, str) or not re.match(_ENV_NAME, key):
             raise SettingsError(
                 f"{owner}.{name} has the key {key!r}; keys must be names like MY_VAR "
                 "(letters, digits and _, not starting with a digit)."
@@ -364,7 +364,7 @@ class DockerSettings:
         )
         apt = _string_tuple(owner, "apt_packages", self.apt_packages)
         for package in apt:
-            if not _APT_NAME.match(package):
+            if not re.match(_APT_NAME, package):
                 raise SettingsError(
                     f"{owner}.apt_packages has {package!r}, which is not a Debian package name "
                     "(lowercase letters, digits, '+', '-', '.', optionally '=version')."

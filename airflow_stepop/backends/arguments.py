@@ -15,17 +15,17 @@ from typing import Any
 
 from airflow_stepop.settings import SettingsError, check_image_reference, refuse_reserved_env
 
-CONN_ID = re.compile(r"^[\w.\-]+$")
+CONN_ID = r"^[\w.\-]+$"
 # The object stores' bucket naming rules (a name outside them is refused, or retried as an error).
 BUCKET_NAME = {
-    "s3": (re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"),
+    "s3": (r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]",
            "S3 bucket names are 3-63 lowercase letters, digits, '.' or '-'."),
     # at most 63 between dots (so 63 in all without one), 222 in all
-    "gs": (re.compile(r"(?!.*[a-z0-9_-]{64})[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"),
+    "gs": (r"(?!.*[a-z0-9_-]{64})[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]",
            "GCS bucket names are 3-63 lowercase letters, digits, '-', '_' or '.' (up to 222 "
            "with dots)."),
 }  # fmt: skip
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
 def is_templated(value: Any) -> bool:
@@ -33,9 +33,9 @@ def is_templated(value: Any) -> bool:
     return isinstance(value, str) and "{{" in value
 
 
-def option(name: str, value: Any, pattern: re.Pattern[str], what: str, example: str) -> str:
+def option(name: str, value: Any, pattern: str, what: str, example: str) -> str:
     """A ``[stepop]`` option's value: no DAG's parse checked it, so it is checked where used."""
-    if not isinstance(value, str) or not pattern.fullmatch(value):
+    if not isinstance(value, str) or not re.fullmatch(pattern, value):
         raise SettingsError(
             f"[stepop] {name}={value!r} is not {what}; set it to e.g. {example!r} (or give the "
             "step resources= or the argument itself)."
@@ -100,7 +100,7 @@ def conn_id(
     """A connection id; ``optional``: None is allowed too (AWS: boto3's own credential chain)."""
     if value is None and optional:
         return value
-    if not isinstance(value, str) or not CONN_ID.match(value):
+    if not isinstance(value, str) or not re.match(CONN_ID, value):
         raise SettingsError(
             f"{owner}.{name}={value!r} must be an Airflow connection id such as {example!r}."
         )
@@ -118,14 +118,14 @@ def refuse_template(owner: str, name: str, value: Any, example: str) -> None:
 
 
 def matching(
-    owner: str, name: str, value: Any, pattern: re.Pattern[str], what: str, example: str
+    owner: str, name: str, value: Any, pattern: str, what: str, example: str
 ) -> str | None:
     """An optional string that must match ``pattern``, given as is: the arguments checked here are
     not template fields, so a Jinja template would reach the service as its own text."""
     if value is None:
         return value
     refuse_template(owner, name, value, example)
-    if not isinstance(value, str) or not pattern.fullmatch(value):
+    if not isinstance(value, str) or not re.fullmatch(pattern, value):
         raise SettingsError(f"{owner}.{name}={value!r} is not {what}; use e.g. {example!r}.")
     return value
 
@@ -134,7 +134,7 @@ def id_list(
     owner: str,
     name: str,
     value: Any,
-    pattern: re.Pattern[str],
+    pattern: str,
     example: str,
     *,
     limit: int,
@@ -145,7 +145,7 @@ def id_list(
     if isinstance(value, str) or not isinstance(value, Sequence):
         raise SettingsError(f"{owner}.{name}={value!r} must be a list of ids, e.g. [{example!r}].")
     for item in value:
-        if not isinstance(item, str) or not pattern.match(item):
+        if not isinstance(item, str) or not re.fullmatch(pattern, item):
             raise SettingsError(
                 f"{owner}.{name} has {item!r}, which is not an id like {example!r}."
             )
@@ -161,9 +161,9 @@ def string_map(
     name: str,
     value: Any,
     *,
-    key_pattern: re.Pattern[str],
+    key_pattern: str,
     key_rule: str,
-    value_pattern: re.Pattern[str] | None = None,
+    value_pattern: str | None = None,
     value_rule: str = "",
     limit: int | None = None,
     limit_why: str = "",
@@ -187,9 +187,9 @@ def string_map(
                 f"{owner}.{name}[{key!r}]={item!r} is a template, but {name} is not rendered: "
                 "the service would get this text. Give the value itself."
             )
-        if not isinstance(key, str) or not key_pattern.fullmatch(key):
+        if not isinstance(key, str) or not re.fullmatch(key_pattern, key):
             raise SettingsError(f"{owner}.{name} has the key {key!r}; {key_rule}")
-        if not isinstance(item, str) or (value_pattern and not value_pattern.fullmatch(item)):
+        if not isinstance(item, str) or (value_pattern and not re.fullmatch(value_pattern, item)):
             raise SettingsError(f"{owner}.{name}[{key!r}]={item!r} is refused; {value_rule}")
         out[key] = item
     return out
@@ -253,7 +253,7 @@ def artifact_root(owner: str, value: str | None, schemes: Sequence[str], example
             f"{example!r} (the service's jobs read inputs and write results there)."
         )
     scheme = value.split("://", 1)[0]
-    if scheme in BUCKET_NAME and not BUCKET_NAME[scheme][0].fullmatch(bucket):
+    if scheme in BUCKET_NAME and not re.fullmatch(BUCKET_NAME[scheme][0], bucket):
         raise SettingsError(
             f"{owner}.artifact_root={value!r}: {bucket!r} is not a bucket name; "
             f"{BUCKET_NAME[scheme][1]} E.g. {example!r}."

@@ -21,18 +21,18 @@ CATALOG = "azureml_vm_sizes"
 MAX_RUNTIME_LIMIT = 30 * 24 * 3600
 DEFAULT_RUNTIME = 24 * 3600
 JOB_TIERS = ("Spot", "Basic", "Standard", "Premium")
-_VM_SIZE = re.compile(r"^Standard_[A-Za-z0-9_]+$", re.IGNORECASE)
-_COMPUTE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{1,31}$")
-_EXPERIMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$")
-_GUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
-_SHM = re.compile(r"^\d+[bkmgBKMG]$")
+_VM_SIZE = r"(?i)^Standard_[A-Za-z0-9_]+$"
+_COMPUTE = r"^[A-Za-z][A-Za-z0-9-]{1,31}$"
+_EXPERIMENT = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$"
+_GUID = r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$"
+_SHM = r"^\d+[bkmgBKMG]$"
 TASK_TAG = "stepop_task"  # every job of ours carries it: the List filter of polls and re-attach
 AIRFLOW_TAG_PREFIX = "airflow_"  # every job's airflow_dag_id, airflow_task_id, ... tags
 OWN_TAGS = (*(f"{AIRFLOW_TAG_PREFIX}{k}" for k in ("dag_id", "task_id", "run_id", "map_index")),
             TASK_TAG)  # fmt: skip
 TAG_LIMIT = 50  # tags per Azure resource
-_TAG_KEY = re.compile(r"^[^<>%&\\?/]{1,256}$")
-_TAG_VALUE = re.compile(r"^.{0,256}$", re.DOTALL)
+_TAG_KEY = r"^[^<>%&\\?/]{1,256}$"
+_TAG_VALUE = r"(?s)^.{0,256}$"
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class AzureMLJobConfig:
         )  # fmt: skip
         _check_reserved_tags(owner, tag_map)
         check.image(owner, image_uri, docker, image_repository, "myregistry.azurecr.io/train:1.0")
-        if shm_size is not None and (not isinstance(shm_size, str) or not _SHM.match(shm_size)):
+        if shm_size is not None and (not isinstance(shm_size, str) or not re.match(_SHM, shm_size)):
             raise SettingsError(
                 f"{owner}.shm_size={shm_size!r} is not a size; use a number and a unit of "
                 "b, k, m or g, e.g. '16g'."
@@ -187,7 +187,7 @@ def _vm_size(
     catalog = load_catalog(CATALOG)
     if value is not None:
         check.refuse_template(owner, "instance_type", value, "Standard_NC6s_v3")
-        if not isinstance(value, str) or not _VM_SIZE.match(value):
+        if not isinstance(value, str) or not re.match(_VM_SIZE, value):
             near = ", ".join(m.name for m in catalog.types[:3])
             raise SettingsError(
                 f"{owner}.instance_type={value!r} is not an Azure VM size; use e.g. {near}."
@@ -226,7 +226,7 @@ def _identity(owner: str, value: Any) -> dict[str, str] | None:
         return {"identityType": "AMLToken"}
     if value == "managed":
         return {"identityType": "Managed"}
-    if isinstance(value, str) and value.startswith("managed:") and _GUID.match(value[8:]):
+    if isinstance(value, str) and value.startswith("managed:") and re.match(_GUID, value[8:]):
         return {"identityType": "Managed", "clientId": value[8:]}
     raise SettingsError(
         f"{owner}.identity={value!r} is not an identity; use 'user' (the submitting user's), "

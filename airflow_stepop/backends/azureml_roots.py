@@ -30,17 +30,14 @@ EXAMPLES = (
     "'abfs://mycontainer/stepop', 'az://mycontainer/stepop' or "
     "'azureml://datastores/workspaceblobstore/paths/stepop'"
 )
-_BLOB = re.compile(
-    r"^(?P<scheme>abfss?|az)://(?:(?P<conn>[^/@]+)@)?(?P<host>[^/@]+)(?P<path>/.*)?$"
-)
-_CONTAINER = re.compile(r"^(?:[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}|\$root)$")
-_DATASTORE = re.compile(
-    r"^azureml://(?:subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/"
+_BLOB = r"^(?P<scheme>abfss?|az)://(?:(?P<conn>[^/@]+)@)?(?P<host>[^/@]+)(?P<path>/.*)?$"
+_CONTAINER = r"^(?:[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}|\$root)$"
+_DATASTORE = (
+    r"(?i)^azureml://(?:subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/"
     r"(?:providers/Microsoft\.MachineLearningServices/)?workspaces/(?P<ws>[^/]+)/)?"
-    r"datastores/(?P<name>[^/]+)/paths(?:/(?P<path>.*))?$",
-    re.IGNORECASE,
+    r"datastores/(?P<name>[^/]+)/paths(?:/(?P<path>.*))?$"
 )
-_DATASTORE_NAME = re.compile(r"^[A-Za-z0-9_]{1,255}$")
+_DATASTORE_NAME = r"^[A-Za-z0-9_]{1,255}$"
 BLOB_TYPES = {"AzureBlob": "containerName", "AzureDataLakeGen2": "filesystem"}
 
 
@@ -68,7 +65,7 @@ class Datastore:
 
 
 def parse_datastore(value: str) -> DatastorePath | None:
-    m = _DATASTORE.match(value)
+    m = re.match(_DATASTORE, value)
     if m is None:
         return None
     workspace = (m["sub"], m["rg"], m["ws"]) if m["ws"] else None
@@ -96,7 +93,7 @@ def check_root(owner: str, value: Any, field: str = "artifact_root") -> None:
         raise SettingsError(f"{shown} is not a URL; {forms}")
     if value.lower().startswith("azureml://"):
         found = parse_datastore(value)
-        if found is None or not _DATASTORE_NAME.match(found.name):
+        if found is None or not re.match(_DATASTORE_NAME, found.name):
             raise SettingsError(
                 f"{shown} is not a datastore path; write azureml://datastores/<name>/paths/<path> "
                 "(or the long form azureml://subscriptions/<id>/resourcegroups/<group>/"
@@ -104,7 +101,7 @@ def check_root(owner: str, value: Any, field: str = "artifact_root") -> None:
                 "'azureml://datastores/workspaceblobstore/paths/stepop'."
             )
         return
-    m = _BLOB.match(value)
+    m = re.match(_BLOB, value)
     if m is None:
         raise SettingsError(f"{shown} is not an Azure artifact root; {forms}")
     if "." in m["host"]:
@@ -115,7 +112,7 @@ def check_root(owner: str, value: Any, field: str = "artifact_root") -> None:
             "credentials, e.g. AZURE_STORAGE_ACCOUNT_NAME), or the workspace's datastore, e.g. "
             "'azureml://datastores/workspaceblobstore/paths/stepop'."
         )
-    if not _CONTAINER.match(m["host"]):
+    if not re.match(_CONTAINER, m["host"]):
         raise SettingsError(
             f"{shown}: {m['host']!r} is not a Blob Storage container name (3-63 lowercase "
             f"letters, digits and single hyphens); {forms}"

@@ -25,15 +25,15 @@ MAX_RUNTIME_LIMIT = 28 * 24 * 3600  # SageMaker's MaxRuntimeInSeconds ceiling (2
 DEFAULT_RUNTIME = 24 * 3600  # without max_runtime and execution_timeout
 KEEP_ALIVE_LIMIT = 3600
 SERVICE = "SageMaker"
-_INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9-]+\.[a-z0-9]+")
-_ROLE = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,64}|[\w+=,.@-]{1,64}")
-_SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
-_SECURITY_GROUP = re.compile(r"^sg-[0-9a-f]{8,17}$")
-_KMS = re.compile(r"[A-Za-z0-9:/_\-]{1,2048}")
+_INSTANCE_TYPE = r"ml\.[a-z0-9-]+\.[a-z0-9]+"
+_ROLE = r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,64}|[\w+=,.@-]{1,64}"
+_SUBNET = r"^subnet-[0-9a-f]{8,17}$"
+_SECURITY_GROUP = r"^sg-[0-9a-f]{8,17}$"
+_KMS = r"[A-Za-z0-9:/_\-]{1,2048}"
 # SageMaker's tag alphabet (letters, digits, spaces, _.:/=+-@); 'aws:' is AWS's, in any case.
-_TAG_KEY = re.compile(r"(?![Aa][Ww][Ss]:)[\w.:/=+\-@ ]{1,128}")
-_TAG_VALUE = re.compile(r"[\w.:/=+\-@ ]{0,256}")
-_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
+_TAG_KEY = r"(?![Aa][Ww][Ss]:)[\w.:/=+\-@ ]{1,128}"
+_TAG_VALUE = r"[\w.:/=+\-@ ]{0,256}"
+_REGION = r"[a-z]{2}(-[a-z]+)+-\d"
 TAG_LIMIT = 50  # SageMaker's tags per training job
 # The tags every job gets (from the task instance's labels): user tags may not replace them.
 OWN_TAG_PREFIX = "airflow-"
@@ -112,7 +112,7 @@ class SageMakerArguments:
         if (
             role is not None
             and not check.is_templated(role)
-            and (not isinstance(role, str) or not _ROLE.fullmatch(role))
+            and (not isinstance(role, str) or not re.fullmatch(_ROLE, role))
         ):
             raise SettingsError(
                 f"{owner}.role={role!r} is not an IAM role; give its ARN ({arn}) or its name."
@@ -166,7 +166,7 @@ class SageMakerArguments:
         kms = "a KMS key id, alias or ARN"
         kms_example = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-... or alias/my-key"
         for name, key in (("volume_kms_key", volume_kms_key), ("output_kms_key", output_kms_key)):
-            if key is not None and (not isinstance(key, str) or not _KMS.fullmatch(key)):
+            if key is not None and (not isinstance(key, str) or not re.fullmatch(_KMS, key)):
                 raise SettingsError(f"{owner}.{name}={key!r} is not {kms}; use e.g. {kms_example}.")
         tag_map = _user_tags(owner, tags)
         check.image(owner, image_uri, docker, image_repository, IMAGE_EXAMPLE)

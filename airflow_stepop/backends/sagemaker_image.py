@@ -15,11 +15,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from airflow_stepop.backends.sagemaker_launch import SageMakerConfigError
 from airflow_stepop.settings import SettingsError
 
 IMAGE_EXAMPLE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1.0"
-_ECR_REPOSITORY = re.compile(r"\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/")
+_ECR_REPOSITORY = r"\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/"
 
 
 def service_can_pull(image: str, repository: str | None) -> bool:
@@ -45,7 +44,7 @@ def check_image_uri(owner: str, image_uri: str, repository: str | None) -> None:
     from airflow_stepop.images.registry import registry_host
 
     also = ""
-    if repository is not None and not _ECR_REPOSITORY.match(repository):
+    if repository is not None and not re.match(_ECR_REPOSITORY, repository):
         also = f" or the image repository's registry {registry_host(repository)!r}"
     raise SettingsError(
         f"{owner}.image_uri={image_uri!r} is an image SageMaker cannot pull: training jobs pull "
@@ -66,6 +65,8 @@ def job_image(
     if job.image_uri:
         return job.image_uri, False
     if docker is None:
+        from airflow_stepop.backends.sagemaker_launch import SageMakerConfigError
+
         raise SageMakerConfigError("SageMaker steps need image_uri= or docker=DockerSettings")
     from airflow_stepop.images import builder, registry
 

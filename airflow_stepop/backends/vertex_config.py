@@ -54,17 +54,17 @@ BUNDLED_FAMILIES = {
     "g2": ("NVIDIA_L4",), "g4": ("NVIDIA_RTX_PRO_6000",),
     "cloud-tpu": ("TPU_V2", "TPU_V3"), "ct4p": ("TPU_V4_POD",), "ct5lp": ("TPU_V5_LITEPOD",),
 }  # fmt: skip
-_BUNDLED_COUNT = re.compile(r"-(\d+)[gt]$")  # a3-megagpu-8g: 8 GPUs; ct5lp-hightpu-4t: 4 chips
-_PROJECT = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
-_LOCATION = re.compile(r"[a-z]+(-[a-z]+)+\d+")
-_MACHINE = re.compile(r"[a-z][a-z0-9]*-[a-z0-9]+(-[a-z0-9]+)*")
-_ACCOUNT = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[a-z]{2,}")
-_NETWORK = re.compile(r"projects/[\w\-]+/global/networks/[\w\-]+")
-_KMS = re.compile(r"projects/[\w\-]+/locations/[\w\-]+/keyRings/[\w\-]+/cryptoKeys/[\w\-]+")
-_LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
-_LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
-_RESOURCE_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
-_EXPERIMENT = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+_BUNDLED_COUNT = r"-(\d+)[gt]$"  # a3-megagpu-8g: 8 GPUs; ct5lp-hightpu-4t: 4 chips
+_PROJECT = r"[a-z][a-z0-9-]{4,28}[a-z0-9]"
+_LOCATION = r"[a-z]+(-[a-z]+)+\d+"
+_MACHINE = r"[a-z][a-z0-9]*-[a-z0-9]+(-[a-z0-9]+)*"
+_ACCOUNT = r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[a-z]{2,}"
+_NETWORK = r"projects/[\w\-]+/global/networks/[\w\-]+"
+_KMS = r"projects/[\w\-]+/locations/[\w\-]+/keyRings/[\w\-]+/cryptoKeys/[\w\-]+"
+_LABEL_KEY = r"[a-z][a-z0-9_-]{0,62}"
+_LABEL_VALUE = r"[a-z0-9_-]{0,63}"
+_RESOURCE_ID = r"[a-z][a-z0-9-]{0,62}"
+_EXPERIMENT = r"[a-z0-9][a-z0-9-]{0,63}"
 
 
 @dataclass(frozen=True)
@@ -290,7 +290,7 @@ def _hardware(
                                  explicit="machine_type", count="replica_count")  # fmt: skip
         return split_machine(chosen.name)
     check.refuse_template(owner, "machine_type", machine_type, "n1-standard-8")
-    if not isinstance(machine_type, str) or not _MACHINE.fullmatch(machine_type):
+    if not isinstance(machine_type, str) or not re.fullmatch(_MACHINE, machine_type):
         raise SettingsError(
             f"{owner}.machine_type={machine_type!r} is not a Vertex machine type; use e.g. "
             "'n1-standard-8', 'e2-standard-4' or 'a2-highgpu-1g'."
@@ -353,7 +353,7 @@ def _bundled(
 ) -> tuple[str, str, int]:
     """A type of an accelerator-optimized family the catalog does not list: as given, but
     Vertex needs its accelerators named (a machine spec without them is refused)."""
-    suffix = _BUNDLED_COUNT.search(machine_type)
+    suffix = re.search(_BUNDLED_COUNT, machine_type)
     count = accelerator_count or (int(suffix.group(1)) if suffix else None)
     example = (
         f"accelerator_type= one of {', '.join(repr(k) for k in kinds)} and "

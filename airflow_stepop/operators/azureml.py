@@ -10,15 +10,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_stepop import config
 from airflow_stepop.backends import arguments as check
-from airflow_stepop.backends.azureml import AzureMLBackend
 from airflow_stepop.backends.azureml_config import AzureMLJobConfig
 from airflow_stepop.backends.azureml_roots import check_root
 from airflow_stepop.links.job import StepExperimentLink, StepJobLink, StepLogsLink
 from airflow_stepop.operators.base import BaseStepOperator
+
+if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not need it
+    from airflow_stepop.backends.azureml import AzureMLBackend
 
 
 class AzureMLStepOperator(BaseStepOperator):
@@ -95,6 +97,8 @@ class AzureMLStepOperator(BaseStepOperator):
         self.image_uri = image_uri
 
     def make_backend(self) -> AzureMLBackend:
+        from airflow_stepop.backends.azureml import AzureMLBackend
+
         root = self.step_artifact_root()
         if self.artifact_root:
             field = "artifact_root"

@@ -19,6 +19,10 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_stepop import config
+
+# Registers ArtifactRef with Airflow's XCom deserializer in every process that parses a DAG of
+# steps: a plain task downstream of a step reads its reference in its own process.
+from airflow_stepop.artifacts import ref as _xcom_registration  # noqa: F401
 from airflow_stepop.backends import arguments as check
 from airflow_stepop.backends.naming import shown_job
 from airflow_stepop.operators.arguments import (
@@ -31,14 +35,6 @@ from airflow_stepop.operators.arguments import (
     rename_step_resources,
     rendered_later,
     resources_written_as,
-)
-from airflow_stepop.operators.job_request import job_request
-from airflow_stepop.operators.outcome import (
-    StepKilledError,
-    read_result,
-    report_billing,
-    shown,
-    step_failure,
 )
 from airflow_stepop.settings import DockerSettings, ResourceSettings
 
@@ -196,6 +192,8 @@ class BaseStepOperator(BaseOperator):
         Airflow's task runner answers SIGTERM (a user's mark or clear) by calling ``on_kill``
         and lets ``execute()`` go on until the process is killed a few seconds later: a job
         submitted in that window would run with nobody watching it."""
+        from airflow_stepop.operators.outcome import StepKilledError
+
         request = self._prepare(context, key, backend)
         if self._killed:
             raise StepKilledError("The task was killed before its job was submitted: no job ran")
@@ -207,6 +205,8 @@ class BaseStepOperator(BaseOperator):
         return handle
 
     def _stop_killed(self, backend: StepBackend, handle: dict[str, Any]) -> None:
+        from airflow_stepop.operators.outcome import StepKilledError
+
         self.log.warning("The task was killed: stopping job %s", shown_job(handle))
         backend.stop(handle)
         raise StepKilledError(f"The task was killed: job {shown_job(handle)} was stopped")
@@ -214,6 +214,7 @@ class BaseStepOperator(BaseOperator):
     def _follow(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> Any:
         """Record the job for a retry, link it, and wait for it: deferred, or here."""
         from airflow_stepop.operators.earlier_try import remember
+        from airflow_stepop.operators.outcome import StepKilledError
 
         ti = context["ti"]
         self._handle = (backend, handle)
@@ -337,6 +338,8 @@ class BaseStepOperator(BaseOperator):
 
     def _prepare(self, context: Any, key: str, backend: StepBackend) -> JobRequest:
         """Upload code and inputs, write the spec (``job_request``)."""
+        from airflow_stepop.operators.job_request import job_request
+
         return job_request(self, context, key, backend)
 
     # ---- completion ------------------------------------------------------------------------
@@ -344,6 +347,12 @@ class BaseStepOperator(BaseOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         from airflow_stepop.artifacts.storage import worker_storage
         from airflow_stepop.operators.earlier_try import remember
+        from airflow_stepop.operators.outcome import (
+            read_result,
+            report_billing,
+            shown,
+            step_failure,
+        )
 
         self.stored_link_kinds = None  # execute() may have stored some: until recalled, ask
         handle = event["handle"]

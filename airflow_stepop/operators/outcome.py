@@ -73,9 +73,7 @@ def _as_airflow_does(error: dict[str, Any], message: str) -> Exception | None:
 
 
 # What a step reads from Airflow while its job runs outside Airflow (the Task SDK's errors)
-_AIRFLOW_LOOKUP = re.compile(
-    r"VARIABLE_NOT_FOUND|CONNECTION_NOT_FOUND|conn_id `[^`]*` isn't defined"
-)
+_AIRFLOW_LOOKUP = r"VARIABLE_NOT_FOUND|CONNECTION_NOT_FOUND|conn_id `[^`]*` isn't defined"
 
 
 # Where a job unpacks the code bundle (runtime/main.py: <cache>/airflow-stepop-cache/code/<sha>)
@@ -113,7 +111,7 @@ def _hint_for(error: dict[str, Any]) -> str | None:
             "other values the README lists), or pass it as an argument, e.g. "
             "op_kwargs={'try_number': '{{ ti.try_number }}'}."
         )
-    if error.get("module", "").startswith("airflow.") and _AIRFLOW_LOOKUP.search(message):
+    if error.get("module", "").startswith("airflow.") and re.search(_AIRFLOW_LOOKUP, message):
         return (
             "A step's job runs outside Airflow: it cannot read Airflow's Variables or "
             "Connections (only AIRFLOW_VAR_* and AIRFLOW_CONN_* of its own environment, or a "

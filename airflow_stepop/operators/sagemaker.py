@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_stepop.backends.sagemaker import SageMakerBackend
 from airflow_stepop.backends.sagemaker_config import SageMakerArguments, SageMakerJobConfig
 from airflow_stepop.links.job import StepJobLink, StepLogsLink
 from airflow_stepop.operators.base import BaseStepOperator
+
+if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not need it
+    from airflow_stepop.backends.sagemaker import SageMakerBackend
 
 
 class SageMakerStepOperator(BaseStepOperator):
@@ -117,6 +119,8 @@ class SageMakerStepOperator(BaseStepOperator):
         )
 
     def make_backend(self) -> SageMakerBackend:
+        from airflow_stepop.backends.sagemaker import SageMakerBackend
+
         return SageMakerBackend(
             aws_conn_id=self.aws_conn_id, region_name=self.region_name, job=self._job_config()
         )

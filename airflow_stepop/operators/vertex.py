@@ -10,13 +10,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_stepop.backends.vertex import VertexBackend
 from airflow_stepop.backends.vertex_config import VertexJobConfig, access_arguments
 from airflow_stepop.links.job import StepExperimentLink, StepJobLink, StepLogsLink
 from airflow_stepop.operators.base import BaseStepOperator
 from airflow_stepop.settings import SettingsError
+
+if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not need it
+    from airflow_stepop.backends.vertex import VertexBackend
 
 
 class VertexStepOperator(BaseStepOperator):
@@ -108,6 +110,7 @@ class VertexStepOperator(BaseStepOperator):
 
     def make_backend(self) -> VertexBackend:
         from airflow_stepop import config
+        from airflow_stepop.backends.vertex import VertexBackend
 
         root = self.step_artifact_root()
         if not root.startswith("gs://"):
