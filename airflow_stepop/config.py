@@ -144,6 +144,14 @@ def get_int(name: str) -> int:
     return _number(name, int)
 
 
+def check_numbers() -> None:
+    """Read every number option, so that a wrong one fails the task before its job starts, not
+    after the submit (``poll_interval``) or in the triggerer (``log_calls_per_second``)."""
+    for name, (kind, _, _) in OPTIONS.items():
+        if kind in ("float", "integer"):
+            _number(name, float if kind == "float" else int)
+
+
 def _number(name: str, kind: type) -> Any:
     value = get(name)
     try:

@@ -285,8 +285,8 @@ def rendered_environment(name: str, environment: Mapping[str, Any]) -> dict[str,
             value = str(value)
         elif isinstance(value, (list, tuple, dict)):
             # each text in it is checked for secrets first: JSON's escapes would hide them
-            for _, text in _texts(value, key):
-                refuse_secrets(name, {key: text})
+            for _, item in _texts(value, key):
+                refuse_secrets(name, {key: item})
             with contextlib.suppress(TypeError, ValueError):  # not JSON (a date in it): refused
                 value = json.dumps(value)
         if not isinstance(value, str):

@@ -175,7 +175,9 @@ class BaseStepOperator(BaseOperator):
         return self._follow(context, backend, handle)
 
     def _check_run_time_arguments(self) -> None:
-        """What only the running task can check: its connection, its rendered templates."""
+        """What only the running task can check: its connection, its rendered templates, the
+        ``[stepop]`` options it and its trigger will read."""
+        config.check_numbers()
         name = self.connection_argument
         if name:
             check_connection(self.argument_owner, name, getattr(self, name), self.ambient_default)

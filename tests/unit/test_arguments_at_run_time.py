@@ -114,14 +114,15 @@ def test_an_environment_value_rendered_to_a_non_text_is_text_or_named():
 
     from airflow_stepop.operators.arguments import rendered_environment
 
-    native = {"N": 9, "ON": True, "X": "x", "LAYERS": [64, 32], "HP": {"lr": 0.1}}
+    native = {"N": 9, "ON": True, "X": "x", "LAYERS": [64, 32], "HP": {"opt": "adam"}}
     assert rendered_environment("S", native) == {
         "N": "9",
         "ON": "True",
         "X": "x",
         "LAYERS": "[64, 32]",
-        "HP": '{"lr": 0.1}',
+        "HP": '{"opt": "adam"}',
     }
+    assert rendered_environment("S", {"PAIR": ["EUR", "USD"]}) == {"PAIR": '["EUR", "USD"]'}
     with pytest.raises(SettingsError) as refused:
         rendered_environment("@task.local_step", {"DAY": datetime.date(2026, 1, 2)})
     assert str(refused.value).startswith(

@@ -81,6 +81,38 @@ def test_a_configured_remote_root_is_refused_before_anything_is_uploaded(monkeyp
 
 
 @pytest.mark.parametrize(
+    ("option", "value", "problem"),
+    [
+        (
+            "POLL_INTERVAL",
+            "-1",
+            "[stepop] poll_interval='-1' (AIRFLOW__STEPOP__POLL_INTERVAL) must",
+        ),
+        ("LOG_CALLS_PER_SECOND", "0", "[stepop] log_calls_per_second='0'"),
+        ("INLINE_RESULT_MAX_BYTES", "64k", "[stepop] inline_result_max_bytes='64k'"),
+        ("LOCAL_JOBS_DIR", "relative/jobs", "[stepop] local_jobs_dir='relative/jobs'"),
+    ],
+)
+def test_a_wrong_option_is_refused_before_a_job_starts(
+    monkeypatch, tmp_path, option, value, problem
+):
+    """Read after the submit (poll_interval) or only by the triggerer (log_calls_per_second),
+    a wrong value would leave a job started and then stopped, or watched by nobody."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("AIRFLOW__STEPOP__LOCAL_JOBS_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv(f"AIRFLOW__STEPOP__{option}", value)
+    op = LocalStepOperator(task_id="t", python_callable=json.dumps, op_args=[1])
+    ti = SimpleNamespace(dag_id="d", run_id="r", task_id="t", map_index=-1, try_number=1)
+
+    with pytest.raises(ValueError) as refused:
+        op.execute({"ti": ti}, LocalStepOperator__sentinel=ExecutorSafeguard.sentinel_value)
+    assert str(refused.value).startswith(problem)
+    assert not (tmp_path / "jobs").exists() and not (tmp_path / "relative").exists()  # no job
+    assert not (tmp_path / "artifacts").exists()  # nothing staged
+
+
+@pytest.mark.parametrize(
     ("arguments", "limit"),
     [
         ({}, None),  # no deadline: the job runs as long as it takes
