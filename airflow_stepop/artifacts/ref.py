@@ -13,7 +13,7 @@ def _cache_dir() -> Path:
     return Path(root) / "artifacts"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ArtifactRef:
     """A verified pointer to an artifact in object storage.
 
@@ -71,6 +71,10 @@ class ArtifactRef:
 
     def __str__(self) -> str:
         return f"ArtifactRef({self.type_name}, {self.size} bytes, {self.uri})"
+
+    # in a printed dict or list too (a multiple_outputs result), where the fields' long form
+    # would be cut before the type and size
+    __repr__ = __str__
 
     # Not the value: a result too big for XCom (a long list, say) arrives as a reference, and
     # indexing, iterating or len() is the usual first use, so each error says what to call.

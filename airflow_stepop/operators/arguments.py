@@ -137,11 +137,16 @@ def _refuse_unbindable(
     try:
         bind(*args, **filled_later, **kwargs)
     except TypeError as err:
+        reason = str(err)
+        try:  # a surplus (an unknown name) says more than what is missing because of it
+            signature.bind_partial(*args, **kwargs)
+        except TypeError as surplus:
+            reason = str(surplus)
         shown = getattr(function, "__name__", repr(function))
         op_args, op_kwargs = given or (list(args), dict(kwargs))
         raise SettingsError(
             f"{name}: {shown}{signature} cannot be called with op_args={op_args!r}, "
-            f"op_kwargs={op_kwargs!r} ({err}). Pass what its parameters name."
+            f"op_kwargs={op_kwargs!r} ({reason}). Pass what its parameters name."
         ) from None
 
 
@@ -222,13 +227,21 @@ def resources_written_as(resources: Any, step_resources: Any, kwargs: Mapping[st
     return "resources"
 
 
-def refuse_shared_resource_settings(default_args: Any) -> None:
+def check_default_args(default_args: Any) -> None:
     """``default_args={"resources": ResourceSettings(...)}`` reaches every task of the DAG, and
     Airflow turns a plain task's ``resources`` into its own ``Resources``: it would fail there
-    with a bare ``TypeError``. Steps share theirs as ``step_resources``."""
-    if isinstance(default_args, Mapping) and isinstance(
-        shared := default_args.get("resources"), ResourceSettings
-    ):
+    with a bare ``TypeError``. Steps share theirs as ``step_resources``. Airflow drops a key no
+    operator takes without a word; a ``step_`` key can only be meant for steps."""
+    if not isinstance(default_args, Mapping):
+        return
+    for key in default_args:
+        if isinstance(key, str) and key.startswith("step_") and key != "step_resources":
+            raise SettingsError(
+                f"default_args[{key!r}] is not a step argument, and Airflow would drop it "
+                "unread; steps take default_args['step_resources'] (a ResourceSettings), and "
+                "any step argument by its own name, e.g. default_args={'docker': ...}."
+            )
+    if isinstance(shared := default_args.get("resources"), ResourceSettings):
         raise SettingsError(
             f"default_args={{'resources': {shared.shown()}}}: Airflow gives default_args' "
             "resources to every task of the DAG, as its own Resources, which a "

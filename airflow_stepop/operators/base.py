@@ -28,9 +28,9 @@ from airflow_stepop.backends.naming import shown_job
 from airflow_stepop.operators.arguments import (
     check_call_arguments,
     check_connection,
+    check_default_args,
     check_step_arguments,
     refuse_empty_renders,
-    refuse_shared_resource_settings,
     refuse_unknown_arguments,
     rename_step_resources,
     rendered_later,
@@ -82,7 +82,7 @@ class BaseStepOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         refuse_unknown_arguments(type(self), kwargs)
-        refuse_shared_resource_settings(kwargs.get("default_args"))
+        check_default_args(kwargs.get("default_args"))
         super().__init__(**kwargs)
         name = self.argument_owner
         self.resources_as = resources_written_as(resources, step_resources, kwargs)

@@ -39,9 +39,9 @@ def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
     if storage.exists(error_uri):
         error = storage.read_json(error_uri)
         parts.append(f"The step raised {error['type']}: {error['message']}")
-        parts.append("Remote traceback:\n" + error["traceback"].rstrip())
-        if hint := _hint(error):
+        if hint := _hint(error):  # before the traceback, which may be long
             parts.append(hint)
+        parts.append("Remote traceback:\n" + error["traceback"].rstrip())
     tail = event.get("log_tail") or []
     if error is not None:  # the traceback is above already: keep only what else the job said
         # (an entry script may also print the exception's summary line last, for a service
@@ -193,8 +193,8 @@ def _artifact_records(node: Any) -> list[dict[str, Any]]:
 
 
 def shown(result: Any, limit: int = 300) -> str:
-    """A result as the task log shows it: references as references, long values cut."""
-    text = str(result) if isinstance(result, ArtifactRef) else repr(result)
+    """A result as the task log shows it (a reference's repr is its short form), long values cut."""
+    text = repr(result)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -259,3 +259,17 @@ def test_a_reference_renders_in_a_template_as_the_readme_says():
         "s3://bucket/steps/train/outputs/return_value.npy | ArtifactRef(numpy.ndarray, 800128 "
         "bytes, s3://bucket/steps/train/outputs/return_value.npy)"
     )
+
+
+def test_a_reference_in_a_dict_is_shown_in_its_short_form():
+    """A multiple_outputs result in the task log's ``result:`` line, or a printed dict: the
+    fields' long form, cut at 300 characters, would lose the type and size."""
+    from airflow_stepop.operators.outcome import shown
+
+    ref = ArtifactRef(
+        uri="s3://bucket/steps/train/outputs/model.pkl", sha256="0" * 64, size=5120,
+        materializer="pickle", type_name="sklearn.linear_model.LogisticRegression",
+    )  # fmt: skip
+    short = "ArtifactRef(sklearn.linear_model.LogisticRegression, 5120 bytes, s3://bucket/steps/train/outputs/model.pkl)"  # noqa: E501
+    assert shown({"model": ref, "score": 0.9}) == f"{{'model': {short}, 'score': 0.9}}"
+    assert repr([ref]) == f"[{short}]"

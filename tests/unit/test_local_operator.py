@@ -145,10 +145,13 @@ def test_arguments_the_callable_cannot_take_are_refused_at_parse():
 
     with pytest.raises(SettingsError) as err:
         LocalStepOperator(task_id="t", python_callable=train, op_kwargs={"y": 1})
+    # the unknown name, not the missing argument it was perhaps meant to be
     assert str(err.value).startswith(
         "LocalStepOperator(task_id='t'): train(x, epochs=1) cannot be called with op_args=[], "
-        "op_kwargs={'y': 1} (missing a required argument: 'x')"
+        "op_kwargs={'y': 1} (got an unexpected keyword argument 'y')"
     )
+    with pytest.raises(SettingsError, match=r"\(missing a required argument: 'x'\)"):
+        LocalStepOperator(task_id="t", python_callable=train, op_kwargs={"epochs": 2})
     with pytest.raises(SettingsError, match="too many positional arguments"):
         LocalStepOperator(task_id="t", python_callable=train, op_args=[1, 2, 3])
     LocalStepOperator(task_id="t", python_callable=train, op_args=[1], op_kwargs={"epochs": 2})
@@ -201,3 +204,16 @@ def test_resource_settings_in_default_args_resources_are_refused_naming_step_res
     with shared_wrongly, pytest.raises(SettingsError) as refused:
         LocalStepOperator(task_id="s", python_callable=max, op_args=[1, 2])
     assert "default_args={'step_resources': ResourceSettings(gpu_count=1)}" in str(refused.value)
+
+
+def test_a_misspelt_step_key_in_default_args_is_refused():
+    """Airflow drops a default_args key no operator takes; step_resource would vanish unread."""
+    from airflow_stepop import ResourceSettings
+
+    misspelt = {"step_resource": ResourceSettings(gpu_count=1)}
+    with DAG("misspelt", schedule=None, default_args=misspelt), pytest.raises(SettingsError) as e:
+        LocalStepOperator(task_id="s", python_callable=max, op_args=[1, 2])
+    assert str(e.value).startswith(
+        "default_args['step_resource'] is not a step argument, and Airflow would drop it unread; "
+        "steps take default_args['step_resources']"
+    )

@@ -207,7 +207,11 @@ def test_a_data_file_missing_beside_the_bundled_modules_says_only_py_files_trave
 
     message = str(step_failure(event, Storage()))
 
-    assert "Only .py files travel in a step's code bundle" in message
+    # right below what the step raised: a long traceback must not hide it
+    raised, hint, traceback = message.split("\n\n")[1:4]
+    assert raised == f"The step raised FileNotFoundError: {said}"
+    assert hint.startswith("Only .py files travel in a step's code bundle")
+    assert traceback.startswith("Remote traceback:")
 
 
 def test_a_job_without_airflow_says_to_move_the_airflow_import(tmp_path):

@@ -361,3 +361,27 @@ def test_a_resumed_trigger_counts_the_cost_so_far_from_when_the_job_began_runnin
     asyncio.run(one_round_then_stop())
     assert re.search(r"Job dag-task-t1: running, 1h01m since submit, about \$2\.000\d so far",
                      capfd.readouterr().out)  # fmt: skip
+
+
+def test_a_very_long_line_reaches_the_task_log_and_the_event_in_pieces(clock, tmp_path):
+    """A progress bar with no newline can be megabytes: one log record of it, and an event
+    carrying it in its tail (stored in Airflow's database), would be as big."""
+    long_line = "".join(f"{i:>6}|" for i in range(3000))  # 21,000 characters
+
+    class PrintsOneLongLine(RunningBackend):
+        async def alogs(self, handle, cursor):
+            return ([], cursor) if cursor else (["short", long_line, ""], {"read": True})
+
+    class EndsAfterOneRound(Poller):
+        async def status(self, handle, due):
+            await super().status(handle, due)
+            return JobStatus("succeeded")
+
+    backend = PrintsOneLongLine(clock)
+    event = asyncio.run(
+        _watch(_trigger(tmp_path, deadline=None), EndsAfterOneRound(backend, clock))
+    )
+    tail = event.payload["log_tail"]
+    assert tail[0] == "short" and tail[-1] == ""
+    assert [len(piece) for piece in tail[1:-1]] == [8192, 8192, 21000 - 2 * 8192]
+    assert "".join(tail[1:-1]) == long_line
