@@ -7,9 +7,10 @@ sample, as the machine may be shared; CPU time beside it, which other tenants' l
 less), the extra cost and ratio (target <= 1.2x), and any heavy module the step DAG loaded.
 Imports use bytecode caches, as an installed Airflow and provider do (kept in a private
 directory, warmed by one untimed sample); ``--no-bytecode`` compiles every module from source
-each time instead.
+each time instead. ``--step`` measures another step decorator (a cloud's, given the image
+argument it requires and no cloud call): the target is set for ``local_step``.
 
-    .venv/bin/python bench/parse_cost.py [--samples 15] [--no-bytecode]
+    .venv/bin/python bench/parse_cost.py [--samples 15] [--no-bytecode] [--step sagemaker_step]
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from airflow.sdk import dag, task
 def bench_{kind}():
     previous = None
     for i in range(10):
-        @task{decorator}(task_id=f"step_{{i}}")
+        @task{decorator}({arguments}task_id=f"step_{{i}}")
         def step(x=None):
             return x
 
@@ -56,15 +57,26 @@ print(json.dumps({"seconds": elapsed, "cpu": cpu, "heavy": heavy}))
 """
 
 
-def write_dags(directory: Path) -> dict[str, Path]:
+# what a step of each decorator needs at parse besides its function (an image, for the clouds)
+STEP_ARGUMENTS = {
+    "local_step": "",
+    "sagemaker_step": 'image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1.0", ',
+    "vertex_step": 'image_uri="us-docker.pkg.dev/my-project/train/image:1.0", ',
+    "azureml_step": 'image_uri="myregistry.azurecr.io/train:1.0", ',
+}
+
+
+def write_dags(directory: Path, step: str = "local_step") -> dict[str, Path]:
     files = {}
-    for kind, decorator, extra in (
-        ("plain", "", ""),
-        ("steps", ".local_step", "import airflow_stepop  # noqa: F401"),
+    for kind, decorator, arguments, extra in (
+        ("plain", "", "", ""),
+        ("steps", f".{step}", STEP_ARGUMENTS[step], "import airflow_stepop  # noqa: F401"),
     ):
         path = directory / f"bench_{kind}.py"
         path.write_text(
-            textwrap.dedent(DAG_TEMPLATE).format(kind=kind, decorator=decorator, extra_import=extra)
+            textwrap.dedent(DAG_TEMPLATE).format(
+                kind=kind, decorator=decorator, arguments=arguments, extra_import=extra
+            )
         )
         files[kind] = path
     return files
@@ -84,6 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=15)
     parser.add_argument("--no-bytecode", action="store_true")
+    parser.add_argument("--step", choices=sorted(STEP_ARGUMENTS), default="local_step")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ)
@@ -93,7 +106,7 @@ def main() -> None:
         else:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             env["PYTHONPYCACHEPREFIX"] = f"{tmp}/pycache"
-        files = write_dags(Path(tmp))
+        files = write_dags(Path(tmp), options.step)
         for path in files.values():  # untimed: writes the bytecode caches
             measure(path, env)
         times: dict[str, list[float]] = {"plain": [], "steps": []}
@@ -110,7 +123,8 @@ def main() -> None:
     mode = "compiled from source" if options.no_bytecode else "bytecode caches"
     print(f"{options.samples} samples each, {mode}; wall time (CPU time of the import)")
     print(f"plain @task DAG (10 tasks):        {plain * 1000:8.1f} ms ({plain_cpu * 1000:.1f} ms)")
-    print(f"@task.local_step DAG (10 steps):   {steps * 1000:8.1f} ms ({steps_cpu * 1000:.1f} ms)")
+    label = f"@task.{options.step} DAG (10 steps):"
+    print(f"{label:<35}{steps * 1000:8.1f} ms ({steps_cpu * 1000:.1f} ms)")
     print(f"extra per DAG file:                {(steps - plain) * 1000:8.1f} ms")
     print(
         f"ratio steps/plain:                 {steps / plain:8.2f}x ({steps_cpu / plain_cpu:.2f}x)"

@@ -29,10 +29,10 @@ def service_can_pull(image: str, repository: str | None) -> bool:
     only one more host counts: that of the step's image ``repository`` (where built images are
     pushed: the emulated cloud's registry stands in for ECR this way).
     """
-    from airflow_stepop.images.registry import ECR_HOST, registry_host
+    from airflow_stepop.images.reference import ecr_match, registry_host
 
     host = registry_host(image)
-    if ECR_HOST.match(host):
+    if ecr_match(host):
         return True
     return repository is not None and host == registry_host(repository)
 
@@ -41,7 +41,7 @@ def check_image_uri(owner: str, image_uri: str, repository: str | None) -> None:
     """Refuse an ``image_uri`` SageMaker cannot pull, before anything is submitted."""
     if service_can_pull(image_uri, repository):
         return
-    from airflow_stepop.images.registry import registry_host
+    from airflow_stepop.images.reference import registry_host
 
     also = ""
     if repository is not None and not re.match(_ECR_REPOSITORY, repository):

@@ -18,11 +18,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_stepop.images.reference import ecr_match, registry_host
+
 log = logging.getLogger(__name__)
 
-ECR_HOST = re.compile(
-    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?$"
-)
 _REPOSITORY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*(:\d+)?(/[a-z0-9][a-z0-9._\-/]*)+$")
 
 
@@ -33,14 +32,6 @@ class Registry:
     auth_config: dict[str, str] | None = field(default=None, repr=False)
 
 
-def registry_host(image: str) -> str:
-    """The registry host of an image reference, as docker reads it (Docker Hub when none)."""
-    first, slash, _ = image.partition("/")
-    if slash and ("." in first or ":" in first or first == "localhost"):
-        return first
-    return "docker.io"
-
-
 def check_repository(value: Any, field: str, example: str) -> str:
     """``example`` is a repository of the field's own service, for the error."""
     if not isinstance(value, str) or not _REPOSITORY.match(value) or ":" in value.split("/")[-1]:
@@ -49,10 +40,6 @@ def check_repository(value: Any, field: str, example: str) -> str:
             "host[:port]/name, no tag (the tag is the environment's content hash)."
         )
     return value
-
-
-def ecr_match(repository: str) -> re.Match[str] | None:
-    return ECR_HOST.match(repository.split("/", 1)[0])
 
 
 def prepare(repository: str, *, aws_conn_id: str | None, region_name: str | None) -> Registry:
