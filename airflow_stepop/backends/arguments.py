@@ -100,6 +100,7 @@ def conn_id(
     """A connection id; ``optional``: None is allowed too (AWS: boto3's own credential chain)."""
     if value is None and optional:
         return value
+    refuse_template(owner, name, value, example)
     if not isinstance(value, str) or not re.match(CONN_ID, value):
         raise SettingsError(
             f"{owner}.{name}={value!r} must be an Airflow connection id such as {example!r}."
@@ -234,8 +235,9 @@ def image(owner: str, image_uri: Any, docker: Any, image_repository: Any, exampl
     if image_repository is not None:
         from airflow_stepop.images.registry import check_repository
 
+        repository_example = example.rsplit(":", 1)[0]  # the image example, untagged
+        refuse_template(owner, "image_repository", image_repository, repository_example)
         try:
-            repository_example = example.rsplit(":", 1)[0]  # the image example, untagged
             check_repository(image_repository, f"{owner}.image_repository", repository_example)
         except ValueError as exc:
             raise SettingsError(str(exc)) from exc

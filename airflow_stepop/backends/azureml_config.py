@@ -119,6 +119,7 @@ class AzureMLJobConfig:
         )  # fmt: skip
         _check_reserved_tags(owner, tag_map)
         check.image(owner, image_uri, docker, image_repository, "myregistry.azurecr.io/train:1.0")
+        check.refuse_template(owner, "shm_size", shm_size, "16g")
         if shm_size is not None and (not isinstance(shm_size, str) or not re.match(_SHM, shm_size)):
             raise SettingsError(
                 f"{owner}.shm_size={shm_size!r} is not a size; use a number and a unit of "

@@ -59,6 +59,15 @@ def environment_body(backend: Any, request: JobRequest, storage: Any) -> tuple[s
         )
     if client is not None:
         return _image(_build_and_push(backend, settings, client))
+    if settings.dockerfile:  # Azure ML's build takes one context: ours, with no Dockerfile of yours
+        from airflow_stepop.settings import SettingsError
+
+        why = "is 'service'" if mode == "service" else "is 'auto' and no container engine answers"
+        raise SettingsError(
+            f"DockerSettings.dockerfile={settings.dockerfile!r} is built by the worker's "
+            f"container engine only, but [stepop] azureml_image_build {why}. Set it to 'auto' "
+            "or 'engine' with an engine running, or give image_uri= (an image built elsewhere)."
+        )
     return _service_build(backend, request, settings, storage)
 
 
@@ -130,11 +139,6 @@ def _service_build(
     from airflow_stepop.backends.azureml_launch import blob_url
     from airflow_stepop.images import builder
 
-    if settings.dockerfile:
-        raise ValueError(
-            "DockerSettings.dockerfile needs a container engine on the worker (Azure ML builds "
-            "from one context here): start an engine, or give image_uri=."
-        )
     parent = settings.parent_image or builder.default_parent_image()
     digest = settings.content_hash(parent, builder.RECIPE_VERSION)[:24]
     root = request.code_uri.rsplit("/code/", 1)[0]

@@ -279,6 +279,12 @@ def _hardware(
     if accelerator_count is not None and accelerator_type is None and machine_type is None:
         raise _count_without_type(owner, accelerator_count)
     if machine_type is None:
+        if accelerator_type is not None and resources is not None:
+            raise SettingsError(
+                f"{owner}.accelerator_type={accelerator_type!r} comes with machine_type= only: "
+                f"{resources_as}= picks the machine and its GPUs. Drop accelerator_type= (a GPU "
+                "model goes in ResourceSettings(gpu_type=...)), or give machine_type= too."
+            )
         if accelerator_type is not None:
             raise SettingsError(
                 f"{owner}.accelerator_type={accelerator_type!r} needs machine_type=, e.g. "

@@ -76,6 +76,13 @@ def test_a_refusal_names_the_operator_the_entry_and_the_fix(kind, environment, s
         ("vertex", "experiment"),
         ("azureml", "compute"),
         ("azureml", "experiment_name"),
+        ("azureml", "shm_size"),
+        ("sagemaker", "aws_conn_id"),
+        ("vertex", "gcp_conn_id"),
+        ("azureml", "azureml_conn_id"),
+        ("sagemaker", "image_repository"),
+        ("vertex", "image_repository"),
+        ("azureml", "image_repository"),
     ],
 )
 def test_a_template_in_an_argument_that_is_not_rendered_is_refused(kind, argument):

@@ -37,6 +37,10 @@ def _op(**kwargs):
             ["accelerator_type='NVIDIA_TESLA_T4'", "machine_type="],
         ),
         (
+            {"accelerator_type": "NVIDIA_TESLA_T4", "resources": ResourceSettings(gpu_count=1)},
+            ["comes with machine_type= only: resources= picks", "ResourceSettings(gpu_type=...)"],
+        ),
+        (
             {"machine_type": "n1-standard-8", "accelerator_count": 2},
             ["accelerator_count=2", "accelerator_type="],
         ),
