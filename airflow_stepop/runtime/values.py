@@ -304,8 +304,8 @@ def _fetch(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> Path:
         cause = exc
     if path is not None and path.exists():
         return path
-    if _empty_tree(ref):
-        return _empty_directory(cache_dir / ref["sha256"])
+    if _empty_tree(ref):  # named as a fetched tree is: after the artifact
+        return _empty_directory(cache_dir / ref["sha256"] / uri.rstrip("/").rsplit("/", 1)[-1])
     raise ArtifactMissingError(_missing(uri)) from cause
 
 
@@ -316,8 +316,7 @@ def _empty_tree(ref: dict[str, Any]) -> bool:
     )
 
 
-def _empty_directory(parent: Path) -> Path:
-    path = parent / "empty"
+def _empty_directory(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
 

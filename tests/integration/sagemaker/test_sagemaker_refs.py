@@ -59,8 +59,14 @@ def test_an_empty_directory_comes_back_from_s3(aws, tmp_path):
     empty = tmp_path / "no-files-yet"
     empty.mkdir()
     storage = worker_storage("aws_default")
-    record = values.write_artifact(empty, f"{aws['root']}/refs/empty", storage)
+    record = values.write_artifact(empty, f"{aws['root']}/refs/checkpoint", storage)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "weights.bin").write_bytes(b"w")
+    full = values.write_artifact(tmp_path / "full", f"{aws['root']}/refs/trained", storage)
 
     loaded = ArtifactRef.from_record(record, "aws_default").load()
 
     assert loaded.is_dir() and not any(loaded.iterdir())
+    # named as a tree with files is: after the artifact, not after what it holds
+    assert loaded.name == "checkpoint"
+    assert ArtifactRef.from_record(full, "aws_default").load().name == "trained"
