@@ -131,10 +131,24 @@ class AzureMLBackend(StepBackend):
             outputs=outputs, command=command, properties=properties, tags=tags,
         )  # fmt: skip
         path = f"{self.workspace.path}/jobs/{request.job_name}"
-        answer = self.arm.put(path, body)  # a re-PUT of the same job answers the job itself
+        try:
+            answer = self.arm.put(path, body)  # a re-PUT of the same job answers the job itself
+        except Exception as exc:
+            if getattr(exc, "status_code", None) == 400:  # a VM size Azure ML lacks, say
+                raise self._refusal(exc, job) from exc
+            raise
         log.info("Azure ML job %s: %s, experiment %s", request.job_name, job.machine(),
                  job.experiment_name)  # fmt: skip
         return self._handle(answer, request.task_key, job)
+
+    @staticmethod
+    def _refusal(exc: Any, job: AzureMLJobConfig) -> Exception:
+        from airflow_stepop.backends.arguments import service_refusal
+        from airflow_stepop.catalog import load
+
+        known = {m.name for m in load(CATALOG).types}
+        reason = getattr(exc, "message", None) or str(exc)
+        return service_refusal("Azure ML", reason, "instance_type", job.instance_type, known)
 
     def artifact_root(self, root: str) -> str:
         """A datastore path -> ``abfs://<container>/<path>`` of the datastore (the worker writes

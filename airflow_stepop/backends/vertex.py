@@ -134,6 +134,8 @@ class VertexBackend(StepBackend):
                     parent=self.access.parent, custom_job=body
                 )
             except Exception as exc:
+                if getattr(exc, "code", None) == 400:  # a machine type Vertex lacks, say
+                    raise self._refusal(exc) from exc
                 if not is_transient_error(exc) or attempt == CREATE_ATTEMPTS - 1:
                     raise
                 if getattr(exc, "code", None) != 429:  # a lost answer may have created it
@@ -145,6 +147,15 @@ class VertexBackend(StepBackend):
                 log.warning("CreateCustomJob failed (%s); retrying in %.1fs", exc, delay)
                 time.sleep(delay)
         raise AssertionError("unreachable")
+
+    def _refusal(self, exc: Any) -> Exception:
+        from airflow_stepop.backends.arguments import service_refusal
+        from airflow_stepop.backends.vertex_config import CATALOG, split_machine
+        from airflow_stepop.catalog import load
+
+        known = {split_machine(m.name)[0] for m in load(CATALOG).types}
+        reason = getattr(exc, "message", None) or str(exc)
+        return service_refusal("Vertex AI", reason, "machine_type", self.job.machine_type, known)
 
     def handle_of(self, job: Any, task_key: str) -> dict[str, Any]:
         details = job_details(job)

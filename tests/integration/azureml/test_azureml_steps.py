@@ -133,6 +133,17 @@ def test_a_capacity_failure_shows_the_services_reason(azure, ctl):
     assert f"QuotaExceeded: {reason}" in failure
 
 
+def test_a_vm_size_azure_ml_refuses_names_the_argument_and_the_closest_sizes(azure, ctl):
+    """A size our catalog lacks is taken as given at parse: Azure ML's 400 is the first word."""
+    run = dags().aml_misspelt_size().test()
+    assert run.state == "failed"
+    failure = _read(azure["results"], "failure")
+    assert failure.startswith("SettingsError: Azure ML refused the job and started nothing: ")
+    assert "instance_type='Standard_DS3v2' is not in our catalog; the closest there: " in failure
+    assert "'Standard_DS3_v2'" in failure
+    assert jobs(azure["fake"], "misspelt-size") == []
+
+
 def test_a_job_not_responding_fails_the_step_and_is_cancelled(azure, ctl):
     from tests.waiting import wait_for
 

@@ -60,6 +60,17 @@ def test_arrays_and_a_model_directory_pass_between_vertex_steps(gcp, ctl, capfd)
                          "STEPOP_CODE_PATH"}, names  # fmt: skip
 
 
+def test_a_machine_type_vertex_refuses_names_the_argument_and_the_closest_types(gcp, ctl):
+    """A type our catalog lacks is taken as given at parse: Vertex's 400 is the first word."""
+    run = dags().vx_misspelt_machine().test()
+    assert run.state == "failed"
+    failure = _read(gcp["results"], "failure")
+    assert failure.startswith("SettingsError: Vertex AI refused the job and started nothing: ")
+    assert "machine_type='n1-standrd-4' is not in our catalog; the closest there: " in failure
+    assert "'n1-standard-4'" in failure
+    assert custom_jobs(gcp["fake"]) == []
+
+
 def test_a_raising_step_fails_with_the_remote_exception_and_the_job_error(gcp, ctl):
     run = dags().vx_step_raises().test()
     assert run.state == "failed"

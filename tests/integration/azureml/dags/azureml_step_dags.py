@@ -123,6 +123,20 @@ def aml_capacity():
 aml_capacity()
 
 
+@dag(schedule=None)
+def aml_misspelt_size():
+    @task.azureml_step(
+        docker=PARENT_ONLY, instance_type="Standard_DS3v2", on_failure_callback=_remember_failure
+    )
+    def typo():
+        return 1
+
+    typo()
+
+
+aml_misspelt_size()
+
+
 class LosesWorkerAfterSubmit(fault_operators.LosesWorkerAfterSubmit, AzureMLStepOperator):
     pass
 

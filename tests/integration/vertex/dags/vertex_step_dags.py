@@ -124,6 +124,20 @@ def vx_missing_bucket():
 vx_missing_bucket()
 
 
+@dag(schedule=None)
+def vx_misspelt_machine():
+    @task.vertex_step(
+        docker=PARENT_ONLY, machine_type="n1-standrd-4", on_failure_callback=_remember_failure
+    )
+    def typo():
+        return 1
+
+    typo()
+
+
+vx_misspelt_machine()
+
+
 class LosesWorkerAfterSubmit(fault_operators.LosesWorkerAfterSubmit, VertexStepOperator):
     pass
 
