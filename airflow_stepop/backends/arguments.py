@@ -263,17 +263,21 @@ def artifact_root(owner: str, value: str | None, schemes: Sequence[str], example
 
 
 def service_refusal(
-    service: str, reason: str, argument: str, value: Any, known: Collection[str]
+    service: str,
+    reason: str,
+    argument: str | None = None,
+    value: Any = None,
+    known: Collection[str] = (),
 ) -> SettingsError:
     """The service refused the job's request (HTTP 400) and started nothing: its own reason,
-    and, for a machine type our catalog does not list (taken as given at parse, so a typo
-    reaches the service), the closest ones it does."""
+    and, for a machine type (``argument``) our catalog does not list (taken as given at parse,
+    so a typo reaches the service), the closest ones it does."""
     import difflib
 
     # its first line, without the request ("POST https://...: ") the client puts before it
     reason = " ".join(re.sub(r"^[A-Z]+ \S+: ", "", (reason.splitlines() or [""])[0]).split())
     hint = ""
-    if isinstance(value, str) and value not in known:
+    if argument and isinstance(value, str) and value not in known:
         close = difflib.get_close_matches(value, sorted(known), n=3, cutoff=0.6)
         if close:
             hint = (

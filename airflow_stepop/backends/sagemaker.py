@@ -159,6 +159,11 @@ class SageMakerBackend(StepBackend):
         try:
             client.create_training_job(**body)
         except Exception as exc:
+            if error_code(exc) == "ValidationException":  # an image it cannot find, say
+                from airflow_stepop.backends.arguments import service_refusal
+
+                reason = exc.response["Error"].get("Message") or str(exc)  # type: ignore[attr-defined]
+                raise service_refusal("SageMaker", reason) from exc
             if error_code(exc) != "ResourceInUse":
                 raise
             # A retried create whose first answer was lost: the name is this attempt's own.

@@ -131,6 +131,16 @@ def test_a_failure_before_submit_logs_its_cause_and_no_missing_link_errors(aws, 
     assert xcoms(run)[("unshippable", "_link_StepJobLink", -1)] == ""
 
 
+def test_an_image_sagemaker_cannot_find_fails_with_its_reason_and_no_job(aws, ctl):
+    run = dags().sm_missing_image().test()
+    assert run.state == "failed"
+    assert _read(aws["results"], "failure").startswith(
+        "SettingsError: SageMaker refused the job and started nothing: Cannot find the requested "
+        "image: 127.0.0.1:5000/stepop/nowhere:v1"
+    )
+    assert training_jobs("never-pulled") == []
+
+
 def test_a_template_that_fails_to_render_logs_no_missing_link_errors(aws, ctl, capfd):
     """The task fails before execute(): it stored no link, so none is asked for."""
     run = dags().sm_template_fails_to_render().test()

@@ -159,6 +159,20 @@ sm_fails_before_submit()
 
 
 @dag(schedule=None)
+def sm_missing_image():
+    @task.sagemaker_step(
+        image_uri=f"{REGISTRY}/stepop/nowhere:v1", on_failure_callback=_remember_failure
+    )
+    def never_pulled():
+        return 1
+
+    never_pulled()
+
+
+sm_missing_image()
+
+
+@dag(schedule=None)
 def sm_template_fails_to_render():
     SageMakerStepOperator(
         task_id="seeded",
