@@ -167,7 +167,7 @@ def _named_fields(cls: type) -> type:
 
 
 @_named_fields
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ResourceSettings:
     """Hardware for one step, in the same words on every service.
 
@@ -231,6 +231,8 @@ class ResourceSettings:
                 value = shown_size(value)
             fields.append(f"{key}={value!r}")
         return f"ResourceSettings({', '.join(fields)})"
+
+    __repr__ = shown  # in a log or a printed dict too: ResourceSettings(memory='16GiB')
 
 
 def shown_size(size: int) -> str:

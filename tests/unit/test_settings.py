@@ -252,3 +252,10 @@ def test_an_image_may_set_pythonunbuffered_as_every_job_does_but_not_otherwise()
         "PYTHONUNBUFFERED='1'"
     )
     assert str(err.value).endswith("Leave PYTHONUNBUFFERED out.")
+
+
+def test_resource_settings_repr_is_as_written():
+    """In a log line or a printed dict: the fields given, memory in its unit, not bytes."""
+    assert repr(ResourceSettings(gpu_count=1, memory="16GiB")) == (
+        "ResourceSettings(gpu_count=1, memory='16GiB')"
+    )
