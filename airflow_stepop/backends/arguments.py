@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -101,7 +101,7 @@ def conn_id(
     if value is None and optional:
         return value
     refuse_template(owner, name, value, example)
-    if not isinstance(value, str) or not re.match(CONN_ID, value):
+    if not isinstance(value, str) or not re.fullmatch(CONN_ID, value):
         raise SettingsError(
             f"{owner}.{name}={value!r} must be an Airflow connection id such as {example!r}."
         )
@@ -260,28 +260,3 @@ def artifact_root(owner: str, value: str | None, schemes: Sequence[str], example
             f"{owner}.artifact_root={value!r}: {bucket!r} is not a bucket name; "
             f"{BUCKET_NAME[scheme][1]} E.g. {example!r}."
         )
-
-
-def service_refusal(
-    service: str,
-    reason: str,
-    argument: str | None = None,
-    value: Any = None,
-    known: Collection[str] = (),
-) -> SettingsError:
-    """The service refused the job's request (HTTP 400) and started nothing: its own reason,
-    and, for a machine type (``argument``) our catalog does not list (taken as given at parse,
-    so a typo reaches the service), the closest ones it does."""
-    import difflib
-
-    # its first line, without the request ("POST https://...: ") the client puts before it
-    reason = " ".join(re.sub(r"^[A-Z]+ \S+: ", "", (reason.splitlines() or [""])[0]).split())
-    hint = ""
-    if argument and isinstance(value, str) and value not in known:
-        close = difflib.get_close_matches(value, sorted(known), n=3, cutoff=0.6)
-        if close:
-            hint = (
-                f" {argument}={value!r} is not in our catalog; the closest there: "
-                f"{', '.join(map(repr, close))}."
-            )
-    return SettingsError(f"{service} refused the job and started nothing: {reason}{hint}")

@@ -43,7 +43,7 @@ from airflow_stepop.backends.azureml_roots import (
     parse_datastore,
     resolve_datastore,
 )
-from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
+from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend, service_refusal
 from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
 from airflow_stepop.catalog import load as load_catalog
@@ -143,10 +143,7 @@ class AzureMLBackend(StepBackend):
 
     @staticmethod
     def _refusal(exc: Any, job: AzureMLJobConfig) -> Exception:
-        from airflow_stepop.backends.arguments import service_refusal
-        from airflow_stepop.catalog import load
-
-        known = {m.name for m in load(CATALOG).types}
+        known = {m.name for m in load_catalog(CATALOG).types}
         reason = getattr(exc, "message", None) or str(exc)
         return service_refusal("Azure ML", reason, "instance_type", job.instance_type, known)
 

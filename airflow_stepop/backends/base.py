@@ -21,6 +21,7 @@ How the calls scale with many steps (services rate-limit per account and region)
 from __future__ import annotations
 
 import abc
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -201,3 +202,32 @@ class StepBackend(abc.ABC):
         """Console links for the job (name -> URL), made from the handle without a call to the
         service (a resumed task recomputes them); none for backends without a console."""
         return {}
+
+
+def service_refusal(
+    service: str,
+    reason: str,
+    argument: str | None = None,
+    value: Any = None,
+    known: Collection[str] = (),
+) -> Exception:
+    """The service refused the job's request (HTTP 400) and started nothing: its own reason
+    (its first line, less the request line an HTTP client puts first), and, when the reason
+    names a machine type (``argument``) our catalog does not list (taken as given at parse, so
+    a typo reaches the service), the closest ones it does."""
+    import difflib
+    import re
+
+    from airflow_stepop.settings import SettingsError
+
+    first = (reason.splitlines() or [""])[0]
+    reason = " ".join(re.sub(r"^[A-Z]+ https?://\S+: ", "", first).split())
+    hint = ""
+    if argument and isinstance(value, str) and value not in known and value in reason:
+        close = difflib.get_close_matches(value, sorted(known), n=3, cutoff=0.6)
+        if close:
+            hint = (
+                f" {argument}={value!r} is not in our catalog; the closest there: "
+                f"{', '.join(map(repr, close))}."
+            )
+    return SettingsError(f"{service} refused the job and started nothing: {reason}{hint}")

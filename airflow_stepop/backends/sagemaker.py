@@ -30,7 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
+from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend, service_refusal
 from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.ratelimit import list_limiter
 from airflow_stepop.backends.sagemaker_clients import Clients
@@ -160,8 +160,6 @@ class SageMakerBackend(StepBackend):
             client.create_training_job(**body)
         except Exception as exc:
             if error_code(exc) == "ValidationException":  # an image it cannot find, say
-                from airflow_stepop.backends.arguments import service_refusal
-
                 reason = exc.response["Error"].get("Message") or str(exc)  # type: ignore[attr-defined]
                 raise service_refusal("SageMaker", reason) from exc
             if error_code(exc) != "ResourceInUse":

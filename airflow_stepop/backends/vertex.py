@@ -21,11 +21,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
+from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend, service_refusal
 from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
 from airflow_stepop.backends.vertex_api import ALIVE, GoogleAccess, is_transient_error, map_state
-from airflow_stepop.backends.vertex_config import VertexJobConfig
+from airflow_stepop.backends.vertex_config import CATALOG, VertexJobConfig, split_machine
 from airflow_stepop.backends.vertex_job import (
     ENTRY_FILE,
     OUR_LABEL,
@@ -149,8 +149,6 @@ class VertexBackend(StepBackend):
         raise AssertionError("unreachable")
 
     def _refusal(self, exc: Any) -> Exception:
-        from airflow_stepop.backends.arguments import service_refusal
-        from airflow_stepop.backends.vertex_config import CATALOG, split_machine
         from airflow_stepop.catalog import load
 
         known = {split_machine(m.name)[0] for m in load(CATALOG).types}

@@ -230,12 +230,13 @@ def resources_written_as(resources: Any, step_resources: Any, kwargs: Mapping[st
 def check_default_args(default_args: Any) -> None:
     """``default_args={"resources": ResourceSettings(...)}`` reaches every task of the DAG, and
     Airflow turns a plain task's ``resources`` into its own ``Resources``: it would fail there
-    with a bare ``TypeError``. Steps share theirs as ``step_resources``. Airflow drops a key no
-    operator takes without a word; a ``step_`` key can only be meant for steps."""
+    with a bare ``TypeError``. Steps share theirs as ``step_resources``, which Airflow drops
+    without a word when misspelt."""
     if not isinstance(default_args, Mapping):
         return
     for key in default_args:
-        if isinstance(key, str) and key.startswith("step_") and key != "step_resources":
+        # other operators take step_ arguments too (EmrStepSensor's step_id): only a near miss
+        if isinstance(key, str) and key.startswith("step_r") and key != "step_resources":
             raise SettingsError(
                 f"default_args[{key!r}] is not a step argument, and Airflow would drop it "
                 "unread; steps take default_args['step_resources'] (a ResourceSettings), and "

@@ -175,9 +175,7 @@ class BaseStepOperator(BaseOperator):
         return self._follow(context, backend, handle)
 
     def _check_run_time_arguments(self) -> None:
-        """What only the running task can check: its connection, its rendered templates, the
-        ``[stepop]`` options it and its trigger will read."""
-        config.check_numbers()
+        """What only the running task can check: its connection, its rendered templates."""
         name = self.connection_argument
         if name:
             check_connection(self.argument_owner, name, getattr(self, name), self.ambient_default)
@@ -196,6 +194,9 @@ class BaseStepOperator(BaseOperator):
         submitted in that window would run with nobody watching it."""
         from airflow_stepop.operators.outcome import StepKilledError
 
+        # the [stepop] numbers this task and its trigger read: a wrong one starts no job (read
+        # only now, so a try that finds an earlier job still re-attaches to it or stops it)
+        config.check_numbers()
         request = self._prepare(context, key, backend)
         if self._killed:
             raise StepKilledError("The task was killed before its job was submitted: no job ran")

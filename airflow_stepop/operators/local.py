@@ -44,8 +44,9 @@ class LocalStepOperator(BaseStepOperator):
             raise SettingsError(
                 f"[{config.SECTION}] local_jobs_dir={jobs_dir!r} "
                 f"(AIRFLOW__{config.SECTION.upper()}__LOCAL_JOBS_DIR) is not an absolute path; "
-                "the worker and the triggerer must find the same job records. Give one such as "
-                "'/data/stepop-jobs', or leave it empty for $AIRFLOW_HOME/stepop-jobs."
+                "the worker and the triggerer must find the same job records (and '~' is not "
+                "expanded). Give one such as '/data/stepop-jobs', or leave it empty for "
+                "$AIRFLOW_HOME/stepop-jobs."
             )
         return LocalBackend(
             jobs_dir=jobs_dir,

@@ -126,8 +126,10 @@ def _without_traceback(tail: list[str], traceback: str) -> list[str]:
     """The log tail without the last printing of the remote traceback (a chained exception's
     whole chain included). Line by line, not from where it starts: stdout and stderr reach a
     service's log as two streams, so a line printed before the exception can arrive amid or
-    after it."""
-    pending = Counter(line.rstrip() for line in traceback.rstrip().splitlines())
+    after it. A long line is compared as the tail keeps it (cut, see ``tail_line``)."""
+    from airflow_stepop.triggers.progress import tail_line
+
+    pending = Counter(tail_line(line).rstrip() for line in traceback.rstrip().splitlines())
     kept: list[str] = []
     for line in reversed(tail):
         if pending[line.rstrip()] > 0:

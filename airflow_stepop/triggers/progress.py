@@ -16,6 +16,26 @@ from airflow_stepop.backends.base import JobStatus
 from airflow_stepop.backends.naming import shown_job
 
 REPEAT_SECONDS = 60.0
+# A longer line of the job's (a progress bar with no newline, a printed array) reaches the task
+# log in pieces of this many characters, so that no log record is megabytes long.
+LINE_PIECE_CHARS = 8192
+# The event carries the job's last lines (Airflow stores it; a failure shows them): each cut here.
+TAIL_LINE_CHARS = 1000
+
+
+def log_pieces(line: str) -> list[str]:
+    """A job's line as the task log gets it: whole, or in pieces of ``LINE_PIECE_CHARS``."""
+    if len(line) <= LINE_PIECE_CHARS:
+        return [line]
+    return [line[i : i + LINE_PIECE_CHARS] for i in range(0, len(line), LINE_PIECE_CHARS)]
+
+
+def tail_line(line: str) -> str:
+    """A job's line as the event's tail keeps it: its start, and how much more there is."""
+    if len(line) <= TAIL_LINE_CHARS:
+        return line
+    more = len(line) - TAIL_LINE_CHARS
+    return f"{line[:TAIL_LINE_CHARS]}... ({more} more characters in the task log)"
 
 
 def _duration(seconds: float) -> str:

@@ -30,13 +30,10 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_stepop.backends.base import JobStatus, StepBackend
 from airflow_stepop.backends.naming import shown_job
 from airflow_stepop.triggers.poller import JobPoller, poller_for
-from airflow_stepop.triggers.progress import Progress
+from airflow_stepop.triggers.progress import Progress, log_pieces, tail_line
 from airflow_stepop.triggers.relay_cursor import CursorStore
 
 LOG_TAIL_LINES = 40
-# A longer line (a progress bar with no newline, a printed array) reaches the task log in pieces
-# of this many characters: each log record, and the tail the event carries, stays small.
-LINE_PIECE_CHARS = 8192
 MAX_BACKOFF_SECONDS = 60.0
 FINAL_LOG_ATTEMPTS = 3  # reads of a finished job's last lines before its event goes out anyway
 # A triggerer's supervisor reads a trigger's log lines and its event from two sockets; the event
@@ -240,14 +237,10 @@ class StepJobTrigger(BaseTrigger):
 
     def _show(self, lines: list[str], tail: collections.deque[str]) -> None:
         """The job's lines into the task log, and into the tail its event carries."""
-        pieces = [
-            line[start : start + LINE_PIECE_CHARS]
-            for line in lines
-            for start in range(0, max(len(line), 1), LINE_PIECE_CHARS)
-        ]
-        for piece in pieces:
-            self.log.info("[%s] %s", shown_job(self.handle), piece)
-        tail.extend(pieces)
+        for line in lines:
+            for piece in log_pieces(line):
+                self.log.info("[%s] %s", shown_job(self.handle), piece)
+        tail.extend(map(tail_line, lines))
 
     async def _relay(
         self, backend: StepBackend, cursor: Any, *, final: bool

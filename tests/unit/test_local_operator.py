@@ -210,7 +210,7 @@ def test_a_misspelt_step_key_in_default_args_is_refused():
     """Airflow drops a default_args key no operator takes; step_resource would vanish unread."""
     from airflow_stepop import ResourceSettings
 
-    misspelt = {"step_resource": ResourceSettings(gpu_count=1)}
+    misspelt = {"step_resource": ResourceSettings(gpu_count=1), "step_id": "s-1"}  # EMR's is fine
     with DAG("misspelt", schedule=None, default_args=misspelt), pytest.raises(SettingsError) as e:
         LocalStepOperator(task_id="s", python_callable=max, op_args=[1, 2])
     assert str(e.value).startswith(

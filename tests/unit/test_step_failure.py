@@ -78,6 +78,24 @@ def test_an_entry_scripts_summary_line_after_the_traceback_is_not_shown_again(tm
     assert message.count("ValueError: no merchant column") == 2  # "raised" and the traceback
 
 
+def test_a_traceback_line_the_tail_keeps_cut_is_not_shown_again(tmp_path):
+    """A long message (a large repr) is cut in the event's tail: still the traceback's line."""
+    from airflow_stepop.triggers.progress import tail_line
+
+    summary = f"ValueError: {'x' * 9000}"
+    printed = f'Traceback (most recent call last):\n  File "s.py", line 1\n{summary}\n'
+    (tmp_path / "error.json").write_text(
+        json.dumps({"type": "ValueError", "message": "x" * 9000, "traceback": printed})
+    )
+    tail = ["loading", *map(tail_line, printed.rstrip().splitlines())]
+    event = {"status": "failed", "handle": {"job_id": "j1", "run_uri": f"file://{tmp_path}"},
+             "log_tail": tail}  # fmt: skip
+
+    message = str(step_failure(event, Storage()))
+
+    assert message.endswith("Last lines of the job's log:\nloading")
+
+
 def _missing(module: str, tmp_path) -> str:
     """The task's failure message for a job whose step could not import ``module``."""
     said = f"No module named '{module}'"

@@ -363,25 +363,44 @@ def test_a_resumed_trigger_counts_the_cost_so_far_from_when_the_job_began_runnin
                      capfd.readouterr().out)  # fmt: skip
 
 
-def test_a_very_long_line_reaches_the_task_log_and_the_event_in_pieces(clock, tmp_path):
+def test_a_very_long_line_reaches_the_task_log_in_pieces_and_the_event_cut(
+    clock, tmp_path, monkeypatch
+):
     """A progress bar with no newline can be megabytes: one log record of it, and an event
     carrying it in its tail (stored in Airflow's database), would be as big."""
     long_line = "".join(f"{i:>6}|" for i in range(3000))  # 21,000 characters
 
-    class PrintsOneLongLine(RunningBackend):
+    class PrintsOneLongLineAndEnds(RunningBackend):
         async def alogs(self, handle, cursor):
             return ([], cursor) if cursor else (["short", long_line, ""], {"read": True})
+
+        async def astatus(self, handle):
+            return JobStatus("succeeded")
 
     class EndsAfterOneRound(Poller):
         async def status(self, handle, due):
             await super().status(handle, due)
             return JobStatus("succeeded")
 
-    backend = PrintsOneLongLine(clock)
-    event = asyncio.run(
-        _watch(_trigger(tmp_path, deadline=None), EndsAfterOneRound(backend, clock))
-    )
-    tail = event.payload["log_tail"]
-    assert tail[0] == "short" and tail[-1] == ""
-    assert [len(piece) for piece in tail[1:-1]] == [8192, 8192, 21000 - 2 * 8192]
-    assert "".join(tail[1:-1]) == long_line
+    class TaskLog:  # the trigger's log records, as the task log gets them
+        def __init__(self):
+            self.records: list[str] = []
+
+        def info(self, message, *args):
+            self.records.append(message % args)
+
+        warning = error = info
+
+    task_log = TaskLog()
+    monkeypatch.setattr(StepJobTrigger, "log", task_log)
+    poller = EndsAfterOneRound(PrintsOneLongLineAndEnds(clock), clock)
+    event = asyncio.run(_watch(_trigger(tmp_path, deadline=None), poller))
+    assert event.payload["status"] == "succeeded"
+    prefix = "[dag-task-t1] "
+    pieces = [r.removeprefix(prefix) for r in task_log.records if r.startswith(prefix)]
+    assert pieces[0] == "short" and pieces[-1] == ""
+    assert [len(piece) for piece in pieces[1:-1]] == [8192, 8192, 21000 - 2 * 8192]
+    assert "".join(pieces[1:-1]) == long_line
+    assert event.payload["log_tail"] == [
+        "short", f"{long_line[:1000]}... (20000 more characters in the task log)", ""
+    ]  # fmt: skip
