@@ -68,7 +68,7 @@ def test_a_machine_type_vertex_refuses_names_the_argument_and_the_closest_types(
     assert failure.startswith("SettingsError: Vertex AI refused the job and started nothing: ")
     assert "machine_type='n1-standrd-4' is not in our catalog; the closest there: " in failure
     assert "'n1-standard-4'" in failure
-    assert custom_jobs(gcp["fake"]) == []
+    assert custom_jobs(gcp["fake"], "misspelt-machine") == []
 
 
 def test_a_raising_step_fails_with_the_remote_exception_and_the_job_error(gcp, ctl):
