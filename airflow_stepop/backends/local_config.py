@@ -41,6 +41,19 @@ def job_runtime_limit(max_runtime_s: int | None, execution_timeout: Any) -> int 
     )
 
 
+def check_jobs_dir(value: str) -> str:
+    """The job records' directory (``[stepop] local_jobs_dir``), which the worker and the
+    triggerer must both find: a relative one would be each process's own."""
+    if not value.startswith("/"):
+        raise SettingsError(
+            f"[stepop] local_jobs_dir={value!r} (AIRFLOW__STEPOP__LOCAL_JOBS_DIR) is not an "
+            "absolute path; the worker and the triggerer must find the same job records (and "
+            "'~' is not expanded). Give one such as '/data/stepop-jobs', or leave it empty for "
+            "$AIRFLOW_HOME/stepop-jobs."
+        )
+    return value
+
+
 def check_root(field: str, value: str) -> None:
     """Refuse an artifact root the local backend's jobs cannot read; ``field`` names where it
     was set (``LocalStepOperator.artifact_root`` or ``[stepop] artifact_root``)."""

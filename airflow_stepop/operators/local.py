@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop import config
-from airflow_stepop.backends.local_config import check_root, job_runtime_limit, max_runtime_seconds
+from airflow_stepop.backends.local_config import (
+    check_jobs_dir,
+    check_root,
+    job_runtime_limit,
+    max_runtime_seconds,
+)
 from airflow_stepop.operators.base import BaseStepOperator
-from airflow_stepop.settings import SettingsError
 
 if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not need it
     from airflow_stepop.backends.local import LocalBackend
@@ -40,15 +43,7 @@ class LocalStepOperator(BaseStepOperator):
         from airflow_stepop.backends.local import LocalBackend
 
         jobs_dir = config.get("local_jobs_dir") or f"{config.airflow_home()}/stepop-jobs"
-        if not os.path.isabs(jobs_dir):  # each process would find its records somewhere else
-            raise SettingsError(
-                f"[{config.SECTION}] local_jobs_dir={jobs_dir!r} "
-                f"(AIRFLOW__{config.SECTION.upper()}__LOCAL_JOBS_DIR) is not an absolute path; "
-                "the worker and the triggerer must find the same job records (and '~' is not "
-                "expanded). Give one such as '/data/stepop-jobs', or leave it empty for "
-                "$AIRFLOW_HOME/stepop-jobs."
-            )
         return LocalBackend(
-            jobs_dir=jobs_dir,
+            jobs_dir=check_jobs_dir(jobs_dir),
             max_runtime_s=job_runtime_limit(self.max_runtime_s, self.execution_timeout),
         )
