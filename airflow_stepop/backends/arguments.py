@@ -13,7 +13,11 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow_stepop.settings import SettingsError, check_image_reference, refuse_reserved_env
+from airflow_stepop.setting_values import (
+    SettingsError,
+    check_image_reference,
+    refuse_reserved_env,
+)
 
 CONN_ID = r"^[\w.\-]+$"
 # The object stores' bucket naming rules (a name outside them is refused, or retried as an error).

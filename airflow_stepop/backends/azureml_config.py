@@ -10,12 +10,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.backends import arguments as check
 from airflow_stepop.backends.azureml_roots import check_root
 from airflow_stepop.catalog import load as load_catalog
-from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
+from airflow_stepop.setting_values import SettingsError
+
+if TYPE_CHECKING:  # annotations only: a DAG without settings never builds one
+    from airflow_stepop.settings import DockerSettings, ResourceSettings
 
 CATALOG = "azureml_vm_sizes"
 MAX_RUNTIME_LIMIT = 30 * 24 * 3600

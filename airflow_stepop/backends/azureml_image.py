@@ -45,7 +45,7 @@ def environment_body(backend: Any, request: JobRequest, storage: Any) -> tuple[s
         return _image(builder.image_reference(settings, builder.DEFAULT_REPOSITORY))
     mode = (config.get("azureml_image_build") or "auto").lower()
     if mode not in BUILD_MODES:
-        from airflow_stepop.settings import SettingsError
+        from airflow_stepop.setting_values import SettingsError
 
         raise SettingsError(
             f"[stepop] azureml_image_build={mode!r} is not one of {', '.join(BUILD_MODES)} "
@@ -60,7 +60,7 @@ def environment_body(backend: Any, request: JobRequest, storage: Any) -> tuple[s
     if client is not None:
         return _image(_build_and_push(backend, settings, client))
     if settings.dockerfile:  # Azure ML's build takes one context: ours, with no Dockerfile of yours
-        from airflow_stepop.settings import SettingsError
+        from airflow_stepop.setting_values import SettingsError
 
         why = "is 'service'" if mode == "service" else "is 'auto' and no container engine answers"
         raise SettingsError(

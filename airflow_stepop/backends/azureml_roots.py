@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_stepop.settings import SettingsError
+from airflow_stepop.setting_values import SettingsError
 
 EXAMPLES = (
     "'abfs://mycontainer/stepop', 'az://mycontainer/stepop' or "

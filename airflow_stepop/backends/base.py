@@ -23,9 +23,10 @@ from __future__ import annotations
 import abc
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_stepop.settings import DockerSettings, ResourceSettings
+if TYPE_CHECKING:  # annotations only: a DAG without settings never builds one
+    from airflow_stepop.settings import DockerSettings, ResourceSettings
 
 JobState = Literal["pending", "running", "succeeded", "failed", "stopped"]
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "stopped"})
@@ -218,7 +219,7 @@ def service_refusal(
     import difflib
     import re
 
-    from airflow_stepop.settings import SettingsError
+    from airflow_stepop.setting_values import SettingsError
 
     first = (reason.splitlines() or [""])[0]
     reason = " ".join(re.sub(r"^[A-Z]+ https?://\S+: ", "", first).split())

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from airflow_stepop.backends import arguments as check
-from airflow_stepop.settings import SettingsError
+from airflow_stepop.setting_values import SettingsError
 
 EXAMPLE = "file:///data/stepop"
 # SIGALRM's range is an unsigned int of seconds; a year is past any step's deadline.

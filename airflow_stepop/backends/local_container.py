@@ -26,7 +26,7 @@ from airflow_stepop.backends.local import (
 from airflow_stepop.backends.naming import key_prefix
 from airflow_stepop.runtime.spec import MAX_RUNTIME_ENV
 from airflow_stepop.runtime.storage import Storage
-from airflow_stepop.settings import shown_size
+from airflow_stepop.setting_values import shown_size
 
 log = logging.getLogger(__name__)
 

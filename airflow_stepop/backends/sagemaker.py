@@ -54,7 +54,7 @@ from airflow_stepop.backends.sagemaker_launch import (
 from airflow_stepop.backends.sagemaker_logs import read_new_lines
 from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.runtime.storage import join
-from airflow_stepop.settings import SettingsError
+from airflow_stepop.setting_values import SettingsError
 
 log = logging.getLogger(__name__)
 

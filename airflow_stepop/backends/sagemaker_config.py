@@ -13,12 +13,15 @@ import functools
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.backends import arguments as check
 from airflow_stepop.backends.sagemaker_image import IMAGE_EXAMPLE, check_image_uri
 from airflow_stepop.catalog import load as load_catalog
-from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
+from airflow_stepop.setting_values import SettingsError
+
+if TYPE_CHECKING:  # annotations only: a DAG without settings never builds one
+    from airflow_stepop.settings import DockerSettings, ResourceSettings
 
 CATALOG = "sagemaker_training"
 MAX_RUNTIME_LIMIT = 28 * 24 * 3600  # SageMaker's MaxRuntimeInSeconds ceiling (28 days)

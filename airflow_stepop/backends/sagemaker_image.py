@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from airflow_stepop.settings import SettingsError
+from airflow_stepop.setting_values import SettingsError
 
 IMAGE_EXAMPLE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1.0"
 _ECR_REPOSITORY = r"\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/"

@@ -106,7 +106,7 @@ class GoogleAccess:
     def project(self) -> str:
         project = self.project_id or self.hook.project_id
         if not project:
-            from airflow_stepop.settings import SettingsError
+            from airflow_stepop.setting_values import SettingsError
 
             raise SettingsError(
                 f"The step has no Google Cloud project: project_id= is not set and the "

@@ -13,10 +13,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.backends import arguments as check
-from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
+from airflow_stepop.setting_values import SettingsError
+
+if TYPE_CHECKING:  # annotations only: a DAG without settings never builds one
+    from airflow_stepop.settings import DockerSettings, ResourceSettings
 
 CATALOG = "vertex_custom_training"
 DEFAULT_RUNTIME_S = 7 * 24 * 3600  # Vertex's own default scheduling.timeout

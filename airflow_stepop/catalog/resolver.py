@@ -14,9 +14,12 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources as package_files
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_stepop.settings import ResourceSettings, SettingsError
+from airflow_stepop.setting_values import SettingsError
+
+if TYPE_CHECKING:  # annotations only: a DAG without settings never builds one
+    from airflow_stepop.settings import ResourceSettings
 
 GIB = 2**30
 CLOSEST_SHOWN = 3

@@ -14,7 +14,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from airflow_stepop.backends import arguments as check
-from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
+from airflow_stepop.setting_values import MACHINE_COUNT_NAMES, SettingsError
 
 
 def check_step_arguments(
@@ -33,12 +33,12 @@ def check_step_arguments(
     how the user wrote ``resources``, e.g. ``default_args['step_resources']``)."""
     if not callable(python_callable):
         raise SettingsError(f"{name}.python_callable={python_callable!r} is not callable.")
-    if resources is not None and not isinstance(resources, ResourceSettings):
+    if resources is not None and not _is_setting(resources, "ResourceSettings"):
         raise SettingsError(
             f"{name}.{resources_as}={resources!r} must be a ResourceSettings, e.g. "
             "ResourceSettings(gpu_count=1, memory='16GiB')."
         )
-    if docker is not None and not isinstance(docker, DockerSettings):
+    if docker is not None and not _is_setting(docker, "DockerSettings"):
         raise SettingsError(
             f"{name}.docker={docker!r} must be a DockerSettings, e.g. "
             "DockerSettings(parent_image='python:3.11-slim', requirements=['numpy'])."
@@ -192,12 +192,23 @@ def refuse_unknown_arguments(cls: type, kwargs: Mapping[str, Any]) -> None:
     )
 
 
+def _is_setting(value: Any, class_name: str) -> bool:
+    """Whether ``value`` is an instance of ``settings.<class_name>``. The settings module is
+    imported only when there is a value: a DAG that never builds a ResourceSettings or a
+    DockerSettings does not pay for their generated dataclass methods at each parse."""
+    if value is None:
+        return False
+    from airflow_stepop import settings
+
+    return isinstance(value, getattr(settings, class_name))
+
+
 def _meant(argument: str, known: set[str]) -> list[str]:
     """The argument meant by a name another tool uses for it (not a typo: no spelling is
     close), as it is written here."""
     from dataclasses import fields
 
-    from airflow_stepop.settings import MACHINE_COUNT_NAMES, DockerSettings
+    from airflow_stepop.settings import DockerSettings
 
     if argument in MACHINE_COUNT_NAMES:
         return [f"{name}=" for name in sorted(known & {"instance_count", "replica_count"})][:1]
@@ -212,7 +223,7 @@ def _meant(argument: str, known: set[str]) -> list[str]:
 def rename_step_resources(kwargs: dict[str, Any]) -> dict[str, Any]:
     """``resources=ResourceSettings(...)`` as ``step_resources`` (Airflow's mapping keeps
     ``resources`` for its own ``Resources``); any other ``resources`` is left to Airflow."""
-    if isinstance(kwargs.get("resources"), ResourceSettings):
+    if _is_setting(kwargs.get("resources"), "ResourceSettings"):
         kwargs = dict(kwargs)
         kwargs["step_resources"] = kwargs.pop("resources")
     return kwargs
@@ -242,7 +253,7 @@ def check_default_args(default_args: Any) -> None:
                 "unread; steps take default_args['step_resources'] (a ResourceSettings), and "
                 "any step argument by its own name, e.g. default_args={'docker': ...}."
             )
-    if isinstance(shared := default_args.get("resources"), ResourceSettings):
+    if _is_setting(shared := default_args.get("resources"), "ResourceSettings"):
         raise SettingsError(
             f"default_args={{'resources': {shared.shown()}}}: Airflow gives default_args' "
             "resources to every task of the DAG, as its own Resources, which a "

@@ -36,10 +36,10 @@ from airflow_stepop.operators.arguments import (
     rendered_later,
     resources_written_as,
 )
-from airflow_stepop.settings import DockerSettings, ResourceSettings
 
 if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
     from airflow_stepop.backends.base import JobRequest, StepBackend
+    from airflow_stepop.settings import DockerSettings, ResourceSettings
     from airflow_stepop.triggers.deferral import StepJobDeferral
 
 

@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from airflow_stepop.settings import SettingsError
+from airflow_stepop.setting_values import SettingsError
 
 # Plain text (the task SDK's context has no try_number or test_mode: a template gives those).
 _TEXT = frozenset(

@@ -14,7 +14,7 @@ from airflow_stepop.operators.arguments import (
     refuse_secrets,
     rendered_environment,
 )
-from airflow_stepop.settings import SettingsError
+from airflow_stepop.setting_values import SettingsError
 
 if TYPE_CHECKING:
     from airflow_stepop.backends.base import JobRequest, StepBackend

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_stepop.backends.vertex_config import VertexJobConfig, access_arguments
 from airflow_stepop.links.job import StepExperimentLink, StepJobLink, StepLogsLink
 from airflow_stepop.operators.base import BaseStepOperator
-from airflow_stepop.settings import SettingsError
+from airflow_stepop.setting_values import SettingsError
 
 if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not need it
     from airflow_stepop.backends.vertex import VertexBackend

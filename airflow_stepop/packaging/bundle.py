@@ -278,7 +278,7 @@ def _job_package() -> dict[str, Path]:
     import (standard library only) and an ``__init__`` that offers just those."""
     own = Path(runtime_package.__file__).parent.parent
     members = {"airflow_stepop/__init__.py": own / "packaging" / "job_init.py"}
-    for path in (*_package_files(runtime_package), own / "settings.py"):
+    for path in (*_package_files(runtime_package), own / "settings.py", own / "setting_values.py"):
         members["airflow_stepop/" + path.relative_to(own).as_posix()] = path
     for name in ("__init__.py", "ref.py"):
         members[f"airflow_stepop/artifacts/{name}"] = own / "artifacts" / name

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_stepop import DockerSettings, ResourceSettings
-from airflow_stepop.settings import SettingsError, parse_memory
+from airflow_stepop.setting_values import parse_memory
+from airflow_stepop.settings import SettingsError
 
 
 @pytest.mark.parametrize(
