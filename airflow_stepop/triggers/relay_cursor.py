@@ -2,13 +2,15 @@
 
 Airflow gives a trigger no state of its own that survives a triggerer restart or an HA
 failover, and the run directory is already the job's: ``<run_uri>/relay-<job>.json`` holds the
-backend's last cursor (JSON), with when a poll first saw the job running (for the cost so
-far a resumed trigger shows). While the job runs it is saved at most every ``SAVE_SECONDS``
-after lines were relayed, and only past lines handed to the task log ``SETTLE_SECONDS`` before:
-a line logged is not yet in the log file (the triggerer's supervisor reads it from a socket),
-and a triggerer killed outright must not leave a cursor past a line its file never got. So a
-resumed trigger repeats at most those seconds of log, never the whole log, and skips no line
-the killed triggerer may not have written (what it wrote stays in its own trigger log file).
+backend's last cursor (JSON), with the job's last lines up to it (the tail its event carries:
+a job that died without a traceback is explained by them) and when a poll first saw the job
+running (for the cost so far a resumed trigger shows). While the job runs it is saved at most
+every ``SAVE_SECONDS`` after lines were relayed, and only past lines handed to the task log
+``SETTLE_SECONDS`` before: a line logged is not yet in the log file (the triggerer's supervisor
+reads it from a socket), and a triggerer killed outright must not leave a cursor past a line
+its file never got. So a resumed trigger repeats at most those seconds of log, never the whole
+log, and skips no line the killed triggerer may not have written (what it wrote stays in its
+own trigger log file).
 The last cursor is saved when the trigger is cancelled (a triggerer stopping), and the newest
 settled one after the job's last lines, before its event (a triggerer killed between the two
 resumes the trigger).
@@ -23,6 +25,7 @@ import collections
 import json
 import logging
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -46,10 +49,14 @@ class CursorStore:
         self.uri = join(handle["run_uri"], f"relay-{self.job_id}.json")
         self.conn_id = conn_id
         self.saved = 0.0
-        # The cursors reached by rounds that relayed lines and were not saved yet, with when:
-        # each is saved once its lines have settled in the task log.
-        self.unsaved: collections.deque[tuple[float, Any]] = collections.deque()
-        self.latest: Any = None  # the last cursor given to save(), written or not
+        # The cursors reached by rounds that relayed lines and were not saved yet, with when
+        # and the tail up to them: each is saved once its lines have settled in the task log.
+        self.unsaved: collections.deque[tuple[float, Any, tuple[str, ...]]] = collections.deque()
+        # the last cursor and tail given to save(), written or not
+        self.latest: tuple[Any, tuple[str, ...]] = (None, ())
+        # The job's last lines up to the loaded cursor: a resumed trigger's event carries the
+        # lines its predecessor relayed too.
+        self.tail: list[str] = []
         # When a poll first saw the job running (wall clock), kept with the cursor: a resumed
         # trigger's "cost so far" counts from it, not from its own first poll.
         self.running_since: float | None = None
@@ -70,6 +77,7 @@ class CursorStore:
             if document.get("job_id") != self.job_id:
                 return None
             self.running_since = document.get("running_since")
+            self.tail = [line for line in document.get("tail") or () if isinstance(line, str)]
             return document.get("cursor")
 
         try:
@@ -83,13 +91,13 @@ class CursorStore:
             log.info("Continuing the log relay of job %s where it stopped", self.job_id)
         return cursor
 
-    async def save(self, cursor: Any, *, relayed: int) -> None:
-        """Note the cursor a round reached; write the newest one whose lines have settled, at
-        most every ``SAVE_SECONDS``."""
+    async def save(self, cursor: Any, *, relayed: int, tail: Collection[str] = ()) -> None:
+        """Note the cursor a round reached and the job's last lines up to it; write the newest
+        one whose lines have settled, at most every ``SAVE_SECONDS``."""
         now = time.monotonic()
-        self.latest = cursor
+        self.latest = (cursor, tuple(tail))
         if relayed:
-            self.unsaved.append((now, cursor))
+            self.unsaved.append((now, *self.latest))
         if now - self.saved >= SAVE_SECONDS:
             await self.save_settled()
 
@@ -99,9 +107,9 @@ class CursorStore:
         killed between the two resumes the trigger, which then repeats only those seconds)."""
         settled, now = None, time.monotonic()
         while self.unsaved and self.unsaved[0][0] <= now - SETTLE_SECONDS:
-            settled = self.unsaved.popleft()[1]
+            settled = self.unsaved.popleft()[1:]
         if settled is not None:
-            await self._write(settled)
+            await self._write(*settled)
 
     async def flush(self) -> None:
         """Save the last cursor now if lines were relayed since the last save: the trigger is
@@ -109,13 +117,16 @@ class CursorStore:
         the one that resumes it goes on from here."""
         if self.unsaved:
             self.unsaved.clear()
-            await self._write(self.latest)
+            await self._write(*self.latest)
 
-    async def _write(self, cursor: Any) -> None:
+    async def _write(self, cursor: Any, tail: tuple[str, ...]) -> None:
         try:
-            document = json.dumps(
-                {"job_id": self.job_id, "cursor": cursor, "running_since": self.running_since}
-            )
+            document = json.dumps({
+                "job_id": self.job_id,
+                "cursor": cursor,
+                "tail": tail,
+                "running_since": self.running_since,
+            })  # fmt: skip
         except (TypeError, ValueError):
             return  # a backend whose cursor is not JSON relays from the top after a restart
         self.saved = time.monotonic()

@@ -132,8 +132,8 @@ class StepJobTrigger(BaseTrigger):
 
     async def _watch(self, poller: JobPoller, cursors: CursorStore) -> TriggerEvent:
         """Follow the job to its end (or the task's deadline): the event that says how."""
-        tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         cursor = await cursors.load()
+        tail = collections.deque(cursors.tail, maxlen=LOG_TAIL_LINES)
         try:
             return await self._follow(poller, cursors, cursor, tail)
         except asyncio.CancelledError:  # a triggerer stopping: the next one goes on from here
@@ -174,14 +174,14 @@ class StepJobTrigger(BaseTrigger):
                 if not backend.is_transient(exc):
                     return self._unwatched(exc, tail)
                 if _passed(end):  # the service does not answer, but the deadline holds
-                    return await self._time_out(backend, tail, None, relay=False)
+                    return await self._time_out(backend, tail, None, None)
                 failures += 1
                 limit = None if end is None else end - time.monotonic()
                 await self._back_off(f"Polling {job_id}", exc, failures, limit=limit)
                 continue
             lines, cursor = await self._relay(backend, cursor, final=status.terminal)
             self._show(lines, tail)
-            await cursors.save(cursor, relayed=len(lines))
+            await cursors.save(cursor, relayed=len(lines), tail=tail)
             progress.update(status)
             cursors.running_since = progress.running_since
             if status.terminal:
@@ -190,20 +190,24 @@ class StepJobTrigger(BaseTrigger):
                     await backend.astop(self.handle)
                 return self._event(status, tail)
             if _passed(end):
-                return await self._time_out(backend, tail, cursor)
+                return await self._time_out(backend, tail, cursor, cursors)
             # Short jobs finish fast, long ones are polled at poll_interval.
             wait = min(self.poll_interval, wait * 2)
 
     async def _time_out(
-        self, backend: StepBackend, tail: collections.deque[str], cursor: Any, *, relay: bool = True
+        self,
+        backend: StepBackend,
+        tail: collections.deque[str],
+        cursor: Any,
+        cursors: CursorStore | None,
     ) -> TriggerEvent:
-        """Stop the job at the task's deadline; with ``relay`` (the service answers), relay
+        """Stop the job at the task's deadline; with ``cursors`` (the service answers), relay
         what the step printed while it stopped (a ``finally:`` saving its work, say)."""
         job_id = shown_job(self.handle)
         self.log.error("Job %s passed the task's execution_timeout; stopping it", job_id)
         await backend.astop(self.handle)
-        if relay:
-            await self._relay_until_ended(backend, tail, cursor)
+        if cursors is not None:
+            await self._relay_until_ended(backend, tail, cursor, cursors)
         return TriggerEvent(
             {
                 "status": "timeout",
@@ -214,11 +218,16 @@ class StepJobTrigger(BaseTrigger):
         )
 
     async def _relay_until_ended(
-        self, backend: StepBackend, tail: collections.deque[str], cursor: Any
+        self,
+        backend: StepBackend,
+        tail: collections.deque[str],
+        cursor: Any,
+        cursors: CursorStore,
     ) -> None:
         """Relay the lines of a job being stopped until the service says it ended (at most
         ``STOP_WAIT_SECONDS``): on a cloud a stop is a SIGTERM, a grace period and an upload, so
-        what a ``finally:`` prints comes after the stop call returns."""
+        what a ``finally:`` prints comes after the stop call returns. The cursor is saved as in
+        the job's life: a triggerer restarting meanwhile resumes without repeating them."""
         give_up = time.monotonic() + STOP_WAIT_SECONDS
         wait = backend.first_poll_seconds
         while True:
@@ -226,12 +235,12 @@ class StepJobTrigger(BaseTrigger):
                 ended = (await backend.astatus(self.handle)).terminal
             except Exception:  # no answer: relay what is there and go
                 ended = True
-            if ended or time.monotonic() + wait > give_up:
-                lines, _ = await self._relay(backend, cursor, final=True)
-                self._show(lines, tail)
-                return
-            lines, cursor = await self._relay(backend, cursor, final=False)
+            final = ended or time.monotonic() + wait > give_up
+            lines, cursor = await self._relay(backend, cursor, final=final)
             self._show(lines, tail)
+            await cursors.save(cursor, relayed=len(lines), tail=tail)
+            if final:
+                return
             await asyncio.sleep(wait)
             wait = min(wait * 2, 5.0)
 

@@ -87,3 +87,16 @@ def test_when_the_job_began_running_is_kept_with_the_cursor(tmp_path, clock):
     resumed = _store(tmp_path)
     assert asyncio.run(resumed.load()) == {"line": 1}
     assert resumed.running_since == 1_900_000_000.0
+
+
+def test_the_tail_up_to_the_saved_cursor_is_saved_with_it(tmp_path, clock):
+    """A resumed trigger's event must carry the lines before it too (the last lines explain a
+    job that died without a traceback): the tail saved is the one of the cursor saved."""
+    store = _store(tmp_path)
+    asyncio.run(store.save({"line": 2}, relayed=2, tail=["loading", "epoch 1"]))
+    clock.now += SETTLE_SECONDS
+    asyncio.run(store.save({"line": 3}, relayed=1, tail=["loading", "epoch 1", "epoch 2"]))
+
+    resumed = _store(tmp_path)
+    assert asyncio.run(resumed.load()) == {"line": 2}
+    assert resumed.tail == ["loading", "epoch 1"]  # not the lines past the saved cursor

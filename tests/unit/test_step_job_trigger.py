@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from airflow_stepop.backends.base import JobStatus
-from airflow_stepop.triggers import step_job
+from airflow_stepop.triggers import relay_cursor, step_job
 from airflow_stepop.triggers.poller import poller_for
 from airflow_stepop.triggers.relay_cursor import CursorStore
 from airflow_stepop.triggers.step_job import StepJobTrigger
@@ -199,6 +199,62 @@ def test_what_a_job_prints_while_it_stops_at_the_deadline_is_relayed(clock, tmp_
     event = asyncio.run(_watch(_trigger(tmp_path, deadline=START + 8.0), Poller(backend, clock)))
     assert event.payload["status"] == "timeout"
     assert event.payload["log_tail"] == ["saving a checkpoint in finally:"]
+
+
+def test_a_triggerer_restarting_while_the_job_stops_resumes_after_the_lines_it_relayed(
+    clock, tmp_path, monkeypatch
+):
+    """The stop's lines (a ``finally:`` saving a checkpoint) move the saved cursor as the job's
+    other lines do: a trigger resumed meanwhile neither repeats them nor loses them from its
+    event's tail."""
+
+    async def sleep(delay):
+        clock.until(clock.monotonic() + delay)
+
+    class StopsSlowly(RunningBackend):
+        async def astatus(self, handle):
+            stopped = self.stopped_at and clock.time() - self.stopped_at[0] >= 10
+            return JobStatus("stopped" if stopped else "running")
+
+        async def alogs(self, handle, cursor):
+            if self.stopped_at and not cursor:
+                return ["saving a checkpoint in finally:"], {"read": True}
+            return [], cursor
+
+    monkeypatch.setattr(step_job.asyncio, "sleep", sleep)
+    monkeypatch.setattr(relay_cursor, "time", clock)
+    asyncio.run(_watch(_trigger(tmp_path, deadline=START + 8.0), Poller(StopsSlowly(clock), clock)))
+
+    resumed = CursorStore({"job_id": "dag-task-t1", "run_uri": tmp_path.as_uri()}, None)
+    assert asyncio.run(resumed.load()) == {"read": True}
+    assert resumed.tail == ["saving a checkpoint in finally:"]
+
+
+def test_a_resumed_trigger_s_event_carries_the_lines_its_predecessor_relayed(tmp_path):
+    """The job printed its last words, the triggerer was restarted, then the job was killed
+    (out of memory, say): the failure's message still shows those words."""
+    import json
+
+    class DiesQuietly(TriggerSideBackend):
+        async def astatus(self, handle):
+            return JobStatus("failed", reason="killed", details={"exit_code": 137})
+
+        async def alogs(self, handle, cursor):
+            return [], cursor  # nothing past the saved cursor
+
+    class Immediate:
+        backend = DiesQuietly()
+
+        async def status(self, handle, due):
+            return await self.backend.astatus(handle)
+
+    (tmp_path / "relay-dag-task-t1.json").write_text(json.dumps({
+        "job_id": "dag-task-t1", "cursor": 7, "tail": ["allocating 90GiB"], "running_since": None
+    }))  # fmt: skip
+    trigger = _trigger(tmp_path, deadline=None)
+    event = asyncio.run(_watch(trigger, Immediate()))
+    assert event.payload["status"] == "failed"
+    assert event.payload["log_tail"] == ["allocating 90GiB"]
 
 
 def test_without_a_deadline_the_wait_grows_to_the_poll_interval(clock, tmp_path):
