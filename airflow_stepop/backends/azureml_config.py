@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.backends import arguments as check
 from airflow_stepop.backends.azureml_roots import check_root
-from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.setting_values import SettingsError
 
 if TYPE_CHECKING:  # annotations only: a DAG without settings never builds one
+    from airflow_stepop.catalog.resolver import Catalog
     from airflow_stepop.settings import DockerSettings, ResourceSettings
 
 CATALOG = "azureml_vm_sizes"
@@ -188,9 +188,9 @@ def experiment_for(dag_id: str) -> str:
 def _vm_size(
     owner: str, value: Any, resources: ResourceSettings | None, compute: Any, resources_as: str
 ) -> str | None:
-    catalog = load_catalog(CATALOG)
     if value is not None:
         check.refuse_template(owner, "instance_type", value, "Standard_NC6s_v3")
+        catalog = _catalog()
         if not isinstance(value, str) or not re.match(_VM_SIZE, value):
             near = ", ".join(m.name for m in catalog.types[:3])
             raise SettingsError(
@@ -203,8 +203,16 @@ def _vm_size(
         )
         return size
     if resources is not None and compute is None:  # a named cluster's size is checked at submit
-        return catalog.resolve(resources, owner=f"{owner}.{resources_as}").name
+        return _catalog().resolve(resources, owner=f"{owner}.{resources_as}").name
     return None
+
+
+def _catalog() -> Catalog:
+    """The VM sizes with their hardware and prices; read where a step names a size or asks
+    for hardware (its module and dataclasses are no cost to a parse that does neither)."""
+    from airflow_stepop.catalog import load
+
+    return load(CATALOG)
 
 
 def _job_tier(owner: str, job_tier: Any, spot: bool) -> str | None:
@@ -242,7 +250,7 @@ def _identity(owner: str, value: Any) -> dict[str, str] | None:
 def hourly_price(instance_type: str, spot: bool) -> float | None:
     """USD per instance-hour from the catalog (see ``MachineType.hourly_price``); None when the
     catalog does not list the size."""
-    machine = load_catalog(CATALOG).get(instance_type)
+    machine = _catalog().get(instance_type)
     return None if machine is None else machine.hourly_price(spot)
 
 

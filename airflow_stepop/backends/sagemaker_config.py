@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.backends import arguments as check
 from airflow_stepop.backends.sagemaker_image import IMAGE_EXAMPLE, check_image_uri
-from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.setting_values import SettingsError
 
 if TYPE_CHECKING:  # annotations only: a DAG without settings never builds one
+    from airflow_stepop.catalog.resolver import Catalog
     from airflow_stepop.settings import DockerSettings, ResourceSettings
 
 CATALOG = "sagemaker_training"
@@ -122,14 +122,13 @@ class SageMakerArguments:
             )
         check.conn_id(owner, "aws_conn_id", aws_conn_id, "aws_default", optional=True)
         check.matching(owner, "region_name", region_name, _REGION, "an AWS region", "us-east-1")
-        catalog = load_catalog(CATALOG)
         if instance_type is not None:
             check.matching(owner, "instance_type", instance_type, _INSTANCE_TYPE,
                            "a SageMaker instance type", "ml.g5.xlarge")  # fmt: skip
-            catalog.check_explicit(instance_type, resources, owner=owner,
+            _catalog().check_explicit(instance_type, resources, owner=owner,
                                    explicit="instance_type", wanted=resources_as)  # fmt: skip
         elif resources is not None:
-            instance_type = catalog.resolve(resources, owner=f"{owner}.{resources_as}").name
+            instance_type = _catalog().resolve(resources, owner=f"{owner}.{resources_as}").name
         count = check.whole_number(owner, "instance_count", instance_count, low=1, high=100)
         volume = check.whole_number(owner, "volume_size_gb", volume_size_gb, low=1, high=16384)
         runtime = _seconds(owner, "max_runtime", max_runtime, MAX_RUNTIME_LIMIT, low=1)
@@ -233,7 +232,7 @@ class SageMakerArguments:
                 f"{owner}.max_wait={wait} s is shorter than max_runtime={runtime} s; SageMaker "
                 "needs max_wait >= max_runtime."
             )
-        machine = load_catalog(CATALOG).get(instance_type)
+        machine = _catalog().get(instance_type)
         if machine is None:  # not in our catalog: perhaps new, perhaps a typo
             _check_training_instance_type(owner, instance_type, explicit=bool(self.instance_type))
         repository = self.image_repository or config.get("sagemaker_image_repository") or None
@@ -250,6 +249,14 @@ class SageMakerArguments:
             price_per_hour=machine.price_per_hour if machine else None,
         )
         return SageMakerJobConfig(**fields)
+
+
+def _catalog() -> Catalog:
+    """The instance types with their hardware and prices; read where a step names a type or
+    asks for hardware (its module and dataclasses are no cost to a parse that does neither)."""
+    from airflow_stepop.catalog import load
+
+    return load(CATALOG)
 
 
 @functools.cache
