@@ -101,6 +101,9 @@ class Catalog:
     region: str
     currency: str
     types: tuple[MachineType, ...]
+    # A pattern of the type names whose family has no GPU, listed here or not (the file's
+    # ``no_gpu_types`` line): a GPU request beside one is refused even when it is not listed.
+    no_gpu_types: str | None = None
 
     def get(self, name: str) -> MachineType | None:
         for machine in self.types:
@@ -120,13 +123,23 @@ class Catalog:
     ) -> None:
         """A type named explicitly wins over ``resources=``; one the catalog knows to lack what
         ``resources`` asks for (a GPU, memory, vCPUs) is refused, not run without it. A type the
-        catalog does not list is taken as given. ``written``: the arguments as the user wrote
+        catalog does not list is taken as given, unless its name says it has no GPU and
+        ``resources`` asks for one (``no_gpu_types``). ``written``: the arguments as the user wrote
         them, when the catalog's row name differs (default ``explicit=name``); ``wanted``: how
         they wrote ``want`` (``resources`` or ``default_args['step_resources']``)."""
         machine = self.get(name)
-        if want is None or machine is None or machine.fits(want):
+        if want is None or (machine is not None and machine.fits(want)):
             return
         written = written or f"{explicit}={name!r}"
+        if machine is None:
+            if want.gpu_count and self.no_gpu_types and re.fullmatch(self.no_gpu_types, name):
+                raise NoFittingMachineError(
+                    f"{owner}.{written} is of a family with no GPU on {self.service}, and "
+                    f"{wanted}={want.shown()} asks for one; {explicit} wins over {wanted}, so "
+                    f"the step would run without it. Drop {explicit} to get the cheapest type "
+                    "that fits, or name a GPU type."
+                )
+            return
         raise NoFittingMachineError(
             f"{owner}.{written} is {machine.describe()}, which lacks what "
             f"{wanted}={want.shown()} asks for; {explicit} wins over {wanted}, so the step "
@@ -205,6 +218,7 @@ def parse(text: str, service: str) -> Catalog:
         region=meta.get("region", "unknown"),
         currency=meta.get("currency", "USD").split()[0],
         types=tuple(types),
+        no_gpu_types=meta.get("no_gpu_types"),
     )
 
 

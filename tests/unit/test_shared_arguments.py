@@ -248,6 +248,34 @@ def test_an_explicit_machine_lacking_what_resources_asks_for_is_refused(
 
 
 @pytest.mark.parametrize(
+    ("kind", "uncatalogued_cpu_type", "uncatalogued_gpu_type"),
+    [
+        ("sagemaker", "ml.c5n.xlarge", "ml.g7.xlarge"),
+        ("azureml", "Standard_HB120rs_v3", "Standard_ND96isr_H200_v5"),
+    ],
+)
+def test_a_gpu_request_beside_an_uncatalogued_type_of_a_family_without_gpus_is_refused(
+    kind, uncatalogued_cpu_type, uncatalogued_gpu_type
+):
+    """The catalog cannot list every type, but the name says which families have no GPU: the
+    step must not run on a CPU machine while its resources ask for a GPU."""
+    from airflow_stepop import ResourceSettings
+    from airflow_stepop.backends import azureml_config, sagemaker_config
+    from airflow_stepop.catalog import load
+
+    catalog = load({"sagemaker": sagemaker_config, "azureml": azureml_config}[kind].CATALOG)
+    assert catalog.get(uncatalogued_cpu_type) is None  # pick others if these are added
+    assert catalog.get(uncatalogued_gpu_type) is None
+    gpu = ResourceSettings(gpu_count=1)
+    with pytest.raises(SettingsError) as err:
+        _op(kind, resources=gpu, instance_type=uncatalogued_cpu_type)
+    assert f"instance_type={uncatalogued_cpu_type!r} is of a family with no GPU" in str(err.value)
+    assert "Drop instance_type" in str(err.value)
+    _op(kind, resources=ResourceSettings(cpu_count=2), instance_type=uncatalogued_cpu_type)
+    _op(kind, resources=gpu, instance_type=uncatalogued_gpu_type)  # taken as given
+
+
+@pytest.mark.parametrize(
     ("kind", "root", "bucket"),
     [
         ("sagemaker", "s3://My_Bucket/x", "My_Bucket"),
