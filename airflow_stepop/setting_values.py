@@ -36,6 +36,8 @@ _MEMORY_RE = r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$"
 class SettingsError(ValueError):
     """A setting with a wrong value; the message names the field, the value and the fix."""
 
+    __module__ = "airflow_stepop.settings"  # where users import it from, shown in tracebacks
+
 
 def parse_memory(value: int | str, field_name: str = "memory") -> int:
     """Bytes from an int or a string such as "8GB", "8GiB", "512MiB" or "8Gi"."""

@@ -221,9 +221,18 @@ class AzureMLBackend(StepBackend):
                 f"{job.instance_type!r} was asked for; drop instance_type or pick a cluster of "
                 f"{job.instance_type}."
             )
-        machine = load_catalog(CATALOG).get(size) or next(
-            (m for m in load_catalog(CATALOG).types if m.name.lower() == size.lower()), None
+        catalog = load_catalog(CATALOG)
+        machine = catalog.get(size) or next(
+            (m for m in catalog.types if m.name.lower() == size.lower()), None
         )
+        wants_gpu = job.resources is not None and job.resources.gpu_count
+        if machine is None and wants_gpu and catalog.named_without_gpu(size):
+            raise AzureMLConfigError(
+                f"compute={job.compute!r} runs {size} VMs, which have no GPU (only the N series "
+                f"has), and {job.resources_as}={job.resources.shown()} asks for one; pick a GPU "
+                "cluster, or leave compute unset to run serverless on the cheapest VM size that "
+                "fits."
+            )
         if job.resources is not None and machine is not None and not machine.fits(job.resources):
             raise AzureMLConfigError(
                 f"compute={job.compute!r} runs {machine.describe()}, which does not fit "

@@ -111,6 +111,10 @@ class Catalog:
                 return machine
         return None
 
+    def named_without_gpu(self, name: str) -> bool:
+        """Whether the name is of a family without GPUs (``no_gpu_types``), listed or not."""
+        return bool(self.no_gpu_types and re.fullmatch(self.no_gpu_types, name))
+
     def check_explicit(
         self,
         name: str,
@@ -132,7 +136,7 @@ class Catalog:
             return
         written = written or f"{explicit}={name!r}"
         if machine is None:
-            if want.gpu_count and self.no_gpu_types and re.fullmatch(self.no_gpu_types, name):
+            if want.gpu_count and self.named_without_gpu(name):
                 raise NoFittingMachineError(
                     f"{owner}.{written} is of a family with no GPU on {self.service}, and "
                     f"{wanted}={want.shown()} asks for one; {explicit} wins over {wanted}, so "

@@ -77,8 +77,10 @@ class CursorStore:
             if document.get("job_id") != self.job_id:
                 return None
             self.running_since = document.get("running_since")
-            self.tail = [line for line in document.get("tail") or () if isinstance(line, str)]
-            return document.get("cursor")
+            cursor, tail = document.get("cursor"), document.get("tail")
+            if cursor is not None and isinstance(tail, list):  # else the relay starts afresh
+                self.tail = [line for line in tail if isinstance(line, str)]
+            return cursor
 
         try:
             cursor = await _in_io_thread(read)
@@ -91,7 +93,7 @@ class CursorStore:
             log.info("Continuing the log relay of job %s where it stopped", self.job_id)
         return cursor
 
-    async def save(self, cursor: Any, *, relayed: int, tail: Collection[str] = ()) -> None:
+    async def save(self, cursor: Any, *, relayed: int, tail: Collection[str]) -> None:
         """Note the cursor a round reached and the job's last lines up to it; write the newest
         one whose lines have settled, at most every ``SAVE_SECONDS``."""
         now = time.monotonic()
@@ -120,13 +122,13 @@ class CursorStore:
             await self._write(*self.latest)
 
     async def _write(self, cursor: Any, tail: tuple[str, ...]) -> None:
-        try:
+        try:  # not ASCII-escaped: a tail in another script would take six bytes a character
             document = json.dumps({
                 "job_id": self.job_id,
                 "cursor": cursor,
                 "tail": tail,
                 "running_since": self.running_since,
-            })  # fmt: skip
+            }, ensure_ascii=False)  # fmt: skip
         except (TypeError, ValueError):
             return  # a backend whose cursor is not JSON relays from the top after a restart
         self.saved = time.monotonic()

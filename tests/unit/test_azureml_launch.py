@@ -244,3 +244,39 @@ def test_a_sovereign_workspaces_links_open_its_studio_and_no_emulator_log(gov_ba
     assert set(links) == {"job", "experiment"}
     assert links["job"].startswith("https://ml.azure.us/runs/j1?wsid=/subscriptions/sub-1/")
     assert links["experiment"].startswith("https://ml.azure.us/experiments/exp?")
+
+
+@pytest.mark.parametrize(
+    ("vm_size", "refused"),
+    [("Standard_HB120rs_v3", True), ("standard_nd96isr_h200_v5", False)],
+)
+def test_a_named_cluster_of_a_size_without_gpus_is_refused_for_a_gpu_request(vm_size, refused):
+    """A cluster's size the catalog does not list is still known to lack GPUs outside the N
+    series: the step must not run on CPUs while its resources ask for a GPU."""
+    from types import SimpleNamespace
+
+    from airflow_stepop.backends.azureml_launch import AzureMLConfigError
+    from airflow_stepop.catalog import load
+    from airflow_stepop.settings import ResourceSettings
+
+    assert load("azureml_vm_sizes").get(vm_size) is None  # pick others if these are added
+
+    class Arm:  # the workspace's compute, as ARM describes a cluster
+        def get(self, path):
+            return {"properties": {"properties": {"vmSize": vm_size, "vmPriority": "Dedicated"}}}
+
+    backend = AzureMLBackend()
+    backend.hook = SimpleNamespace(workspace=SimpleNamespace(path="/ws", name="stepop-ws"))
+    backend.arm = Arm()
+    job = AzureMLJobConfig.from_arguments(
+        "AzureMLStepOperator",
+        image_uri="myregistry.azurecr.io/train:1.0",
+        compute="the-cluster",
+        resources=ResourceSettings(gpu_count=1),
+    )
+    if not refused:
+        assert backend._compute(job)[0].instance_type == vm_size  # taken as given
+        return
+    with pytest.raises(AzureMLConfigError) as err:
+        backend._compute(job)
+    assert f"compute='the-cluster' runs {vm_size} VMs, which have no GPU" in str(err.value)

@@ -247,6 +247,23 @@ def test_an_explicit_machine_lacking_what_resources_asks_for_is_refused(
     _op(kind, resources=gpus, **fitting)  # wins over resources: no smaller type is chosen
 
 
+@pytest.mark.parametrize("catalog_name", ["sagemaker_training", "azureml_vm_sizes"])
+def test_a_catalogs_families_without_gpus_are_exactly_its_rows_without_gpus(catalog_name):
+    """The pattern judges the types the catalog does not list: it must agree with every row it
+    does (a new GPU family matched by it would refuse every request for its GPUs)."""
+    from airflow_stepop.catalog import load
+
+    catalog = load(catalog_name)
+    assert catalog.no_gpu_types
+    disagree = [
+        name
+        for m in catalog.types
+        for name in (m.name, m.name.lower())  # any case: Azure ML takes sizes so
+        if catalog.named_without_gpu(name) != (m.gpu_count == 0)
+    ]
+    assert disagree == []
+
+
 @pytest.mark.parametrize(
     ("kind", "uncatalogued_cpu_type", "uncatalogued_gpu_type"),
     [
