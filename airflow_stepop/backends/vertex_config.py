@@ -19,6 +19,7 @@ from airflow_stepop.backends import arguments as check
 from airflow_stepop.setting_values import SettingsError
 
 if TYPE_CHECKING:  # annotations only: a DAG without settings never builds one
+    from airflow_stepop.catalog.resolver import Catalog
     from airflow_stepop.settings import DockerSettings, ResourceSettings
 
 CATALOG = "vertex_custom_training"
@@ -90,7 +91,13 @@ class VertexJobConfig:
     image_repository: str | None = None
     persistent_resource_id: str | None = None
     experiment: str | None = None
-    price_per_hour: float | None = None  # one machine; the spot price for spot jobs
+
+    @property
+    def price_per_hour(self) -> float | None:
+        """One machine's price, the spot price for spot jobs; None for a machine the catalog
+        does not list. Read when the job is priced, not at parse."""
+        row = _catalog().get(self.machine)
+        return None if row is None else row.hourly_price(self.spot)
 
     @property
     def machine(self) -> str:
@@ -135,12 +142,9 @@ class VertexJobConfig:
         environment: Mapping[str, str] | None = None,
     ) -> VertexJobConfig:
         from airflow_stepop import config
-        from airflow_stepop.catalog import load
 
-        catalog = load(CATALOG)
         machine, accelerator, count = _hardware(
             owner,
-            catalog,
             resources,
             machine_type,
             accelerator_type,
@@ -151,7 +155,7 @@ class VertexJobConfig:
             written = ", ".join(f"{key}={value!r}" for key, value in (
                 ("machine_type", machine_type), ("accelerator_type", accelerator_type),
                 ("accelerator_count", accelerator_count)) if value is not None)  # fmt: skip
-            catalog.check_explicit(machine_name(machine, accelerator, count), resources,
+            _catalog().check_explicit(machine_name(machine, accelerator, count), resources,
                                    owner=owner, explicit="machine_type",
                                    written=written, wanted=resources_as)  # fmt: skip
         if machine is None:
@@ -210,15 +214,13 @@ class VertexJobConfig:
                 f"100 variables, {ENV_ENTRIES_MAX} of them the step's. Pass fewer (e.g. one JSON "
                 "value)."
             )
-        row = catalog.get(machine_name(machine, accelerator, count))
-        price = None if row is None else row.hourly_price(spot)
         return cls(
             machine_type=machine, accelerator_type=accelerator, accelerator_count=count,
             replica_count=replicas, boot_disk_size_gb=disk, max_runtime_s=runtime, spot=spot,
             restart_on_worker_restart=restart_on_worker_restart, service_account=service_account,
             network=network, encryption_key=encryption_key, labels=label_map, image_uri=image_uri,
             image_repository=image_repository, persistent_resource_id=persistent_resource_id,
-            experiment=experiment, price_per_hour=price,
+            experiment=experiment,
         )  # fmt: skip
 
 
@@ -261,9 +263,16 @@ def split_machine(name: str) -> tuple[str, str | None, int]:
     return machine, kind, int(count)
 
 
+def _catalog() -> Catalog:
+    """The machine types with their accelerators and prices; read where a step names a machine
+    or asks for hardware, and when a job is priced (no cost to a parse that does neither)."""
+    from airflow_stepop.catalog import load
+
+    return load(CATALOG)
+
+
 def _hardware(
     owner: str,
-    catalog: Any,
     resources: ResourceSettings | None,
     machine_type: Any,
     accelerator_type: Any,
@@ -295,7 +304,7 @@ def _hardware(
             )
         if resources is None:
             return None, None, 0
-        chosen = catalog.resolve(resources, owner=f"{owner}.{resources_as}",
+        chosen = _catalog().resolve(resources, owner=f"{owner}.{resources_as}",
                                  explicit="machine_type", count="replica_count")  # fmt: skip
         return split_machine(chosen.name)
     check.refuse_template(owner, "machine_type", machine_type, "n1-standard-8")
@@ -305,7 +314,7 @@ def _hardware(
             "'n1-standard-8', 'e2-standard-4' or 'a2-highgpu-1g'."
         )
     # Accelerator-optimized types come with their GPUs: the catalog knows which.
-    fixed = [m.name for m in catalog.types if m.name.startswith(machine_type + "+")]
+    fixed = [m.name for m in _catalog().types if m.name.startswith(machine_type + "+")]
     if fixed and not machine_type.startswith("n1-"):  # n1 rows: GPUs attached, not bundled
         (kind, count), *_ = {split_machine(name)[1:] for name in fixed}
         if (accelerator_type, accelerator_count) not in {(None, None), (kind, None), (kind, count)}:
@@ -327,7 +336,7 @@ def _hardware(
     if not machine_type.startswith("n1-") or accelerator_type not in N1_GPU_COUNTS:
         raise SettingsError(
             f"{owner}.accelerator_type={accelerator_type!r} cannot be attached to "
-            f"machine_type={machine_type!r}. {_where_it_goes(catalog, accelerator_type)}"
+            f"machine_type={machine_type!r}. {_where_it_goes(accelerator_type)}"
         )
     count = accelerator_count or 1
     allowed = N1_GPU_COUNTS[accelerator_type]
@@ -387,12 +396,12 @@ def _bundled(
     return machine_type, accelerator_type, count
 
 
-def _where_it_goes(catalog: Any, accelerator: str) -> str:
+def _where_it_goes(accelerator: str) -> str:
     """The fix for an accelerator on a machine type that cannot take it."""
     if accelerator in N1_GPU_COUNTS:
         return f"{accelerator} attaches to n1 types, e.g. machine_type='n1-standard-8'."
     families = [f for f, kinds in BUNDLED_FAMILIES.items() if accelerator in kinds]
-    listed = [m.name.partition("+")[0] for m in catalog.types if f"+{accelerator}x" in m.name]
+    listed = [m.name.partition("+")[0] for m in _catalog().types if f"+{accelerator}x" in m.name]
     example = f", e.g. machine_type={listed[0]!r}" if listed else ""
     return (
         f"{accelerator} comes only with {'/'.join(families)} machine types{example}: name one "

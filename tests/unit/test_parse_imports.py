@@ -35,7 +35,11 @@ def steps():
     def on_azureml():
         return 1
 
-    local() >> on_sagemaker() >> on_azureml()
+    @task.vertex_step(image_uri="us-docker.pkg.dev/my-project/train/image:1.0"{cloud})
+    def on_vertex():
+        return 1
+
+    local() >> on_sagemaker() >> on_azureml() >> on_vertex()
 
 steps()
 print(json.dumps(sorted(set(sys.modules) - before)))
@@ -53,7 +57,7 @@ def _loaded_by_parse(tmp_path, **fill: str) -> list[str]:
 
 def test_steps_without_hardware_or_image_settings_load_no_settings_classes_or_catalog(tmp_path):
     loaded = _loaded_by_parse(tmp_path, cloud="")
-    assert "airflow_stepop.operators.sagemaker" in loaded  # the parse did declare the steps
+    assert "airflow_stepop.operators.vertex" in loaded  # the parse did declare the steps
     ours = [name for name in loaded if name.startswith("airflow_stepop.")]
     assert "airflow_stepop.settings" not in ours
     assert [name for name in ours if name.startswith("airflow_stepop.catalog")] == []
