@@ -30,8 +30,10 @@ By default the step is a module function the job imports by name; ``--by-value``
 function defined in the DAG, as ``@task.local_step`` functions usually are, which travels
 pickled by value (each task pickles it to compare with the cached bundle's). ``--same-process``
 runs every sample in this process instead, after two warm-up calls (what repeated calls in one
-process, e.g. ``dag.test()``, cost). Prints the three medians and our ratio to each floor
-(target <= 1.5x the floor).
+process, e.g. ``dag.test()``, cost). Prints the medians and our ratio to each floor
+(target <= 1.5x the floor). In task-like processes a fourth side times execute() in a child
+that has imported, untimed, the modules execute() imports (the warm-up sample names them): the
+difference is what importing our worker-side code costs a task process.
 ``python -X importtime`` on this script shows what each child imports.
 
     .venv/bin/python bench/execute_overhead.py [--runs 20] [--same-process] [--by-value]
@@ -42,6 +44,7 @@ from __future__ import annotations
 import argparse
 import gc
 import hashlib
+import importlib
 import json
 import os
 import shutil
@@ -51,7 +54,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -110,10 +113,10 @@ def main() -> None:
             gc.collect()
         return parsed["operator"]
 
-    def context(i: int) -> dict:
+    def context(run_id: str) -> dict:
         ti = SimpleNamespace(
             dag_id="bench",
-            run_id=f"run{i}",
+            run_id=run_id,
             task_id="train",
             map_index=-1,
             try_number=1,
@@ -125,9 +128,9 @@ def main() -> None:
     # what the Task Runner passes: execute() is not being called from outside a task
     runner = {"LocalStepOperator__sentinel": ExecutorSafeguard.sentinel_value}
 
-    def execute(i: int) -> dict:
+    def execute(i: int, run: str = "run") -> dict:
         try:
-            parsed["operator"].execute(context(i), **runner)
+            parsed["operator"].execute(context(f"{run}{i}"), **runner)
         except TaskDeferred as deferred:
             return deferred.trigger.serialize()[1]["handle"]
         raise RuntimeError("execute() returned instead of deferring")
@@ -142,25 +145,33 @@ def main() -> None:
             while not backend.status(handle).terminal:
                 time.sleep(0.05)
 
-    def in_task_process(run: Callable[[int], Any], i: int) -> tuple[float, float]:
-        """One sample's wall and CPU time, by default in a forked child (a task process)."""
+    def in_task_process(
+        run: Callable[[int], Any], i: int, imports: Sequence[str] = ()
+    ) -> tuple[float, float, list[str]]:
+        """One sample's wall and CPU time, by default in a forked child (a task process), and
+        the modules the timed call imported. ``imports`` are imported untimed, after the parse."""
         if options.same_process:
             parse()
+            before = set(sys.modules)
             start, cpu = time.perf_counter(), time.process_time()
             handle = run(i)
             elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
             wait_for_job(handle)
-            return elapsed, cpu
+            return elapsed, cpu, sorted(set(sys.modules) - before)
         reader, writer = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: time one call, report it, wait for its job, leave
             os.close(reader)
             try:
                 parse()  # untimed: the task process parses the DAG file before execute()
+                for module in imports:
+                    importlib.import_module(module)
+                before = set(sys.modules)
                 start, cpu = time.perf_counter(), time.process_time()
                 handle = run(i)
                 elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
-                os.write(writer, json.dumps([elapsed, cpu]).encode())
+                imported = sorted(set(sys.modules) - before)
+                os.write(writer, json.dumps([elapsed, cpu, imported]).encode())
                 os.close(writer)
                 wait_for_job(handle)
             except BaseException:
@@ -172,14 +183,16 @@ def main() -> None:
             report = pipe.read()
         if os.waitpid(pid, 0)[1] != 0 or not report:
             raise SystemExit(f"a sample failed in its process (see above): {run.__name__}")
-        elapsed, cpu = json.loads(report)
-        return elapsed, cpu
+        elapsed, cpu, imported = json.loads(report)
+        return elapsed, cpu, imported
 
     # The imports above leave a full garbage collection due, which a child's first allocations
     # would run (over every object the parent made, copying its pages after the fork): a cost
     # of the imports, paid here, whichever side would trip it.
     gc.collect()
-    in_task_process(execute, -1)  # an earlier task: uploads the bundle, fills the disk cache
+    # an earlier task: uploads the bundle, fills the disk cache; names the modules execute()
+    # imports in a task process (in one process, the modules its first call imported)
+    worker_modules = in_task_process(execute, -1)[2]
     if options.same_process:
         in_task_process(execute, -2)  # and this process has built it once
 
@@ -214,35 +227,49 @@ def main() -> None:
         conf.get("stepop", "poll_interval", fallback="")
         return process
 
-    sides = [(execute, []), (floor, []), (contract_floor, [])]
-    for i in range(options.runs):  # each round in another order: no side always runs first
-        for run, samples in sides[i % 3 :] + sides[: i % 3]:
-            samples.append(in_task_process(run, i))
+    def execute_imported(i: int) -> dict:
+        """execute() in a task process that has already imported what execute() imports."""
+        return execute(i, "imported")
 
-    def median_ms(samples: list[tuple[float, float]], index: int) -> float:
+    ours, floors, contracts, imported = [], [], [], []
+    sides = [(execute, ours, []), (floor, floors, []), (contract_floor, contracts, [])]
+    if not options.same_process:  # in one process, every sample after the first is this side
+        sides.append((execute_imported, imported, worker_modules))
+    for i in range(options.runs):  # each round in another order: no side always runs first
+        for run, samples, imports in sides[i % len(sides) :] + sides[: i % len(sides)]:
+            samples.append(in_task_process(run, i, imports))
+
+    def median_ms(samples: list[tuple[float, float, list[str]]], index: int) -> float:
         return statistics.median(sample[index] for sample in samples) * 1000
 
-    (_, ours), (_, floors), (_, contracts) = sides
     mode = "one process" if options.same_process else "a forked task-like process each"
     mode += "; callable pickled by value" if options.by_value else "; callable imported by name"
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {mode}")
     print(f"bundle {len(bundle)} bytes, spec {len(spec)} bytes, input {len(inputs)} bytes")
     print(f"{options.runs} samples each; wall time (CPU time, which other tenants disturb less)")
-    for label, samples in (
+    rows = [
         ("execute() median, warm caches", ours),
         ("floor (write bytes + spawn)", floors),
         ("contract floor (+ settings, digest, record, log)", contracts),
-    ):
+    ]
+    if imported:
+        print(f"execute() imports {len(worker_modules)} modules in a task process")
+        rows.append(("execute(), those modules imported before", imported))
+    for label, samples in rows:
         print(
             f"{label + ':':50s}{median_ms(samples, 0):7.1f} ms ({median_ms(samples, 1):.1f} ms CPU)"
         )
-    for label, base, target in (
-        ("floor", floors, "; target <= 1.5x"),
-        ("contract floor", contracts, ""),
-    ):
-        wall = median_ms(ours, 0) / median_ms(base, 0)
-        cpu = median_ms(ours, 1) / median_ms(base, 1)
-        print(f"{'ratio execute/' + label + ':':50s}{wall:7.2f}x ({cpu:.2f}x CPU{target})")
+    ratios = [
+        ("execute/floor", ours, floors, "; target <= 1.5x"),
+        ("execute/contract floor", ours, contracts, ""),
+    ]
+    if imported:
+        ratios.append(("execute, modules imported/floor", imported, floors, ""))
+        ratios.append(("execute, modules imported/contract floor", imported, contracts, ""))
+    for label, side, base, target in ratios:
+        wall = median_ms(side, 0) / median_ms(base, 0)
+        cpu = median_ms(side, 1) / median_ms(base, 1)
+        print(f"{'ratio ' + label + ':':50s}{wall:7.2f}x ({cpu:.2f}x CPU{target})")
     print("execute() target: < 2 s")
     shutil.rmtree(work, ignore_errors=True)
 
