@@ -19,6 +19,8 @@ import pytest
 
 from cloud import stack
 from cloud.pytest_plugin import cloud_stack  # noqa: F401 - the fixture
+from tests.processes import holding_files_under
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^```bash try-it[^\n]*\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
@@ -70,3 +72,9 @@ def test_try_it_block_runs_as_pasted(
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"exit {result.returncode}:\n{output[-6000:]}"
+    # A block stops what it starts: a process still writing under its AIRFLOW_HOME (a log) is
+    # one a user would find running after pasting it (a job ending right now gets a moment).
+    try:
+        wait_for(lambda: not holding_files_under(str(tmp_path)), timeout=10)
+    except AssertionError:
+        pytest.fail(f"the block left processes running: {holding_files_under(str(tmp_path))}")
