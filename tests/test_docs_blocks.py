@@ -1,4 +1,5 @@
-"""Every "try it" block of the docs runs as pasted: README.md and docs/*.md, fenced ```bash try-it.
+"""Every "try it" block of the docs runs as pasted, and leaves nothing running: README.md and
+docs/*.md, fenced ```bash try-it.
 
 Each block runs in a fresh ``bash`` (``-e -o pipefail``: the first failing command fails it) in
 the repository root, with the emulated clouds up (the blocks' own ``make cloud-up`` reuses the
