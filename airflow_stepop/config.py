@@ -96,7 +96,9 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
     "vertex_default_machine_type": (
         "string",
         "n1-standard-4",
-        "Vertex machine type of a step that gives neither resources= nor machine_type=.",
+        "Vertex machine type of a step that gives neither resources= nor machine_type=. A GPU "
+        "type the catalog lists gets its GPUs; another names them after a '+', e.g. "
+        "'a3-megagpu-8g+NVIDIA_H100_MEGA_80GBx8'.",
     ),
     "azureml_image_repository": (
         "string",

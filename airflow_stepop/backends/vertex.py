@@ -25,7 +25,7 @@ from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend, ser
 from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
 from airflow_stepop.backends.vertex_api import ALIVE, GoogleAccess, is_transient_error, map_state
-from airflow_stepop.backends.vertex_config import CATALOG, VertexJobConfig, split_machine
+from airflow_stepop.backends.vertex_config import VertexJobConfig
 from airflow_stepop.backends.vertex_job import (
     ENTRY_FILE,
     OUR_LABEL,
@@ -36,6 +36,7 @@ from airflow_stepop.backends.vertex_job import (
     job_details,
     rfc3339,
 )
+from airflow_stepop.backends.vertex_machines import CATALOG, split_machine
 from airflow_stepop.runtime.storage import join
 from airflow_stepop.triggers.list_pages import WatchedPages
 

@@ -28,11 +28,10 @@ from airflow_stepop.backends.base import JobRequest
 from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.vertex_config import (
     AIRFLOW_LABEL_PREFIX,
-    CATALOG,
     MAX_LABELS,
     VertexJobConfig,
-    machine_name,
 )
+from airflow_stepop.backends.vertex_machines import CATALOG, machine_name
 from airflow_stepop.runtime.storage import join
 
 ENTRY_FILE = "stepop_vertex_entry.py"

@@ -7,7 +7,6 @@ import before any API call.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -123,5 +122,5 @@ class VertexStepOperator(BaseStepOperator):
             project_id=self.project_id,
             location=self.location,
             impersonation_chain=self.impersonation_chain,
-            job=dataclasses.replace(self.job_config, image_uri=self.image_uri),  # rendered
+            job=self.job_config.completed(image_uri=self.image_uri),  # rendered
         )

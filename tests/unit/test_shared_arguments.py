@@ -199,15 +199,17 @@ def test_a_template_in_tags_or_labels_is_refused_they_are_not_rendered(kind, arg
         ("azureml", "azureml_default_instance_type", "DS3_v2"),
     ],
 )
-def test_a_default_machine_option_that_names_no_machine_names_the_option(
+def test_a_default_machine_option_that_names_no_machine_fails_the_task_naming_the_option(
     kind, option, value, monkeypatch
 ):
     monkeypatch.setenv(f"AIRFLOW__STEPOP__{option.upper()}", value)
     monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ROLE", "trainer")
     monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", "s3://bucket/stepop")
+    monkeypatch.setenv("AIRFLOW__STEPOP__VERTEX_ARTIFACT_ROOT", "gs://bucket/stepop")
     monkeypatch.setenv("AIRFLOW__STEPOP__AZUREML_ARTIFACT_ROOT", "abfs://container/stepop")
+    step = _op(kind)  # the DAG file still parses: the option is read when the task runs
     with pytest.raises(SettingsError) as err:
-        _op(kind).make_backend()  # Vertex AI reads it when the DAG is parsed, the rest here
+        step.make_backend()
     assert str(err.value).startswith(f"[stepop] {option}={value!r} is not")
 
 

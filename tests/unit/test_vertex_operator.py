@@ -171,7 +171,7 @@ def test_a_gpu_machine_type_the_catalog_lacks_is_taken_as_given_with_its_acceler
 
 
 def test_every_vertex_accelerator_has_a_machine_type_to_go_with():
-    from airflow_stepop.backends.vertex_config import (
+    from airflow_stepop.backends.vertex_machines import (
         ACCELERATORS,
         BUNDLED_FAMILIES,
         N1_GPU_COUNTS,
@@ -236,6 +236,49 @@ def test_a_bundled_gpu_machine_lacking_the_asked_gpu_is_refused_as_written():
         "VertexStepOperator(task_id='t').machine_type='a2-highgpu-1g' is a2-highgpu-1g"
     )
     assert "1 x A100" in message and "Drop machine_type" in message
+
+
+@pytest.mark.parametrize(
+    ("default", "machine"),
+    [
+        ("n1-standard-4", ("n1-standard-4", None, 0)),
+        ("g2-standard-4", ("g2-standard-4", "NVIDIA_L4", 1)),  # its GPU filled in
+        ("n1-standard-8+NVIDIA_TESLA_T4x2", ("n1-standard-8", "NVIDIA_TESLA_T4", 2)),
+        ("a3-megagpu-8g+NVIDIA_H100_MEGA_80GBx8", ("a3-megagpu-8g", "NVIDIA_H100_MEGA_80GB", 8)),
+    ],
+)
+def test_the_default_machine_is_read_when_the_task_runs_gpus_filled_in_as_for_machine_type(
+    default, machine, monkeypatch
+):
+    monkeypatch.setenv("AIRFLOW__STEPOP__VERTEX_ARTIFACT_ROOT", "gs://bucket/stepop")
+    step = _op()  # parsed before the option is set: a worker's configuration is what counts
+    assert step.job_config.machine_type is None
+    monkeypatch.setenv("AIRFLOW__STEPOP__VERTEX_DEFAULT_MACHINE_TYPE", default)
+    job = step.make_backend().job
+    assert (job.machine_type, job.accelerator_type, job.accelerator_count) == machine
+    assert job.image_uri == IMAGE
+
+
+@pytest.mark.parametrize(
+    ("default", "words"),
+    [
+        ("a3-megagpu-8g", ["is not in the catalog", "'a3-megagpu-8g+KINDx8'", "NVIDIA_H200"]),
+        ("n1-standard-8+T4x1", ["names 'T4', which is not a Vertex accelerator type"]),
+        ("n1-standard-8+NVIDIA_TESLA_T4", ["is not a Vertex machine type", "n1-standard-4"]),
+    ],
+)
+def test_a_default_machine_vertex_would_refuse_fails_the_task_naming_the_option(
+    default, words, monkeypatch
+):
+    monkeypatch.setenv("AIRFLOW__STEPOP__VERTEX_ARTIFACT_ROOT", "gs://bucket/stepop")
+    monkeypatch.setenv("AIRFLOW__STEPOP__VERTEX_DEFAULT_MACHINE_TYPE", default)
+    step = _op()
+    with pytest.raises(SettingsError) as err:
+        step.make_backend()
+    message = str(err.value)
+    assert message.startswith(f"[stepop] vertex_default_machine_type={default!r}")
+    for word in words:
+        assert word in message
 
 
 def test_max_runtime_defaults_to_execution_timeout_plus_a_grace_then_seven_days():
