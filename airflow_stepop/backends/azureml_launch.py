@@ -27,6 +27,7 @@ from typing import Any
 from airflow_stepop.backends.azureml_config import AzureMLJobConfig
 from airflow_stepop.backends.azureml_rest import epoch
 from airflow_stepop.backends.base import JobRequest, JobStatus
+from airflow_stepop.runtime.values import input_uris
 
 ENTRY_FILE = "stepop_entry.py"
 LAUNCH_FILE = "stepop_launch.json"
@@ -79,22 +80,6 @@ def job_uri(
     return blob_url(uri, account, suffix)
 
 
-def refs(node: Any) -> list[str]:
-    """URIs of every artifact reference in a spec value node."""
-    if isinstance(node, dict):
-        if isinstance(node.get("ref"), dict):
-            return [node["ref"]["uri"]]
-        out: list[str] = []
-        for key in ("list", "dict"):
-            children = node.get(key)
-            if isinstance(children, dict):
-                children = list(children.values())
-            for child in children or []:
-                out.extend(refs(child))
-        return out
-    return []
-
-
 def input_dirs(uris: list[str]) -> list[str]:
     """The directories holding ``uris``, without any that another one already contains."""
     kept: list[str] = []
@@ -132,7 +117,7 @@ def build_launch(
     path_map = {request.code_uri: "code", run_uri: "run", output_uri: "result"}
     upstream = [
         uri
-        for uri in refs({"list": spec.get("args", [])}) + refs({"dict": spec.get("kwargs", {})})
+        for uri in input_uris(spec)
         if not uri.startswith(run_uri + "/")  # staged by the worker into this run
     ]
     for i, prefix in enumerate(input_dirs(upstream), start=1):

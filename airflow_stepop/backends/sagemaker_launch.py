@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from airflow_stepop.backends.base import JobRequest
+from airflow_stepop.runtime.values import input_uris
 
 MAX_CHANNELS = 20
 ENV_VALUE_MAX = 512
@@ -25,21 +26,6 @@ class SageMakerConfigError(ValueError):
 
 def sanitize_tag(value: str, limit: int = 256) -> str:
     return TAG_VALUE.sub("_", value)[:limit]
-
-
-def _refs(node: Any) -> list[str]:
-    """URIs of every artifact reference in a spec value node."""
-    if isinstance(node, dict):
-        if "ref" in node and isinstance(node["ref"], dict):
-            return [node["ref"]["uri"]]
-        out: list[str] = []
-        for key in ("list", "dict"):
-            if key in node:
-                children = node[key].values() if isinstance(node[key], dict) else node[key]
-                for child in children:
-                    out.extend(_refs(child))
-        return out
-    return []
 
 
 def _common_prefix(a: str, b: str) -> str:
@@ -111,7 +97,7 @@ def build_launch(
         output_uri: "model",
     }
     inputs = []
-    for uri in _refs({"list": spec.get("args", [])}) + _refs({"dict": spec.get("kwargs", {})}):
+    for uri in input_uris(spec):
         if uri.startswith(run_uri + "/"):
             continue  # staged by the worker into this run: the run channel has it
         if not uri.startswith("s3://"):

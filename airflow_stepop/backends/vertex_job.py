@@ -33,6 +33,7 @@ from airflow_stepop.backends.vertex_config import (
 )
 from airflow_stepop.backends.vertex_machines import CATALOG, machine_name
 from airflow_stepop.runtime.storage import join
+from airflow_stepop.runtime.values import input_uris
 
 ENTRY_FILE = "stepop_vertex_entry.py"
 OUR_LABEL = ("stepop", "step")
@@ -58,16 +59,6 @@ def gcs_path(uri: str) -> str:
     return "/gcs/" + uri[len("gs://") :]
 
 
-def _ref_uris(node: Any) -> list[str]:
-    """URIs of every artifact reference in a spec value node."""
-    if isinstance(node, dict):
-        if isinstance(node.get("ref"), dict):
-            return [node["ref"]["uri"]]
-        children = [*node.get("list", []), *node.get("dict", {}).values()]
-        return [uri for child in children for uri in _ref_uris(child)]
-    return []
-
-
 def job_labels(request: JobRequest, job: VertexJobConfig) -> dict[str, str]:
     """The user's labels, then ours (which the user's may not replace: vertex_config refuses
     their keys at parse time), at most Vertex's 64 in all."""
@@ -91,7 +82,7 @@ def build_job(
 ) -> dict[str, Any]:  # fmt: skip
     """The CustomJob body (proto field names) for one attempt. Pure: no API call."""
     run_uri = request.run_uri.rstrip("/")
-    inputs = _ref_uris({"list": spec.get("args", [])}) + _ref_uris({"dict": spec.get("kwargs", {})})
+    inputs = input_uris(spec)
     buckets = {
         uri.split("/", 3)[2] for uri in [run_uri, request.code_uri, *inputs] if gcs_path(uri)
     }

@@ -154,7 +154,7 @@ def read_result(
     from airflow_stepop.runtime.storage import join
 
     manifest = storage.read_json(join(output_uri(handle), specs.RESULT_NAME))
-    for record in _artifact_records(manifest["outputs"]) if check_artifacts else ():
+    for record in values.references(manifest["outputs"]) if check_artifacts else ():
         if not storage.exists(record["uri"]):
             raise values.ArtifactMissingError(f"the result names {record['uri']}, which is gone")
     return values.decode(
@@ -183,15 +183,6 @@ def report_billing(log: Logger, ti: Any, backend: StepBackend, event: dict[str, 
         else " (no price in the catalog)",
     )
     ti.xcom_push(key=key, value=billing)
-
-
-def _artifact_records(node: Any) -> list[dict[str, Any]]:
-    if isinstance(node, dict):
-        if isinstance(node.get("ref"), dict):
-            return [node["ref"]]
-        children = [*node.get("list", []), *(node.get("dict") or {}).values()]
-        return [record for child in children for record in _artifact_records(child)]
-    return []
 
 
 def shown(result: Any, limit: int = 300) -> str:

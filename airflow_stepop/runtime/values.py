@@ -238,6 +238,22 @@ def decode(node: dict[str, Any], load_ref: Callable[[dict[str, Any]], Any]) -> A
     raise ValueError(f"Unknown value node {sorted(node)}")
 
 
+def references(node: Any) -> list[dict[str, Any]]:
+    """The record of every artifact reference in a value node, depth first."""
+    if isinstance(node, dict):
+        if isinstance(node.get("ref"), dict):
+            return [node["ref"]]
+        children = [*node.get("list", []), *(node.get("dict") or {}).values()]
+        return [record for child in children for record in references(child)]
+    return []
+
+
+def input_uris(spec: dict[str, Any]) -> list[str]:
+    """The URIs of the artifacts a job spec's arguments reference: what the job will read."""
+    arguments = {"list": spec.get("args", []), "dict": spec.get("kwargs", {})}
+    return [record["uri"] for record in references(arguments)]
+
+
 def write_artifact(value: Any, uri: str, storage: Storage) -> dict[str, Any]:
     """Materialize a value at ``uri`` (suffix added) and return its reference record.
 
