@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -134,7 +135,7 @@ def _conf() -> Any:
 
 
 def get(name: str) -> str:
-    kind, default, _ = OPTIONS[name]
+    _, default, _ = OPTIONS[name]
     return _conf().get(SECTION, name, fallback=default) or default
 
 
@@ -160,8 +161,9 @@ def _number(name: str, kind: type) -> Any:
         number = kind(value)
     except ValueError:
         number = None
-    # a float is a duration (> 0); an int is a size (0 allowed: e.g. never inline a result)
-    if number is None or number < 0 or (kind is float and number == 0):
+    # a float is a duration or a rate (> 0, finite); an int is a size (0 allowed: e.g. never
+    # inline a result)
+    if number is None or not math.isfinite(number) or number < 0 or number == 0 and kind is float:
         wanted = "a whole number >= 0" if kind is int else "a number > 0"
         raise ValueError(
             f"[{SECTION}] {name}={value!r} (AIRFLOW__{SECTION.upper()}__{name.upper()}) must be "

@@ -22,7 +22,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from airflow_stepop.backends.azureml_config import CATALOG, TASK_TAG, AzureMLJobConfig, hourly_price
+from airflow_stepop.backends.azureml_config import (
+    CATALOG,
+    TASK_TAG,
+    AzureMLJobConfig,
+    hourly_price,
+    job_price_per_hour,
+)
 from airflow_stepop.backends.azureml_launch import (
     ENTRY_FILE,
     LAUNCH_FILE,
@@ -171,7 +177,7 @@ class AzureMLBackend(StepBackend):
         size = own.get("stepop_vm_size") or (props.get("resources") or {}).get("instanceType")
         count = int((props.get("resources") or {}).get("instanceCount") or 1)
         spot = low_priority(props)
-        price = hourly_price(size, spot) if size else None
+        price = job_price_per_hour(size, count, spot) if size else None
         handle = {
             "job_id": resource["name"],
             "task_key": task_key,
@@ -179,7 +185,7 @@ class AzureMLBackend(StepBackend):
             "output_uri": own.get("stepop_output_uri", ""),
             "experiment": props.get("experimentName"),
             "machine": job.machine() if job else f"{count} x {size}",
-            "price_per_hour": None if price is None else round(price * count, 6),
+            "price_per_hour": price,
         }
         created = (resource.get("systemData") or {}).get("createdAt")
         if created:  # where the poller's newest-first list pages stop

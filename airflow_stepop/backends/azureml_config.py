@@ -163,13 +163,6 @@ class AzureMLJobConfig:
             experiment_name=self.experiment_name or experiment_for(dag_id),
         )
 
-    def price_per_hour(self) -> float | None:
-        """USD per hour for the whole job (all instances; the low-priority price for Spot)."""
-        if not self.instance_type:
-            return None
-        price = hourly_price(self.instance_type, self.spot)
-        return None if price is None else round(price * self.instance_count, 6)
-
     def machine(self) -> str:
         what = self.instance_type or "cluster VM"
         where = f" on {self.compute}" if self.compute else ""
@@ -245,6 +238,12 @@ def _identity(owner: str, value: Any) -> dict[str, str] | None:
         "'managed' (the compute's), 'managed:<client id>' (a user-assigned identity) or "
         "'aml_token'."
     )
+
+
+def job_price_per_hour(instance_type: str, count: int, spot: bool) -> float | None:
+    """USD per hour for the whole job (all instances; the low-priority price for Spot)."""
+    price = hourly_price(instance_type, spot)
+    return None if price is None else round(price * count, 6)
 
 
 def hourly_price(instance_type: str, spot: bool) -> float | None:

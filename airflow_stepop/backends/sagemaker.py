@@ -46,9 +46,7 @@ from airflow_stepop.backends.sagemaker_job import (
     map_status,
 )
 from airflow_stepop.backends.sagemaker_launch import (
-    SageMakerConfigError,
     build_launch,
-    group_prefixes,
     sanitize_tag,
 )
 from airflow_stepop.backends.sagemaker_logs import read_new_lines
@@ -396,8 +394,6 @@ class SageMakerBackend(StepBackend):
 
 __all__ = [
     "SageMakerBackend",
-    "SageMakerConfigError",
     "SageMakerJobConfig",
     "build_launch",
-    "group_prefixes",
 ]

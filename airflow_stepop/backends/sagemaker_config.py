@@ -63,7 +63,6 @@ class SageMakerJobConfig:
     tags: dict[str, str] = field(default_factory=dict)
     image_uri: str | None = None
     image_repository: str | None = None
-    price_per_hour: float | None = None
 
 
 @dataclass(frozen=True)
@@ -246,7 +245,6 @@ class SageMakerArguments:
             max_wait_s=wait,
             image_uri=image_uri,
             image_repository=repository,
-            price_per_hour=machine.price_per_hour if machine else None,
         )
         return SageMakerJobConfig(**fields)
 

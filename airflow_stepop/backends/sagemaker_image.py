@@ -11,14 +11,12 @@ stands in for ECR.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 from airflow_stepop.setting_values import SettingsError
 
 IMAGE_EXAMPLE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1.0"
-_ECR_REPOSITORY = r"\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/"
 
 
 def service_can_pull(image: str, repository: str | None) -> bool:
@@ -41,10 +39,10 @@ def check_image_uri(owner: str, image_uri: str, repository: str | None) -> None:
     """Refuse an ``image_uri`` SageMaker cannot pull, before anything is submitted."""
     if service_can_pull(image_uri, repository):
         return
-    from airflow_stepop.images.reference import registry_host
+    from airflow_stepop.images.reference import ecr_match, registry_host
 
     also = ""
-    if repository is not None and not re.match(_ECR_REPOSITORY, repository):
+    if repository is not None and not ecr_match(repository):
         also = f" or the image repository's registry {registry_host(repository)!r}"
     raise SettingsError(
         f"{owner}.image_uri={image_uri!r} is an image SageMaker cannot pull: training jobs pull "

@@ -137,7 +137,8 @@ def billing_facts(description: dict[str, Any]) -> dict[str, Any]:
 
 
 def estimate_cost(description: dict[str, Any], price_per_hour: float | None) -> dict[str, Any]:
-    """Billable seconds and the on-demand cost estimate (price x billable seconds x count)."""
+    """Billable seconds and the cost estimate (price x billable seconds x count; the caller
+    gives the spot price for a spot job)."""
     billable = int(description.get("BillableTimeInSeconds") or 0)
     count = int(description.get("ResourceConfig", {}).get("InstanceCount", 1))
     out: dict[str, Any] = {

@@ -79,15 +79,6 @@ class VertexJobConfig:
         """Catalog name of one machine: ``n1-standard-8+NVIDIA_TESLA_T4x1`` or ``e2-standard-4``."""
         return machine_name(self.machine_type, self.accelerator_type, self.accelerator_count)
 
-    def describe(self) -> str:
-        """``n1-standard-8 + 1 x NVIDIA_TESLA_T4, 2 replicas`` (the trigger's progress lines)."""
-        text = self.machine_type
-        if self.accelerator_type:
-            text += f" + {self.accelerator_count} x {self.accelerator_type}"
-        if self.replica_count > 1:
-            text += f", {self.replica_count} replicas"
-        return text + (", spot" if self.spot else "")
-
     def completed(self, image_uri: str | None) -> VertexJobConfig:
         """The job as it runs: the rendered image, and the default machine where the step
         named none (read now, so a fixed option needs no re-parse)."""

@@ -1,8 +1,11 @@
-"""The arguments every step operator takes, checked when the DAG file is parsed.
+"""The arguments every step operator takes: checked when the DAG file is parsed, and what
+only rendering shows, when the task runs.
 
 A wrong value fails the DAG's import with a ``SettingsError`` that names the operator as the
 user wrote it, the argument, the value and a valid example; a misspelt argument is named with
-the closest one the operator takes. A service's own arguments are its backend's to check.
+the closest one the operator takes. After rendering, the task's connection, the rendered
+environment and arguments are checked again (no empty render, no secret shipped with the job)
+before anything is uploaded. A service's own arguments are its backend's to check.
 """
 
 from __future__ import annotations

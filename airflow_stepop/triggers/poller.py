@@ -41,7 +41,7 @@ class JobPoller:
     def __init__(self, backend: StepBackend, key: tuple[Any, ...]) -> None:
         self.backend = backend
         self.key = key
-        self.rounds = 0  # how many batched polls ran (what a benchmark reads)
+        self.rounds = 0  # how many batched polls ran (what the tests of batching read)
         self._waiting: dict[int, _Waiter] = {}  # by id(): triggers of one job wait side by side
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

@@ -6,7 +6,12 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_stepop.backends.azureml_config import AzureMLJobConfig, experiment_for, hourly_price
+from airflow_stepop.backends.azureml_config import (
+    AzureMLJobConfig,
+    experiment_for,
+    hourly_price,
+    job_price_per_hour,
+)
 from airflow_stepop.catalog import NoFittingMachineError
 from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.settings import DockerSettings, ResourceSettings, SettingsError
@@ -141,10 +146,9 @@ def test_an_experiment_name_the_service_refuses_is_named_with_its_rule():
 def test_the_job_price_counts_every_instance_and_uses_the_low_priority_rate_for_spot():
     dedicated, low = hourly_price("Standard_NC6s_v3", False), hourly_price("Standard_NC6s_v3", True)
     assert low is not None and dedicated is not None and 0 < low < dedicated
-    job = config(instance_type="Standard_NC6s_v3", instance_count=2)
-    assert job.price_per_hour() == pytest.approx(2 * dedicated)
-    assert config(instance_type="Standard_NC6s_v3", spot=True).price_per_hour() == low
-    assert config(instance_type="Standard_Unlisted_v9").price_per_hour() is None
+    assert job_price_per_hour("Standard_NC6s_v3", 2, False) == pytest.approx(2 * dedicated)
+    assert job_price_per_hour("Standard_NC6s_v3", 1, True) == low
+    assert job_price_per_hour("Standard_Unlisted_v9", 1, False) is None
 
 
 def test_every_catalog_size_is_one_azure_ml_accepts_and_is_priced():

@@ -89,6 +89,8 @@ def test_a_configured_remote_root_is_refused_before_anything_is_uploaded(monkeyp
             "[stepop] poll_interval='-1' (AIRFLOW__STEPOP__POLL_INTERVAL) must",
         ),
         ("LOG_CALLS_PER_SECOND", "0", "[stepop] log_calls_per_second='0'"),
+        ("POLL_INTERVAL", "nan", "[stepop] poll_interval='nan'"),  # no wait is ever shorter
+        ("LIST_CALLS_PER_SECOND", "inf", "[stepop] list_calls_per_second='inf'"),
         ("INLINE_RESULT_MAX_BYTES", "64k", "[stepop] inline_result_max_bytes='64k'"),
         ("LOCAL_JOBS_DIR", "relative/jobs", "[stepop] local_jobs_dir='relative/jobs'"),
     ],

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from airflow_stepop.backends import sagemaker as sm
-from airflow_stepop.backends import sagemaker_job
+from airflow_stepop.backends import sagemaker_job, sagemaker_launch
 from airflow_stepop.backends.base import JobRequest
 from airflow_stepop.backends.naming import job_name, key_prefix, task_key
 from airflow_stepop.packaging.staging import StepIdentity, stage_step
@@ -68,14 +68,14 @@ def test_channels_carry_code_run_dir_and_upstream_prefixes_with_a_path_map():
 
 def test_many_upstream_prefixes_are_merged_to_fit_twenty_channels():
     uris = [f"{ROOT}/dag/run/t{i}/-1/1/j{i}/output/model/outputs/x.npy" for i in range(30)]
-    prefixes = sm.group_prefixes(uris, 18)
+    prefixes = sagemaker_launch.group_prefixes(uris, 18)
     assert len(prefixes) <= 18
     assert all(any(u.startswith(p + "/") for p in prefixes) for u in uris)
 
 
 def test_an_input_outside_s3_is_refused_with_the_fix():
     spec = {"args": [_ref("file:///tmp/x.npy")], "kwargs": {}}
-    with pytest.raises(sm.SageMakerConfigError, match="s3:// artifact_root"):
+    with pytest.raises(sagemaker_launch.SageMakerConfigError, match="s3:// artifact_root"):
         sm.build_launch(_request(), spec, "j")
 
 
