@@ -147,18 +147,42 @@ class AzureMLJobConfig:
         )
 
     def completed(
-        self, *, dag_id: str, execution_timeout: timedelta | None, default_instance_type: str
+        self,
+        owner: str,
+        *,
+        dag_id: str,
+        execution_timeout: timedelta | None,
+        artifact_root: str,
+        image_uri: str | None,
     ) -> AzureMLJobConfig:
-        """Defaults that depend on the task or on [stepop] options (read at execute time)."""
+        """The job as it runs: the root the task resolved, the rendered image, and the defaults
+        that depend on the task or on [stepop] options (read now, with the worker's
+        configuration)."""
+        from airflow_stepop import config
+
+        if self.artifact_root:
+            field = "artifact_root"
+        elif config.get("azureml_artifact_root"):
+            field = "[stepop] azureml_artifact_root"
+        else:
+            field = "[stepop] artifact_root"
+        check_root(owner, artifact_root, field)
         runtime = self.max_runtime_s or check.runtime_limit(
             execution_timeout, high=MAX_RUNTIME_LIMIT, otherwise=DEFAULT_RUNTIME
         )
-        if not (self.instance_type or self.compute):
-            check.option("azureml_default_instance_type", default_instance_type, _VM_SIZE,
-                         "an Azure VM size", "Standard_DS3_v2")  # fmt: skip
+        instance_type = self.instance_type
+        if not (instance_type or self.compute):
+            instance_type = check.option(
+                "azureml_default_instance_type", config.get("azureml_default_instance_type"),
+                _VM_SIZE, "an Azure VM size", "Standard_DS3_v2",
+            )  # fmt: skip
+        repository = self.image_repository or config.get("azureml_image_repository") or None
         return replace(
             self,
-            instance_type=self.instance_type or (None if self.compute else default_instance_type),
+            artifact_root=artifact_root,
+            image_uri=image_uri,
+            image_repository=repository,
+            instance_type=instance_type,
             max_runtime_s=runtime,
             experiment_name=self.experiment_name or experiment_for(dag_id),
         )

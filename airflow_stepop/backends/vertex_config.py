@@ -79,13 +79,21 @@ class VertexJobConfig:
         """Catalog name of one machine: ``n1-standard-8+NVIDIA_TESLA_T4x1`` or ``e2-standard-4``."""
         return machine_name(self.machine_type, self.accelerator_type, self.accelerator_count)
 
-    def completed(self, image_uri: str | None) -> VertexJobConfig:
+    def completed(
+        self, owner: str, *, artifact_root: str, image_uri: str | None
+    ) -> VertexJobConfig:
         """The job as it runs: the rendered image, and the default machine where the step
-        named none (read now, so a fixed option needs no re-parse)."""
-        if self.machine_type is not None:
-            return replace(self, image_uri=image_uri)
+        named none (read now, with the worker's configuration); the root the task resolved
+        must be one its job can read."""
         from airflow_stepop import config
 
+        if not artifact_root.startswith("gs://"):
+            raise SettingsError(
+                f"{owner} needs a gs:// artifact root, but it is {artifact_root!r}: set "
+                f"{config.artifact_root_options('vertex')} to e.g. 'gs://my-bucket/stepop'."
+            )
+        if self.machine_type is not None:
+            return replace(self, image_uri=image_uri)
         machine, accelerator, count = default_machine(config.get("vertex_default_machine_type"))
         return replace(
             self,

@@ -2,20 +2,18 @@
 
 The operator only declares arguments: their rules live in ``backends/azureml_config.py`` and
 run at DAG parse time, so a wrong value fails the import naming the argument, the value and
-what would work, and ``resources=`` is resolved to a VM size before any API call.
+what would work, and ``resources=`` is resolved to a VM size before any API call. What an unset
+argument falls back to (``[stepop]`` options) is read when the task runs (``completed``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_stepop import config
 from airflow_stepop.backends import arguments as check
 from airflow_stepop.backends.azureml_config import AzureMLJobConfig
-from airflow_stepop.backends.azureml_roots import check_root
 from airflow_stepop.links.job import StepExperimentLink, StepJobLink, StepLogsLink
 from airflow_stepop.operators.base import BaseStepOperator
 
@@ -99,19 +97,11 @@ class AzureMLStepOperator(BaseStepOperator):
     def make_backend(self) -> AzureMLBackend:
         from airflow_stepop.backends.azureml import AzureMLBackend
 
-        root = self.step_artifact_root()
-        if self.artifact_root:
-            field = "artifact_root"
-        elif config.get("azureml_artifact_root"):
-            field = "[stepop] azureml_artifact_root"
-        else:
-            field = "[stepop] artifact_root"
-        check_root(self.argument_owner, root, field)
-        job = replace(self.azureml, image_uri=self.image_uri, artifact_root=root).completed(
+        job = self.azureml.completed(
+            self.argument_owner,
             dag_id=self.dag_id,
             execution_timeout=self.execution_timeout,
-            default_instance_type=config.get("azureml_default_instance_type"),
+            artifact_root=self.step_artifact_root(),
+            image_uri=self.image_uri,  # rendered
         )
-        if not job.image_repository and config.get("azureml_image_repository"):
-            job = replace(job, image_repository=config.get("azureml_image_repository"))
         return AzureMLBackend(azureml_conn_id=self.azureml_conn_id, job=job)

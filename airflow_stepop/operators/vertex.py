@@ -2,7 +2,8 @@
 
 Only the arguments are declared here; their rules live in ``backends/vertex_config.py`` and are
 applied now, at DAG parse time, so a wrong value (or a ``resources=`` nothing fits) fails the
-import before any API call.
+import before any API call. What an unset argument falls back to (``[stepop]`` options) is read
+when the task runs (``completed``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from airflow_stepop.backends.vertex_config import VertexJobConfig, access_arguments
 from airflow_stepop.links.job import StepExperimentLink, StepJobLink, StepLogsLink
 from airflow_stepop.operators.base import BaseStepOperator
-from airflow_stepop.setting_values import SettingsError
 
 if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not need it
     from airflow_stepop.backends.vertex import VertexBackend
@@ -108,19 +108,17 @@ class VertexStepOperator(BaseStepOperator):
         return self.gcp_conn_id
 
     def make_backend(self) -> VertexBackend:
-        from airflow_stepop import config
         from airflow_stepop.backends.vertex import VertexBackend
 
-        root = self.step_artifact_root()
-        if not root.startswith("gs://"):
-            raise SettingsError(
-                f"{self.argument_owner} needs a gs:// artifact root, but it is {root!r}: set "
-                f"{config.artifact_root_options(self.service)} to e.g. 'gs://my-bucket/stepop'."
-            )
+        job = self.job_config.completed(
+            self.argument_owner,
+            artifact_root=self.step_artifact_root(),
+            image_uri=self.image_uri,  # rendered
+        )
         return VertexBackend(
             gcp_conn_id=self.gcp_conn_id,
             project_id=self.project_id,
             location=self.location,
             impersonation_chain=self.impersonation_chain,
-            job=self.job_config.completed(image_uri=self.image_uri),  # rendered
+            job=job,
         )

@@ -95,38 +95,31 @@ def test_identities_become_the_rest_shape():
     assert config().identity is None
 
 
-def test_defaults_at_execute_time_come_from_the_task():
-    job = config().completed(
-        dag_id="nightly.train-v2",
-        execution_timeout=timedelta(minutes=90),
-        default_instance_type="Standard_DS3_v2",
+def completed(job, dag_id="d", execution_timeout=None):
+    return job.completed(
+        OWNER,
+        dag_id=dag_id,
+        execution_timeout=execution_timeout,
+        artifact_root="abfs://container/stepop",
+        image_uri=IMAGE,
     )
+
+
+def test_defaults_at_execute_time_come_from_the_task():
+    job = completed(config(), "nightly.train-v2", timedelta(minutes=90))
     # 5 minutes past the deadline: the trigger cancels the job first (AirflowTaskTimeout), and
     # limits.timeout only ends a job nobody watches
     assert job.max_runtime_s == 5700
     assert job.experiment_name == "nightly_train-v2"
     assert job.instance_type == "Standard_DS3_v2"
-    kept = config(max_runtime=60, experiment_name="exp").completed(
-        dag_id="d", execution_timeout=None, default_instance_type="Standard_DS3_v2"
-    )
+    kept = completed(config(max_runtime=60, experiment_name="exp"))
     assert (kept.max_runtime_s, kept.experiment_name) == (60, "exp")
-    own = config(max_runtime=60).completed(
-        dag_id="d", execution_timeout=timedelta(minutes=90), default_instance_type="Standard_DS3_v2"
-    )
+    own = completed(config(max_runtime=60), execution_timeout=timedelta(minutes=90))
     assert own.max_runtime_s == 60  # the user's own limit, as given
-    longest = config().completed(
-        dag_id="d", execution_timeout=timedelta(days=30), default_instance_type="Standard_DS3_v2"
-    )
+    longest = completed(config(), execution_timeout=timedelta(days=30))
     assert longest.max_runtime_s == 30 * 24 * 3600  # Azure ML's maximum
-    assert (
-        config()
-        .completed(dag_id="d", execution_timeout=None, default_instance_type="Standard_DS3_v2")
-        .max_runtime_s
-        == 24 * 3600
-    )
-    on_cluster = config(compute="cpu-cluster").completed(
-        dag_id="d", execution_timeout=None, default_instance_type="Standard_DS3_v2"
-    )
+    assert completed(config()).max_runtime_s == 24 * 3600
+    on_cluster = completed(config(compute="cpu-cluster"))
     assert on_cluster.instance_type is None  # the cluster's own size
 
 
