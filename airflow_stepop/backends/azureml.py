@@ -49,7 +49,13 @@ from airflow_stepop.backends.azureml_roots import (
     parse_datastore,
     resolve_datastore,
 )
-from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend, service_refusal
+from airflow_stepop.backends.base import (
+    JobRequest,
+    JobStatus,
+    StepBackend,
+    billing_record,
+    service_refusal,
+)
 from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
 from airflow_stepop.catalog import load as load_catalog
@@ -305,19 +311,15 @@ class AzureMLBackend(StepBackend):
             return None
         spot = details.get("low_priority", details.get("job_tier") == "Spot")
         price = hourly_price(details["instance_type"], spot)
-        count = int(details.get("instance_count") or 1)
-        return {
-            "job_name": details.get("job_name"),
-            "machine": details["instance_type"],
-            "count": count,
-            "billable_seconds": seconds,
-            "spot": spot,
-            "price_per_hour_usd": price,
-            "estimated_cost_usd": None
-            if price is None
-            else round(price / 3600 * seconds * count, 6),
-            "catalog_date": load_catalog(CATALOG).date,
-        }
+        return billing_record(
+            job_name=details.get("job_name"),
+            machine=details["instance_type"],
+            count=int(details.get("instance_count") or 1),
+            billable_seconds=seconds,
+            spot=spot,
+            price_per_hour=price,
+            catalog_date=load_catalog(CATALOG).date,
+        )
 
     # ---- triggerer side ----------------------------------------------------------------
 

@@ -232,3 +232,30 @@ def service_refusal(
                 f"{', '.join(map(repr, close))}."
             )
     return SettingsError(f"{service} refused the job and started nothing: {reason}{hint}")
+
+
+def billing_record(
+    *,
+    job_name: str | None,
+    machine: str,
+    count: int,
+    billable_seconds: float,
+    spot: bool,
+    price_per_hour: float | None,
+    catalog_date: str | None,
+    **service_facts: Any,
+) -> dict[str, Any]:
+    """``StepBackend.billing``'s keys, the cost worked out one way for every service (price of
+    one machine x billable seconds of one machine x machines), then the service's own facts."""
+    cost = None if price_per_hour is None else price_per_hour / 3600 * billable_seconds * count
+    return {
+        "job_name": job_name,
+        "machine": machine,
+        "count": count,
+        "billable_seconds": billable_seconds,
+        "spot": spot,
+        "price_per_hour_usd": price_per_hour,
+        "estimated_cost_usd": None if cost is None else round(cost, 6),
+        "catalog_date": catalog_date,
+        **service_facts,
+    }

@@ -287,14 +287,7 @@ class SageMakerBackend(StepBackend):
         machine = catalog.get(details.get("ResourceConfig", {}).get("InstanceType", ""))
         spot = bool(details.get("EnableManagedSpotTraining"))
         price = None if machine is None else machine.hourly_price(spot)
-        billing = estimate_cost(details, price)
-        billing.update(
-            machine=billing["instance_type"],
-            count=billing["instance_count"],
-            price_per_hour_usd=price,
-            catalog_date=catalog.date,
-        )
-        return billing
+        return estimate_cost(details, price, catalog.date)
 
     def status(self, handle: dict[str, Any]) -> JobStatus:
         return map_status(self.describe(handle))

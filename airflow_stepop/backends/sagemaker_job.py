@@ -9,7 +9,7 @@ Pure functions (no API call), so the mapping and the billing arithmetic are unit
   does not have;
 * ``console_links``: the AWS console's job page and its CloudWatch log streams;
 * ``billing_facts`` / ``estimate_cost``: billable seconds x instance count x the catalog's
-  on-demand price.
+  price (the spot price for a spot job).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from airflow_stepop.backends.base import JobStatus
+from airflow_stepop.backends.base import JobStatus, billing_record
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 TRANSIENT_CODES = frozenset(
@@ -136,21 +136,22 @@ def billing_facts(description: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def estimate_cost(description: dict[str, Any], price_per_hour: float | None) -> dict[str, Any]:
-    """Billable seconds and the cost estimate (price x billable seconds x count; the caller
-    gives the spot price for a spot job)."""
-    billable = int(description.get("BillableTimeInSeconds") or 0)
-    count = int(description.get("ResourceConfig", {}).get("InstanceCount", 1))
-    out: dict[str, Any] = {
-        "job_name": description.get("TrainingJobName"),
-        "instance_type": description.get("ResourceConfig", {}).get("InstanceType"),
-        "instance_count": count,
-        "billable_seconds": billable,
-        "training_seconds": int(description.get("TrainingTimeInSeconds") or 0),
-        "spot": bool(description.get("EnableManagedSpotTraining")),
-        "price_per_hour_usd": price_per_hour,
-        "estimated_cost_usd": None,
-    }
-    if price_per_hour is not None:
-        out["estimated_cost_usd"] = round(price_per_hour / 3600 * billable * count, 6)
-    return out
+def estimate_cost(
+    description: dict[str, Any], price_per_hour: float | None, catalog_date: str | None = None
+) -> dict[str, Any]:
+    """The billing record: billable seconds x instance count x ``price_per_hour`` (the caller
+    gives the spot price for a spot job), with SageMaker's own names beside the common ones."""
+    resources = description.get("ResourceConfig", {})
+    count = int(resources.get("InstanceCount", 1))
+    return billing_record(
+        job_name=description.get("TrainingJobName"),
+        machine=resources.get("InstanceType"),
+        count=count,
+        billable_seconds=int(description.get("BillableTimeInSeconds") or 0),
+        spot=bool(description.get("EnableManagedSpotTraining")),
+        price_per_hour=price_per_hour,
+        catalog_date=catalog_date,
+        instance_type=resources.get("InstanceType"),
+        instance_count=count,
+        training_seconds=int(description.get("TrainingTimeInSeconds") or 0),
+    )

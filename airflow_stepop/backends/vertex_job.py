@@ -24,7 +24,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from airflow_stepop.backends.base import JobRequest
+from airflow_stepop.backends.base import JobRequest, billing_record
 from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.vertex_config import (
     AIRFLOW_LABEL_PREFIX,
@@ -189,23 +189,19 @@ def billing(details: dict[str, Any]) -> dict[str, Any] | None:
     price = None if row is None else row.hourly_price(details["spot"])
     seconds = max(0.0, epoch(details["end_time"]) - epoch(details["start_time"]))
     replicas = int(details["replica_count"])
-    billable = round(seconds, 3)
-    return {
-        "job_name": details["job_name"],
-        "machine": name,
-        "machine_type": details["machine_type"],
-        "accelerator_type": details.get("accelerator_type"),
-        "accelerator_count": details["accelerator_count"],
-        "replica_count": replicas,
-        "count": replicas,
-        "billable_seconds": billable,
-        "spot": details["spot"],
-        "price_per_hour_usd": price,
-        "estimated_cost_usd": None
-        if price is None
-        else round(price / 3600 * billable * replicas, 6),
-        "catalog_date": catalog.date,
-    }
+    return billing_record(
+        job_name=details["job_name"],
+        machine=name,
+        count=replicas,
+        billable_seconds=round(seconds, 3),
+        spot=details["spot"],
+        price_per_hour=price,
+        catalog_date=catalog.date,
+        machine_type=details["machine_type"],
+        accelerator_type=details.get("accelerator_type"),
+        accelerator_count=details["accelerator_count"],
+        replica_count=replicas,
+    )
 
 
 __all__ = ["VertexConfigError", "billing", "build_job", "job_details", "job_labels"]
