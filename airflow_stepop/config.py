@@ -163,7 +163,7 @@ def _number(name: str, kind: type) -> Any:
         number = None
     # a float is a duration or a rate (> 0, finite); an int is a size (0 allowed: e.g. never
     # inline a result)
-    if number is None or not math.isfinite(number) or number < 0 or number == 0 and kind is float:
+    if number is None or not math.isfinite(number) or number < 0 or (number == 0 and kind is float):
         wanted = "a whole number >= 0" if kind is int else "a number > 0"
         raise ValueError(
             f"[{SECTION}] {name}={value!r} (AIRFLOW__{SECTION.upper()}__{name.upper()}) must be "
