@@ -43,6 +43,14 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "Log-service calls per second that one triggerer process makes for all the steps of one "
         "service account and region; with many steps, each step's lines arrive less often.",
     ),
+    "resume_hold_seconds": (
+        "integer",
+        "10",
+        "A step whose job ends within this many seconds of its deferral resumes no sooner, so "
+        "that the executor has reported the deferring try's exit first: Airflow 3.3 fails a "
+        "task that resumes before that (apache/airflow#67287). 0 turns it off; dag.test() and "
+        "airflow dags test never wait.",
+    ),
     "inline_result_max_bytes": (
         "integer",
         "65536",

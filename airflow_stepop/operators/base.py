@@ -271,7 +271,7 @@ class BaseStepOperator(BaseOperator):
 
     def _trigger(self, backend: StepBackend, handle: dict[str, Any]) -> StepJobDeferral:
         """The job's trigger as Airflow stores it (building it would cost the worker ~10 ms)."""
-        from airflow_stepop.triggers.deferral import StepJobDeferral
+        from airflow_stepop.triggers.deferral import StepJobDeferral, this_process
 
         return StepJobDeferral(
             backend_path=f"{type(backend).__module__}.{type(backend).__qualname__}",
@@ -280,6 +280,8 @@ class BaseStepOperator(BaseOperator):
             poll_interval=self.poll_interval or config.get_float("poll_interval"),
             deadline=self._deadline(),
             storage_conn_id=self.storage_conn_id,
+            resume_hold=config.get_int("resume_hold_seconds"),
+            deferred_by=this_process(),
         )
 
     def _store_links(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> None:

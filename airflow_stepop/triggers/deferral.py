@@ -10,6 +10,7 @@ trigger where one runs in the worker (non-deferrable mode, tests).
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,12 @@ if TYPE_CHECKING:
     from airflow_stepop.triggers.step_job import StepJobTrigger
 
 TRIGGER_PATH = "airflow_stepop.triggers.step_job.StepJobTrigger"
+_PROCESS_TOKEN = os.urandom(8).hex()
+
+
+def this_process() -> str:
+    """Names this process among every host's: its pid, and a token a forked child shares."""
+    return f"{os.getpid()}-{_PROCESS_TOKEN}"
 
 
 class StepJobDeferral:

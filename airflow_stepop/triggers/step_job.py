@@ -13,6 +13,9 @@ Many steps, few calls: the job's state comes from the poll group's shared poller
 log_calls_per_second``, see ``StepBackend.alogs``), and the
 log cursor is saved beside the run (``relay-<job>.json``) so that a trigger resumed by another
 triggerer continues the relay where it stopped instead of from the start.
+
+A job that ends within seconds of its deferral holds its event a while (``_resume_hold``): the
+resumed task must not be queued before Airflow's executor has reported the deferring try's exit.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_stepop.backends.base import JobStatus, StepBackend
 from airflow_stepop.backends.naming import shown_job
+from airflow_stepop.triggers.deferral import this_process
 from airflow_stepop.triggers.poller import JobPoller, poller_for
 from airflow_stepop.triggers.progress import Progress, log_pieces, tail_line
 from airflow_stepop.triggers.relay_cursor import CursorStore
@@ -68,6 +72,8 @@ class StepJobTrigger(BaseTrigger):
         poll_interval: float = 5.0,
         deadline: float | None = None,
         storage_conn_id: str | None = None,
+        resume_hold: float = 0.0,
+        deferred_by: str | None = None,
     ) -> None:
         super().__init__()
         self.backend_path = backend_path
@@ -76,6 +82,8 @@ class StepJobTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.deadline = deadline
         self.storage_conn_id = storage_conn_id
+        self.resume_hold = resume_hold
+        self.deferred_by = deferred_by
         self._log_outage = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -88,6 +96,8 @@ class StepJobTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
                 "storage_conn_id": self.storage_conn_id,
+                "resume_hold": self.resume_hold,
+                "deferred_by": self.deferred_by,
             },
         )
 
@@ -109,6 +119,7 @@ class StepJobTrigger(BaseTrigger):
         # The backend's import and its poll group (it may read a connection) run in a thread:
         # the triggerer's loop serves the other triggers meanwhile. Only a new poll group's
         # backend is then prepared for async calls (see JobPoller.attach).
+        resume_from = time.monotonic() + self._resume_hold()
         cursors = CursorStore(self.handle, self.storage_conn_id)
         try:
             backend, group = await asyncio.to_thread(self._backend_and_group)
@@ -121,7 +132,7 @@ class StepJobTrigger(BaseTrigger):
                 event = await self._watch(poller, cursors)
             finally:
                 await poller.detach(self.handle)
-        await asyncio.sleep(LAST_LINES_GRACE_SECONDS)
+        await asyncio.sleep(max(LAST_LINES_GRACE_SECONDS, resume_from - time.monotonic()))
         # A triggerer killed before the event is stored resumes this trigger: it repeats only
         # the lines of the last seconds, not the whole job's since the last save.
         with contextlib.suppress(Exception):
@@ -129,6 +140,19 @@ class StepJobTrigger(BaseTrigger):
         # Clients are closed before the event goes out: a trigger's code after its yield may
         # never run (``dag.test()`` abandons the generator with its event loop).
         yield event
+
+    def _resume_hold(self) -> float:
+        """How long after this trigger's start its event may go out at the soonest.
+
+        Airflow 3.3 fails a task whose resumed try is queued before the executor has reported
+        that the deferring try's process exited (the scheduler reads that report as the new
+        try's end: apache/airflow#67287). That report can come seconds after the deferral (the
+        task supervisor notices its process's exit up to ``[workers] min_heartbeat_interval``
+        late), and a quick job ends sooner; so the event of a job that ended within
+        ``[stepop] resume_hold_seconds`` of the trigger's start waits until then. No wait where
+        the trigger runs in the process that deferred (``dag.test()``: no executor).
+        """
+        return 0.0 if self.deferred_by == this_process() else self.resume_hold
 
     async def _watch(self, poller: JobPoller, cursors: CursorStore) -> TriggerEvent:
         """Follow the job to its end (or the task's deadline): the event that says how."""

@@ -226,3 +226,19 @@ def test_a_task_marked_failed_before_it_defers_stops_its_job(airflow_stack):
     if pid_file.exists():
         pid = int(pid_file.read_text())
         wait_for_ok("the step process to be stopped", lambda: not process_alive(pid), 60)
+
+
+def test_quick_steps_at_once_resume_without_a_retry(airflow_stack):
+    """Airflow 3.3 fails a task whose resumed try is queued before the executor reported that
+    the deferring try exited (apache/airflow#67287): without [stepop] resume_hold_seconds,
+    some of many steps that end about a second after their deferral failed so, with nothing
+    in their task log."""
+    api, _ = airflow_stack
+    dag = "quick_steps_at_once"
+    api.patch(f"/api/v2/dags/{dag}", {"is_paused": False})
+    run_id = api.post(f"/api/v2/dags/{dag}/dagRuns", {"logical_date": None})["dag_run_id"]
+    run_path = f"/api/v2/dags/{dag}/dagRuns/{run_id}"
+    wait_for_ok("the run to end", lambda: api.get(run_path)["state"] in ("success", "failed"), 600)
+    tis = api.get(f"{run_path}/taskInstances?limit=100")["task_instances"]
+    states = sorted(ti["state"] for ti in tis)
+    assert states == ["success"] * 24, states

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import time
 import uuid
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from airflow_stepop.backends.local import LocalBackend, _alive
 from airflow_stepop.backends.naming import job_name, task_key
 from airflow_stepop.packaging.staging import StepIdentity, stage_step
 from airflow_stepop.runtime.storage import Storage
+from airflow_stepop.triggers.deferral import this_process
 from airflow_stepop.triggers.step_job import StepJobTrigger
 from tests.processes import process_alive
 from tests.step_modules import step_module
@@ -162,6 +164,25 @@ class LogServiceDown(LocalBackend):
 
     async def alogs(self, handle, cursor):
         raise ConnectionError("log service unavailable")
+
+
+def test_a_quick_jobs_event_waits_for_the_resume_hold_in_a_triggerer(tmp_path, steps):
+    """Airflow 3.3 fails a task whose resumed try is queued before the executor reported the
+    deferring try's exit: a trigger in another process than the one that deferred holds the
+    event of a job that ended at once until resume_hold after its start."""
+    _, _, trigger, _ = _submit(tmp_path, steps.chatty, [1])
+    trigger.resume_hold, trigger.deferred_by = 3.0, "1-another-process"
+    started = time.monotonic()
+    assert asyncio.run(_first(trigger))["status"] == "succeeded"
+    assert time.monotonic() - started >= 3.0
+
+
+def test_a_trigger_in_the_process_that_deferred_does_not_hold_its_event(tmp_path, steps):
+    """dag.test() and airflow dags test run the trigger in the deferring process: no executor
+    to wait for."""
+    _, _, trigger, _ = _submit(tmp_path, steps.chatty, [1])
+    trigger.resume_hold, trigger.deferred_by = 3600.0, this_process()
+    assert asyncio.run(asyncio.wait_for(_first(trigger), 300))["status"] == "succeeded"
 
 
 def test_a_failing_log_service_never_holds_back_the_jobs_end(tmp_path, steps, capfd):

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
 from types import SimpleNamespace
 
+import pytest
 import structlog
+from airflow.sdk.bases.operator import ExecutorSafeguard
 from airflow.sdk.exceptions import TaskDeferred
 from airflow.sdk.execution_time.task_runner import _defer_task
 from airflow.sdk.module_loading import import_string
 from airflow.sdk.serde import deserialize
 
-from airflow_stepop.triggers.deferral import StepJobDeferral
+from airflow_stepop import LocalStepOperator
+from airflow_stepop.triggers.deferral import StepJobDeferral, this_process
 from airflow_stepop.triggers.step_job import StepJobTrigger
 
 KWARGS = {
@@ -24,6 +28,8 @@ KWARGS = {
     "poll_interval": 2.0,
     "deadline": 1_900_000_000.0,
     "storage_conn_id": None,
+    "resume_hold": 10,
+    "deferred_by": "123-0f1e2d3c4b5a6978",
 }
 
 
@@ -62,3 +68,27 @@ def test_execute_defers_without_importing_the_trigger_machinery(tmp_path):
         "AIRFLOW__STEPOP__ARTIFACT_ROOT": f"file://{tmp_path}/artifacts",
     }
     subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path, env=env)
+
+
+@pytest.mark.parametrize(("configured", "hold"), [(None, 10), ("0", 0), ("30", 30)])
+def test_the_deferral_names_its_process_and_the_configured_resume_hold(
+    monkeypatch, tmp_path, configured, hold
+):
+    """The trigger waits out the hold only where it runs in another process than the try that
+    deferred (a triggerer; dag.test() runs it in the same one)."""
+    monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", f"file://{tmp_path}/artifacts")
+    monkeypatch.setenv("AIRFLOW__STEPOP__LOCAL_JOBS_DIR", str(tmp_path / "jobs"))
+    if configured is not None:
+        monkeypatch.setenv("AIRFLOW__STEPOP__RESUME_HOLD_SECONDS", configured)
+    op = LocalStepOperator(task_id="t", python_callable=json.dumps, op_args=[1])
+    ti = SimpleNamespace(dag_id="d", run_id="r", task_id="t", map_index=-1, try_number=1)
+
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute({"ti": ti}, LocalStepOperator__sentinel=ExecutorSafeguard.sentinel_value)
+
+    kwargs = deferred.value.trigger.serialize()[1]
+    assert kwargs["resume_hold"] == hold and kwargs["deferred_by"] == this_process()
+    trigger = StepJobTrigger(**kwargs)
+    assert trigger._resume_hold() == 0.0  # here, in the process that deferred
+    trigger.deferred_by = "1-" + this_process().split("-")[1]  # another process, same token
+    assert trigger._resume_hold() == hold
