@@ -46,10 +46,11 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
     "resume_hold_seconds": (
         "integer",
         "10",
-        "A step whose job ends within this many seconds of its deferral resumes no sooner, so "
-        "that the executor has reported the deferring try's exit first: Airflow 3.3 fails a "
-        "task that resumes before that (apache/airflow#67287). 0 turns it off; dag.test() and "
-        "airflow dags test never wait.",
+        "The event of a step whose job ends within this many seconds of its trigger's start "
+        "waits until then, so that the executor has reported the deferring try's exit before "
+        "the task resumes: Airflow 3.3 fails a task that resumes before that "
+        "(apache/airflow#67287, #72716). 0 turns it off. dag.test() and airflow dags test "
+        "(without --use-executor) never wait.",
     ),
     "inline_result_max_bytes": (
         "integer",

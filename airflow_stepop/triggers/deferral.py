@@ -24,7 +24,8 @@ _PROCESS_TOKEN = os.urandom(8).hex()
 
 
 def this_process() -> str:
-    """Names this process among every host's: its pid, and a token a forked child shares."""
+    """This process: its pid, and a random token (pids repeat across hosts and containers; a
+    forked child has the token but not the pid)."""
     return f"{os.getpid()}-{_PROCESS_TOKEN}"
 
 

@@ -14,7 +14,7 @@ log_calls_per_second``, see ``StepBackend.alogs``), and the
 log cursor is saved beside the run (``relay-<job>.json``) so that a trigger resumed by another
 triggerer continues the relay where it stopped instead of from the start.
 
-A job that ends within seconds of its deferral holds its event a while (``_resume_hold``): the
+A job that ends within seconds of its deferral holds its event a while (``_hold_seconds``): the
 resumed task must not be queued before Airflow's executor has reported the deferring try's exit.
 """
 
@@ -85,6 +85,7 @@ class StepJobTrigger(BaseTrigger):
         self.resume_hold = resume_hold
         self.deferred_by = deferred_by
         self._log_outage = False
+        self._job_ended = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -119,7 +120,7 @@ class StepJobTrigger(BaseTrigger):
         # The backend's import and its poll group (it may read a connection) run in a thread:
         # the triggerer's loop serves the other triggers meanwhile. Only a new poll group's
         # backend is then prepared for async calls (see JobPoller.attach).
-        resume_from = time.monotonic() + self._resume_hold()
+        resume_from = time.monotonic() + self._hold_seconds()
         cursors = CursorStore(self.handle, self.storage_conn_id)
         try:
             backend, group = await asyncio.to_thread(self._backend_and_group)
@@ -132,7 +133,9 @@ class StepJobTrigger(BaseTrigger):
                 event = await self._watch(poller, cursors)
             finally:
                 await poller.detach(self.handle)
-        await asyncio.sleep(max(LAST_LINES_GRACE_SECONDS, resume_from - time.monotonic()))
+        # A user's kill meanwhile stops only a job that may still run (one it could not follow).
+        self._job_ended = event.payload["status"] != "unwatched"
+        await self._before_event(resume_from, cursors)
         # A triggerer killed before the event is stored resumes this trigger: it repeats only
         # the lines of the last seconds, not the whole job's since the last save.
         with contextlib.suppress(Exception):
@@ -141,7 +144,23 @@ class StepJobTrigger(BaseTrigger):
         # never run (``dag.test()`` abandons the generator with its event loop).
         yield event
 
-    def _resume_hold(self) -> float:
+    async def _before_event(self, resume_from: float, cursors: CursorStore) -> None:
+        """Wait for the job's last lines to be read, and until ``resume_from`` (monotonic); a
+        triggerer stopping meanwhile saves the log cursor, as during the job."""
+        hold = resume_from - time.monotonic()
+        if hold > LAST_LINES_GRACE_SECONDS:
+            self.log.info(
+                "The task resumes in %.1f s ([stepop] resume_hold_seconds: Airflow's executor must "
+                "first report the deferral's end)", hold,
+            )  # fmt: skip
+        try:
+            await asyncio.sleep(max(LAST_LINES_GRACE_SECONDS, hold))
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(cursors.flush(), FLUSH_SECONDS)
+            raise
+
+    def _hold_seconds(self) -> float:
         """How long after this trigger's start its event may go out at the soonest.
 
         Airflow 3.3 fails a task whose resumed try is queued before the executor has reported
@@ -150,7 +169,8 @@ class StepJobTrigger(BaseTrigger):
         task supervisor notices its process's exit up to ``[workers] min_heartbeat_interval``
         late), and a quick job ends sooner; so the event of a job that ended within
         ``[stepop] resume_hold_seconds`` of the trigger's start waits until then. No wait where
-        the trigger runs in the process that deferred (``dag.test()``: no executor).
+        the trigger runs in the process that deferred (``dag.test()`` and ``airflow dags test``
+        without ``--use-executor``: no executor).
         """
         return 0.0 if self.deferred_by == this_process() else self.resume_hold
 
@@ -345,6 +365,9 @@ class StepJobTrigger(BaseTrigger):
         )
 
     async def on_kill(self) -> None:
+        if self._job_ended:  # killed while its event waits: a finished job has nothing to stop
+            self.log.info("Task killed by a user; job %s had ended", shown_job(self.handle))
+            return
         self.log.info("Task killed by a user: stopping job %s", shown_job(self.handle))
         backend = await asyncio.to_thread(self._prepared_backend)
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -181,8 +182,48 @@ def test_a_trigger_in_the_process_that_deferred_does_not_hold_its_event(tmp_path
     """dag.test() and airflow dags test run the trigger in the deferring process: no executor
     to wait for."""
     _, _, trigger, _ = _submit(tmp_path, steps.chatty, [1])
-    trigger.resume_hold, trigger.deferred_by = 3600.0, this_process()
-    assert asyncio.run(asyncio.wait_for(_first(trigger), 300))["status"] == "succeeded"
+    trigger.resume_hold, trigger.deferred_by = 120.0, this_process()
+    assert asyncio.run(asyncio.wait_for(_first(trigger), 60))["status"] == "succeeded"
+
+
+async def _cancelled_while_its_event_waits(trigger):
+    """Run ``trigger`` until its job has ended and its event waits out the hold, then cancel it
+    as a triggerer does (stopping, or for a user's kill, which then awaits ``on_kill``)."""
+    running = asyncio.ensure_future(_first(trigger))
+    while not trigger._job_ended:
+        await asyncio.sleep(0.05)
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+
+
+def test_a_kill_while_the_event_waits_stops_no_finished_job(tmp_path, steps):
+    backend, handle, trigger, _ = _submit(tmp_path, steps.chatty, [1])
+    trigger.resume_hold, trigger.deferred_by = 600.0, "1-another-process"
+
+    async def kill() -> None:
+        await _cancelled_while_its_event_waits(trigger)
+        await trigger.on_kill()
+
+    asyncio.run(asyncio.wait_for(kill(), 60))
+    assert backend.status(handle).state == "succeeded"
+    assert not (Path(handle["job_dir"]) / "stop_requested").exists()
+
+
+def test_a_triggerer_stopping_while_the_event_waits_leaves_no_line_to_repeat(
+    tmp_path, steps, capfd, monkeypatch
+):
+    from airflow_stepop.triggers import relay_cursor
+
+    monkeypatch.setattr(relay_cursor, "SAVE_SECONDS", 1e9)  # no periodic save to spare them
+    _, handle, first, _ = _submit(tmp_path, steps.chatty, [5])
+    first.resume_hold, first.deferred_by = 600.0, "1-another-process"
+    asyncio.run(asyncio.wait_for(_cancelled_while_its_event_waits(first), 60))
+    assert f"[{handle['job_id']}] line 4" in capfd.readouterr().out
+
+    resumed = StepJobTrigger(**{**first.serialize()[1], "resume_hold": 0.0})
+    assert asyncio.run(_first(resumed))["status"] == "succeeded"
+    assert "line" not in capfd.readouterr().out
 
 
 def test_a_failing_log_service_never_holds_back_the_jobs_end(tmp_path, steps, capfd):

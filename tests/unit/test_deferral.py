@@ -89,6 +89,6 @@ def test_the_deferral_names_its_process_and_the_configured_resume_hold(
     kwargs = deferred.value.trigger.serialize()[1]
     assert kwargs["resume_hold"] == hold and kwargs["deferred_by"] == this_process()
     trigger = StepJobTrigger(**kwargs)
-    assert trigger._resume_hold() == 0.0  # here, in the process that deferred
+    assert trigger._hold_seconds() == 0.0  # here, in the process that deferred
     trigger.deferred_by = "1-" + this_process().split("-")[1]  # another process, same token
-    assert trigger._resume_hold() == hold
+    assert trigger._hold_seconds() == hold
