@@ -146,6 +146,7 @@ class BaseStepOperator(BaseOperator):
     def execute(self, context: Any) -> Any:
         from airflow_stepop.backends.naming import task_key
         from airflow_stepop.operators.earlier_try import EarlierJobUnknownError, earlier_job
+        from airflow_stepop.operators.job_links import store_links
 
         self._started = time.time()  # execution_timeout counts from here, as Airflow's does
         self.stored_link_kinds = frozenset()  # none yet: a failure before submit stored none
@@ -162,7 +163,8 @@ class BaseStepOperator(BaseOperator):
             self._left_to_retry(backend, exc.handle, ti)
             raise
         if decision.reuse is not None:  # the UI links to the job that made the result
-            self._store_links(context, backend, decision.reuse.handle)
+            reused = decision.reuse.handle
+            self.stored_link_kinds = store_links(self.log, context, backend, reused)
             return decision.reuse.result
         handle = decision.attach
         if handle is not None:
@@ -217,6 +219,7 @@ class BaseStepOperator(BaseOperator):
     def _follow(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> Any:
         """Record the job for a retry, link it, and wait for it: deferred, or here."""
         from airflow_stepop.operators.earlier_try import remember
+        from airflow_stepop.operators.job_links import store_links
         from airflow_stepop.operators.outcome import StepKilledError
 
         ti = context["ti"]
@@ -225,7 +228,7 @@ class BaseStepOperator(BaseOperator):
             remember(
                 context.get("task_state_store"), {"handle": handle, "try_number": ti.try_number}
             )
-            self._store_links(context, backend, handle)
+            self.stored_link_kinds = store_links(self.log, context, backend, handle)
             trigger = self._trigger(backend, handle)
             if self._killed:  # on_kill stopped the job: there is nothing to wait for
                 raise StepKilledError(f"The task was killed: job {shown_job(handle)} was stopped")
@@ -284,31 +287,6 @@ class BaseStepOperator(BaseOperator):
             deferred_by=this_process(),
         )
 
-    def _store_links(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> None:
-        """Links are best effort: an API server that does not answer never fails a step. The
-        task log shows them too (as the UI's link buttons name them): a log read without the UI
-        (``airflow dags test``, a shipped log) still leads to the job."""
-        try:
-            links = backend.links(handle)
-            for kind, url in links.items():
-                self.log.info("Step %s: %s", kind, url)
-            if links:  # a backend without a console has none: nothing to import
-                from airflow_stepop.links.job import persist_links
-
-                self.stored_link_kinds = persist_links(context, links)
-        except Exception as exc:
-            self.stored_link_kinds = None  # perhaps some: the end-of-task lookup asks for all
-            self.log.warning("Could not store the links of job %s: %s", shown_job(handle), exc)
-
-    def _recall_stored_links(self, backend: StepBackend, handle: dict[str, Any]) -> None:
-        """In a task resumed after its deferral: the links execute() stored for this job."""
-        try:
-            self.stored_link_kinds = frozenset(
-                kind for kind, url in backend.links(handle).items() if url
-            )
-        except Exception:
-            self.stored_link_kinds = None
-
     def _left_to_retry(self, backend: StepBackend, handle: dict[str, Any], ti: Any) -> bool:
         """After a failure past the submit: whether a retry is left to re-attach to the job;
         with none left, the job is stopped."""
@@ -352,6 +330,7 @@ class BaseStepOperator(BaseOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         from airflow_stepop.artifacts.storage import worker_storage
         from airflow_stepop.operators.earlier_try import remember
+        from airflow_stepop.operators.job_links import recall_links
         from airflow_stepop.operators.outcome import (
             read_result,
             report_billing,
@@ -363,7 +342,7 @@ class BaseStepOperator(BaseOperator):
         handle = event["handle"]
         storage = worker_storage(self.storage_conn_id)
         backend = self.make_backend()
-        self._recall_stored_links(backend, handle)
+        self.stored_link_kinds = recall_links(backend, handle)
         stopped_by_us = self._killed  # on_kill, not deferrable
         if event["status"] == "stopped" and handle.get("earlier_try") and not stopped_by_us:
             return self._run_again(context, backend, handle)
