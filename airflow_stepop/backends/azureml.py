@@ -7,6 +7,7 @@
 * the environment and the job are PUT through Azure ML's REST API (``azureml_rest``); the job
   name is ``naming.job_name`` (per task instance and try); ``find_active`` re-attaches to a
   live job of the same task instance (List calls filtered by our tag, page by page until found);
+  a named ``compute`` cluster is checked against the step first (``azureml_compute``);
 * the triggerer side is async (azure-core over aiohttp, ``azure.identity.aio``): one job GET
   per poll, or one List for all watched jobs of a workspace (``astatuses``); run history
   details for the final error and times, and for the log files, read at a bounded rate
@@ -22,6 +23,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from airflow_stepop.backends.azureml_compute import named_cluster
 from airflow_stepop.backends.azureml_config import (
     CATALOG,
     TASK_TAG,
@@ -32,7 +34,6 @@ from airflow_stepop.backends.azureml_config import (
 from airflow_stepop.backends.azureml_launch import (
     ENTRY_FILE,
     LAUNCH_FILE,
-    AzureMLConfigError,
     billing_facts,
     build_launch,
     job_body,
@@ -116,7 +117,7 @@ class AzureMLBackend(StepBackend):
 
         storage = worker_storage(None)
         spec = storage.read_json(request.spec_uri)
-        job, compute_id, priority = self._compute(self.job)
+        job, compute_id, priority = named_cluster(self.arm, self.workspace, self.job)
         datastore = None
         found = parse_datastore(job.artifact_root or "")
         if found is not None:  # the job names the data as datastore paths, as Azure ML does
@@ -199,59 +200,6 @@ class AzureMLBackend(StepBackend):
         if studio:
             handle["studio_url"] = studio
         return handle
-
-    def _compute(self, job: AzureMLJobConfig) -> tuple[AzureMLJobConfig, str | None, str | None]:
-        """A named cluster's id and VM priority, checked against the request before submitting."""
-        if not job.compute:
-            return job, None, None
-        from azure.core.exceptions import ResourceNotFoundError
-
-        compute_id = f"{self.workspace.path}/computes/{job.compute}"
-        try:
-            found = self.arm.get(compute_id)
-        except ResourceNotFoundError:
-            raise AzureMLConfigError(
-                f"compute={job.compute!r} is not a compute of the workspace "
-                f"{self.workspace.name!r}: name one of its clusters (az ml compute list), or "
-                "leave compute unset to run serverless."
-            ) from None
-        cluster = found.get("properties", {}).get("properties") or {}
-        size, priority = cluster.get("vmSize"), cluster.get("vmPriority")
-        if job.spot and priority == "Dedicated":
-            raise AzureMLConfigError(
-                f"spot=True (job_tier='Spot') asks for low-priority VMs, but compute="
-                f"{job.compute!r} is a cluster "
-                "of Dedicated VMs (a cluster's VM priority is set when it is created; job tiers "
-                "such as Spot are for serverless jobs); name a cluster created with LowPriority "
-                "VMs, or leave compute unset to run serverless on Spot VMs."
-            )
-        if not size:
-            return job, compute_id, priority
-        if job.instance_type and job.instance_type.lower() != size.lower():
-            raise AzureMLConfigError(
-                f"compute={job.compute!r} runs {size} VMs, but instance_type="
-                f"{job.instance_type!r} was asked for; drop instance_type or pick a cluster of "
-                f"{job.instance_type}."
-            )
-        catalog = load_catalog(CATALOG)
-        machine = catalog.get(size) or next(
-            (m for m in catalog.types if m.name.lower() == size.lower()), None
-        )
-        wants_gpu = job.resources is not None and job.resources.gpu_count
-        if machine is None and wants_gpu and catalog.named_without_gpu(size):
-            raise AzureMLConfigError(
-                f"compute={job.compute!r} runs {size} VMs, which have no GPU (only the N series "
-                f"has), and {job.resources_as}={job.resources.shown()} asks for one; pick a GPU "
-                "cluster, or leave compute unset to run serverless on the cheapest VM size that "
-                "fits."
-            )
-        if job.resources is not None and machine is not None and not machine.fits(job.resources):
-            raise AzureMLConfigError(
-                f"compute={job.compute!r} runs {machine.describe()}, which does not fit "
-                f"{job.resources_as}={job.resources.shown()}; pick a larger cluster, or leave "
-                "compute unset to run serverless on the cheapest VM size that fits."
-            )
-        return replace(job, instance_type=machine.name if machine else size), compute_id, priority
 
     def _environment(self, request: JobRequest, storage: Any) -> str:
         """The environment version the job runs in (an image, or a build context)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_stepop.backends.azureml import AzureMLBackend, is_transient_error
+from airflow_stepop.backends.azureml_compute import named_cluster
 from airflow_stepop.backends.azureml_config import AzureMLJobConfig
 from airflow_stepop.backends.azureml_launch import (
     AzureMLConfigError,
@@ -265,9 +266,7 @@ def test_a_named_cluster_of_a_size_without_gpus_is_refused_for_a_gpu_request(vm_
         def get(self, path):
             return {"properties": {"properties": {"vmSize": vm_size, "vmPriority": "Dedicated"}}}
 
-    backend = AzureMLBackend()
-    backend.hook = SimpleNamespace(workspace=SimpleNamespace(path="/ws", name="stepop-ws"))
-    backend.arm = Arm()
+    workspace = SimpleNamespace(path="/ws", name="stepop-ws")
     job = AzureMLJobConfig.from_arguments(
         "AzureMLStepOperator",
         image_uri="myregistry.azurecr.io/train:1.0",
@@ -275,8 +274,8 @@ def test_a_named_cluster_of_a_size_without_gpus_is_refused_for_a_gpu_request(vm_
         resources=ResourceSettings(gpu_count=1),
     )
     if not refused:
-        assert backend._compute(job)[0].instance_type == vm_size  # taken as given
+        assert named_cluster(Arm(), workspace, job)[0].instance_type == vm_size  # taken as given
         return
     with pytest.raises(AzureMLConfigError) as err:
-        backend._compute(job)
+        named_cluster(Arm(), workspace, job)
     assert f"compute='the-cluster' runs {vm_size} VMs, which have no GPU" in str(err.value)
