@@ -194,13 +194,13 @@ class BaseStepOperator(BaseOperator):
         Airflow's task runner answers SIGTERM (a user's mark or clear) by calling ``on_kill``
         and lets ``execute()`` go on until the process is killed a few seconds later: a job
         submitted in that window would run with nobody watching it."""
-        from airflow_stepop.operators.outcome import StepKilledError
-
         # the [stepop] numbers this task and its trigger read: a wrong one starts no job (read
         # only now, so a try that finds an earlier job still re-attaches to it or stops it)
         config.check_numbers()
         request = self._prepare(context, key, backend)
         if self._killed:
+            from airflow_stepop.operators.outcome import StepKilledError
+
             raise StepKilledError("The task was killed before its job was submitted: no job ran")
         handle = {**backend.submit(request), "submitted_at": time.time()}
         self._handle = (backend, handle)  # from now on, on_kill stops it
@@ -220,7 +220,6 @@ class BaseStepOperator(BaseOperator):
         """Record the job for a retry, link it, and wait for it: deferred, or here."""
         from airflow_stepop.operators.earlier_try import remember
         from airflow_stepop.operators.job_links import store_links
-        from airflow_stepop.operators.outcome import StepKilledError
 
         ti = context["ti"]
         self._handle = (backend, handle)
@@ -231,6 +230,8 @@ class BaseStepOperator(BaseOperator):
             self.stored_link_kinds = store_links(self.log, context, backend, handle)
             trigger = self._trigger(backend, handle)
             if self._killed:  # on_kill stopped the job: there is nothing to wait for
+                from airflow_stepop.operators.outcome import StepKilledError
+
                 raise StepKilledError(f"The task was killed: job {shown_job(handle)} was stopped")
             if self.deferrable:
                 if not _still_running(ti):

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_stepop.backends.naming import shown_job
-from airflow_stepop.operators.outcome import read_result
 
 if TYPE_CHECKING:
     from airflow.sdk.types import Logger
@@ -100,6 +99,7 @@ def _reuse(
 ) -> Reused | None:
     """The verified result of an earlier try's finished job, or None if it is not whole."""
     from airflow_stepop.artifacts.storage import worker_storage
+    from airflow_stepop.operators.outcome import read_result  # a first try never reads one
 
     storage = worker_storage(storage_conn_id)
     try:

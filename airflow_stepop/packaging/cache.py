@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from airflow_stepop import config
-from airflow_stepop.packaging.by_value import PackagingError, pickle_by_value
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,9 @@ class BundleCache:
         if entry is None:
             return None
         callable_entry = entry["callable"]
-        if callable_entry["kind"] == "pickle":
+        if callable_entry["kind"] == "pickle":  # only such a step needs the pickler's module
+            from airflow_stepop.packaging.by_value import pickle_by_value
+
             by_value = pickle_by_value(function, entry.get("by_value", ()))
             if by_value.sha256() != entry.get("by_value_sha256"):
                 return None
@@ -90,6 +91,7 @@ class BundleCache:
             data = self.read_zip(sha256)
             if data is None:  # gone or damaged, but its sources are unchanged: build it again
                 from airflow_stepop.packaging.bundle import build_bundle
+                from airflow_stepop.packaging.by_value import PackagingError
 
                 data = build_bundle(function).data
                 if hashlib.sha256(data).hexdigest() != sha256:
