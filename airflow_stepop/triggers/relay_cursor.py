@@ -80,6 +80,8 @@ class CursorStore:
             cursor, tail = document.get("cursor"), document.get("tail")
             if cursor is not None and isinstance(tail, list):  # else the relay starts afresh
                 self.tail = [line for line in tail if isinstance(line, str)]
+            if cursor is not None:  # where a relay after a user's kill goes on from
+                self.latest = (cursor, tuple(self.tail))
             return cursor
 
         try:

@@ -50,6 +50,9 @@ LAST_LINES_GRACE_SECONDS = 0.5
 STOP_WAIT_SECONDS = 60.0
 # How long a cancelled trigger may take to save its log cursor (a triggerer's shutdown waits).
 FLUSH_SECONDS = 2.0
+# After a user's kill, the relay of the stopping job's lines ends this long before Airflow's
+# ``[triggerer] on_kill_timeout`` would cancel ``on_kill``.
+KILL_MARGIN_SECONDS = 5.0
 
 
 def _passed(end: float | None) -> bool:
@@ -86,6 +89,8 @@ class StepJobTrigger(BaseTrigger):
         self.deferred_by = deferred_by
         self._log_outage = False
         self._job_ended = False
+        # The relay's cursor once this trigger has followed the job: on_kill goes on from it.
+        self._cursors: CursorStore | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -177,6 +182,7 @@ class StepJobTrigger(BaseTrigger):
     async def _watch(self, poller: JobPoller, cursors: CursorStore) -> TriggerEvent:
         """Follow the job to its end (or the task's deadline): the event that says how."""
         cursor = await cursors.load()
+        self._cursors = cursors
         tail = collections.deque(cursors.tail, maxlen=LOG_TAIL_LINES)
         try:
             return await self._follow(poller, cursors, cursor, tail)
@@ -369,8 +375,26 @@ class StepJobTrigger(BaseTrigger):
             self.log.info("Task killed by a user; job %s had ended", shown_job(self.handle))
             return
         self.log.info("Task killed by a user: stopping job %s", shown_job(self.handle))
+        began = time.monotonic()
         backend = await asyncio.to_thread(self._prepared_backend)
         try:
             await backend.astop(self.handle)
+            await self._relay_after_kill(backend, began)
         finally:
             await backend.aclose()
+
+    async def _relay_after_kill(self, backend: StepBackend, began: float) -> None:
+        """Relay what the step prints while it stops (a ``finally:`` saving its work), as at
+        the deadline, from where this trigger's relay stopped; until the job has ended, or
+        shortly before Airflow would cancel ``on_kill`` (``[triggerer] on_kill_timeout``)."""
+        cursors = self._cursors
+        if cursors is None:  # killed before it followed the job: no cursor to go on from
+            return
+        from airflow.sdk import conf
+
+        limit = conf.getfloat("triggerer", "on_kill_timeout", fallback=30.0)
+        left = min(STOP_WAIT_SECONDS, limit - KILL_MARGIN_SECONDS - (time.monotonic() - began))
+        cursor, tail = cursors.latest
+        tail = collections.deque(tail, maxlen=LOG_TAIL_LINES)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._relay_until_ended(backend, tail, cursor, cursors), left)

@@ -51,6 +51,15 @@ def steps(tmp_path, monkeypatch):
                     time.sleep(0.05)
                 return "released"
 
+            def saves_when_stopped(pid_file):
+                print("training", flush=True)
+                try:
+                    Path(pid_file).write_text(str(os.getpid()))
+                    while True:
+                        time.sleep(0.05)
+                finally:
+                    print("saving a checkpoint in finally:", flush=True)
+
             def two_phases(release):
                 for i in range(3):
                     print(f"before {i}", flush=True)
@@ -287,6 +296,31 @@ def test_user_kill_stops_the_job(tmp_path, steps):
     assert status.state == "stopped"
     error = storage.read_json(handle["run_uri"] + "/error.json")
     assert error["type"] == "StepStopped"
+
+
+def test_what_a_step_prints_while_a_users_kill_stops_it_reaches_the_task_log(
+    tmp_path, steps, capfd
+):
+    """Airflow cancels the trigger, then awaits its ``on_kill``: the step's ``finally:`` runs
+    after the stop, and its lines are relayed from where the trigger's relay stopped."""
+    pid_file = tmp_path / "pid"
+    _, handle, trigger, _ = _submit(tmp_path, steps.saves_when_stopped, [str(pid_file)])
+    job = handle["job_id"]
+
+    async def kill_while_relaying():
+        watching = asyncio.ensure_future(_first(trigger))
+        while f"[{job}] training" not in capfd.readouterr().out:
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(wait_for, pid_file.exists, 120, "the step to record its pid")
+        watching.cancel()  # the triggerer's cancel, then its on_kill
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+        await trigger.on_kill()
+
+    asyncio.run(asyncio.wait_for(kill_while_relaying(), 120))
+    logged = capfd.readouterr().out
+    assert f"[{job}] saving a checkpoint in finally:" in logged
+    assert f"[{job}] training" not in logged  # not relayed twice
 
 
 def test_a_stop_ends_a_step_that_outlived_its_supervisor_and_no_other_process(tmp_path, steps):
