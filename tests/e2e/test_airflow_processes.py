@@ -160,6 +160,15 @@ def test_marking_a_deferred_task_failed_stops_its_job(airflow_stack):
 
     wait_for_ok("the step process to be stopped", lambda: not process_alive(pid), 60)
     assert api.get(ti_path)["state"] == "failed"
+    # what the step printed while it stopped, relayed by on_kill into the task's log
+    wait_for_ok(
+        "the step's last line in the task log",
+        lambda: any(
+            "saving its work before it stops" in p.read_text()
+            for p in (logs / f"dag_id={dag}").rglob("*.log")
+        ),
+        60,
+    )
 
 
 def _trigger_and_kill_on_the_way_to_the_defer(api, home, dag: str) -> str:

@@ -263,7 +263,10 @@ def held_until_killed():
     @task.local_step(poll_interval=0.5)
     def hold(pid_file: str):
         record_pid(pid_file)
-        wait_for_file("/nonexistent/never", timeout=3600)
+        try:
+            wait_for_file("/nonexistent/never", timeout=3600)
+        finally:  # runs when the kill stops the job: its line must reach the task log
+            print("held step: saving its work before it stops", flush=True)
 
     hold(f"{RESULTS}/held-until-killed.pid")
 
