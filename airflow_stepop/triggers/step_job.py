@@ -136,10 +136,11 @@ class StepJobTrigger(BaseTrigger):
         else:
             try:
                 event = await self._watch(poller, cursors)
+                # From here a user's kill stops only a job that may still run (one it could not
+                # follow): not one that ended while the poller is detached, say.
+                self._job_ended = event.payload["status"] != "unwatched"
             finally:
                 await poller.detach(self.handle)
-        # A user's kill meanwhile stops only a job that may still run (one it could not follow).
-        self._job_ended = event.payload["status"] != "unwatched"
         await self._before_event(resume_from, cursors)
         # A triggerer killed before the event is stored resumes this trigger: it repeats only
         # the lines of the last seconds, not the whole job's since the last save.
@@ -257,7 +258,8 @@ class StepJobTrigger(BaseTrigger):
         self.log.error("Job %s passed the task's execution_timeout; stopping it", job_id)
         await backend.astop(self.handle)
         if cursors is not None:
-            await self._relay_until_ended(backend, tail, cursor, cursors)
+            give_up = time.monotonic() + STOP_WAIT_SECONDS
+            await self._relay_until_ended(backend, tail, cursor, cursors, give_up)
         return TriggerEvent(
             {
                 "status": "timeout",
@@ -273,25 +275,27 @@ class StepJobTrigger(BaseTrigger):
         tail: collections.deque[str],
         cursor: Any,
         cursors: CursorStore,
+        give_up: float,
     ) -> None:
-        """Relay the lines of a job being stopped until the service says it ended (at most
-        ``STOP_WAIT_SECONDS``): on a cloud a stop is a SIGTERM, a grace period and an upload, so
-        what a ``finally:`` prints comes after the stop call returns. The cursor is saved as in
-        the job's life: a triggerer restarting meanwhile resumes without repeating them."""
-        give_up = time.monotonic() + STOP_WAIT_SECONDS
+        """Relay the lines of a job being stopped until the service says it ended, or a last
+        read at ``give_up`` (monotonic): on a cloud a stop is a SIGTERM, a grace period and an
+        upload, so what a ``finally:`` prints comes after the stop call returns. The cursor is
+        saved as in the job's life: a triggerer restarting meanwhile resumes without repeating
+        them."""
         wait = backend.first_poll_seconds
         while True:
             try:
                 ended = (await backend.astatus(self.handle)).terminal
-            except Exception:  # no answer: relay what is there and go
-                ended = True
-            final = ended or time.monotonic() + wait > give_up
+            except Exception as exc:  # throttled: ask again next round; else relay what is there
+                ended = not backend.is_transient(exc)
+            left = give_up - time.monotonic()
+            final = ended or left <= 0
             lines, cursor = await self._relay(backend, cursor, final=final)
             self._show(lines, tail)
             await cursors.save(cursor, relayed=len(lines), tail=tail)
             if final:
                 return
-            await asyncio.sleep(wait)
+            await asyncio.sleep(min(wait, left))  # the last read falls at give_up, not past it
             wait = min(wait * 2, 5.0)
 
     def _show(self, lines: list[str], tail: collections.deque[str]) -> None:
@@ -393,8 +397,15 @@ class StepJobTrigger(BaseTrigger):
         from airflow.sdk import conf
 
         limit = conf.getfloat("triggerer", "on_kill_timeout", fallback=30.0)
-        left = min(STOP_WAIT_SECONDS, limit - KILL_MARGIN_SECONDS - (time.monotonic() - began))
+        give_up = began + min(STOP_WAIT_SECONDS, limit - KILL_MARGIN_SECONDS)
         cursor, tail = cursors.latest
         tail = collections.deque(tail, maxlen=LOG_TAIL_LINES)
+        # a last read that hangs is cut before Airflow's own cut, so the cursor is still saved
+        backstop = give_up + KILL_MARGIN_SECONDS / 2 - time.monotonic()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._relay_until_ended(backend, tail, cursor, cursors), left)
+            await asyncio.wait_for(
+                self._relay_until_ended(backend, tail, cursor, cursors, give_up), backstop
+            )
+        # what it relayed is not relayed again by a retry that re-attaches to the stopping job
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(cursors.flush(), FLUSH_SECONDS)

@@ -460,3 +460,111 @@ def test_a_very_long_line_reaches_the_task_log_in_pieces_and_the_event_cut(
     assert event.payload["log_tail"] == [
         "short", f"{long_line[:1000]}... (20000 more characters in the task log)", ""
     ]  # fmt: skip
+
+
+class StopsWithLastWords(RunningBackend):
+    """A cloud job still stopping (never ended while followed) whose ``finally:`` prints
+    ``after`` seconds after the stop; its log holds ``earlier`` lines before that."""
+
+    def __init__(self, clock: Clock, after: float, earlier: int = 0) -> None:
+        super().__init__(clock)
+        self.after, self.earlier = after, earlier
+
+    async def astatus(self, handle):
+        return JobStatus("running")
+
+    async def alogs(self, handle, cursor):
+        read = cursor or 0
+        if read < self.earlier:
+            return [f"line {i}" for i in range(read, self.earlier)], self.earlier
+        stopping_for = self.clock.time() - self.stopped_at[0] if self.stopped_at else -1.0
+        if read == self.earlier and stopping_for >= self.after:
+            return ["saving a checkpoint in finally:"], read + 1
+        return [], cursor
+
+
+class TaskLog:
+    """The trigger's log records, as the task log gets them."""
+
+    def __init__(self) -> None:
+        self.records: list[str] = []
+
+    def info(self, message, *args):
+        self.records.append(message % args)
+
+    warning = error = info
+
+
+def _killed(trigger: StepJobTrigger, backend: RunningBackend, poller: Any) -> None:
+    """What Airflow does on a user's kill: cancel the trigger's watch, then await on_kill."""
+    trigger._prepared_backend = lambda: backend
+
+    async def kill() -> None:
+        watching = asyncio.ensure_future(_watch(trigger, poller))
+        while trigger._cursors is None:  # until the watch has loaded its cursor
+            await asyncio.sleep(0)
+        watching.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await watching
+        await trigger.on_kill()
+
+    asyncio.run(kill())
+
+
+@pytest.fixture
+def waits(clock, monkeypatch):
+    """The trigger's sleeps move the clock instead of waiting; its log is recorded."""
+
+    real_sleep = asyncio.sleep
+
+    async def sleep(delay):
+        clock.until(clock.monotonic() + delay)
+        await real_sleep(0)  # other tasks (the watch being cancelled, say) run meanwhile
+
+    monkeypatch.setattr(step_job.asyncio, "sleep", sleep)
+    task_log = TaskLog()
+    monkeypatch.setattr(StepJobTrigger, "log", task_log)
+    return task_log
+
+
+class NoRound:
+    """A poller whose first round never comes: the watch is cancelled while it waits."""
+
+    def __init__(self, backend: RunningBackend) -> None:
+        self.backend = backend
+
+    async def status(self, handle, due):
+        await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize(
+    ("on_kill_timeout", "relayed"), [(30, True), (10, False)], ids=["in-time", "too-late"]
+)
+def test_a_kill_s_relay_reads_last_just_before_airflow_s_on_kill_timeout(
+    clock, waits, tmp_path, monkeypatch, on_kill_timeout, relayed
+):
+    """Airflow cancels ``on_kill`` at ``[triggerer] on_kill_timeout``: the relay's last read
+    falls ``KILL_MARGIN_SECONDS`` before it, not at its next round, which may be past it."""
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", str(on_kill_timeout))
+    backend = StopsWithLastWords(clock, after=24.0)  # after the round at 22.75 s
+    _killed(_trigger(tmp_path, deadline=None), backend, NoRound(backend))
+    line = "[dag-task-t1] saving a checkpoint in finally:"
+    assert (line in waits.records) is relayed
+    assert clock.monotonic() == on_kill_timeout - step_job.KILL_MARGIN_SECONDS
+
+
+def test_a_resumed_trigger_killed_before_its_first_round_relays_only_the_new_lines(
+    clock, waits, tmp_path
+):
+    """Its predecessor relayed the job's first lines and saved the cursor past them."""
+    import json
+
+    (tmp_path / "relay-dag-task-t1.json").write_text(
+        json.dumps({"job_id": "dag-task-t1", "cursor": 3, "tail": ["line 2"]})
+    )
+    backend = StopsWithLastWords(clock, after=1.0, earlier=3)
+    _killed(_trigger(tmp_path, deadline=None), backend, NoRound(backend))
+    relayed = [r for r in waits.records if r.startswith("[dag-task-t1]")]
+    assert relayed == ["[dag-task-t1] saving a checkpoint in finally:"]
+    saved = json.loads((tmp_path / "relay-dag-task-t1.json").read_text())
+    assert saved["cursor"] == 4  # a retry re-attaching to the stopping job repeats nothing
