@@ -406,6 +406,6 @@ class StepJobTrigger(BaseTrigger):
             await asyncio.wait_for(
                 self._relay_until_ended(backend, tail, cursor, cursors, give_up), backstop
             )
-        # what it relayed is not relayed again by a retry that re-attaches to the stopping job
+        # what it relayed is not relayed again by a later trigger of the job (a re-attached try)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(cursors.flush(), FLUSH_SECONDS)
