@@ -237,7 +237,7 @@ def main() -> None:
 
         from airflow.sdk.exceptions import TaskDeferred
 
-        from airflow_stepop.backends.azureml import AzureMLBackend
+        from airflow_stepop.backends.azureml.backend import AzureMLBackend
 
         timings = []
         for _ in range(args.timing_runs):

@@ -311,7 +311,7 @@ def local_service(work: Path, env: dict[str, str]) -> Service:
 
     class Submitter:  # the job's directory is watched from its submit on
         def __init__(self, operator: Any) -> None:
-            from airflow_stepop.backends.local import LocalBackend
+            from airflow_stepop.backends.local.backend import LocalBackend
 
             jobs_dir = str(operator.make_backend().jobs_dir)
             self.backend = LocalBackend(jobs_dir=jobs_dir, python=timer)

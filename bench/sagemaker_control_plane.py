@@ -241,7 +241,7 @@ def main() -> None:
         # Worker time in execute() with warm caches: bundle uploaded, image present.
         from airflow.sdk.exceptions import TaskDeferred
 
-        from airflow_stepop.backends.sagemaker import SageMakerBackend
+        from airflow_stepop.backends.sagemaker.backend import SageMakerBackend
 
         timings = []
         for _ in range(args.timing_runs):

@@ -1,8 +1,10 @@
-"""Instance catalogs (data files with their date and prices) and the generic resolver.
+"""The generic machine catalog: its file format and the resolver.
 
-``load("sagemaker_training")`` reads ``sagemaker_training.csv``; :meth:`Catalog.resolve` maps a
+Each service's data (machine types, hardware, dated prices) is that service's knowledge, so it
+lives in the service's package as ``catalog.csv`` (``backends/sagemaker/catalog.csv``);
+``load("airflow_stepop.backends.sagemaker")`` reads it. :meth:`Catalog.resolve` maps a
 ``ResourceSettings`` to the cheapest type that fits and refuses, naming the closest types, when
-none does. Another service's backend adds its own CSV in the same columns and reuses the rest.
+none does. A new service adds its own ``catalog.csv`` in the same columns and reuses the rest.
 """
 
 from __future__ import annotations

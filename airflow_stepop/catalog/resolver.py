@@ -1,6 +1,6 @@
 """A machine catalog and the resolver ResourceSettings -> cheapest fitting machine type.
 
-Generic over services: a catalog is a CSV file in this package with the columns
+Generic over services: a catalog is the ``catalog.csv`` of a service's package, with the columns
 ``instance_type, vcpu, memory_gib, gpu_count, gpu_model, gpu_memory_gib, price_per_hour`` (and
 optionally ``spot_price_per_hour``) and ``# key: value`` header lines (``catalog_date``,
 ``region``, ``currency``). Nothing here knows a service's names beyond what its file says.
@@ -226,8 +226,12 @@ def parse(text: str, service: str) -> Catalog:
     )
 
 
+CATALOG_FILE = "catalog.csv"
+
+
 @cache
-def load(name: str) -> Catalog:
-    """The packaged catalog ``<name>.csv`` (e.g. "sagemaker_training")."""
-    text = package_files.files("airflow_stepop.catalog").joinpath(f"{name}.csv").read_text()
-    return parse(text, service=name.replace("_", " "))
+def load(package: str) -> Catalog:
+    """The catalog a service's package ships as ``catalog.csv`` (``load(__package__)`` in it;
+    e.g. "airflow_stepop.backends.sagemaker")."""
+    text = package_files.files(package).joinpath(CATALOG_FILE).read_text()
+    return parse(text, service=package.rsplit(".", 1)[-1])

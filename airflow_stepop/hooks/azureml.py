@@ -300,7 +300,7 @@ class AzureMLHook(BaseHook):
     def test_connection(self) -> tuple[bool, str]:
         """Reads the workspace (the form's Test button)."""
         try:
-            from airflow_stepop.backends.azureml_rest import ArmClient
+            from airflow_stepop.hooks.azureml_rest import ArmClient
 
             answer = ArmClient(self).get(self.workspace.path)
             return True, f"Workspace {answer.get('name')} in {answer.get('location')} answers."

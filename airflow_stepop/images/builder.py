@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.images.build_log import hints, plain, unreadable_ca_bundle
+from airflow_stepop.images.reference import DEFAULT_REPOSITORY
 from airflow_stepop.images.registry import has_image
 from airflow_stepop.settings import DockerSettings
 
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECIPE_VERSION = "1"
-DEFAULT_REPOSITORY = "airflow-stepop-env"
 CA_FILE = "stepop-build-ca.pem"
 
 

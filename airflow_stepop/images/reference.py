@@ -1,11 +1,14 @@
-"""Where an image reference points: its registry's host, and an ECR registry's account and
-region. A SageMaker step's ``image_uri`` is checked with these when its DAG is parsed, so they
-stay apart from the registry client."""
+"""Where an image reference points: its registry's host, an ECR registry's account and region,
+and the repository a step's environment image goes to when none is named. A SageMaker step's
+``image_uri`` is checked with these when its DAG is parsed, so they stay apart from the registry
+client and the builder (which both use them)."""
 
 from __future__ import annotations
 
 import re
 
+# the repository name of built environment images when a step names only a registry
+DEFAULT_REPOSITORY = "airflow-stepop-env"
 _ECR_HOST = r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?$"
 
 

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_stepop.images.reference import ecr_match, registry_host
+from airflow_stepop.images.reference import DEFAULT_REPOSITORY, ecr_match, registry_host
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,6 @@ def prepare_google(repository: str, token: Any) -> Registry:
     if not ARTIFACT_REGISTRY_HOST.match(host):
         return Registry(repository)
     if path.count("/") == 1:
-        from airflow_stepop.images.builder import DEFAULT_REPOSITORY
-
         repository = f"{repository}/{DEFAULT_REPOSITORY}"
     password = token()
     if password is None:

@@ -1,6 +1,6 @@
 """AzureMLStepOperator: the callable runs as an Azure ML command job (see docs/azureml.md).
 
-The operator only declares arguments: their rules live in ``backends/azureml_config.py`` and
+The operator only declares arguments: their rules live in ``backends/azureml/config.py`` and
 run at DAG parse time, so a wrong value fails the import naming the argument, the value and
 what would work, and ``resources=`` is resolved to a VM size before any API call. What an unset
 argument falls back to (``[stepop]`` options) is read when the task runs (``completed``).
@@ -13,12 +13,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.backends import arguments as check
-from airflow_stepop.backends.azureml_config import AzureMLJobConfig
+from airflow_stepop.backends.azureml.config import AzureMLJobConfig
 from airflow_stepop.links.job import StepExperimentLink, StepJobLink, StepLogsLink
 from airflow_stepop.operators.base import BaseStepOperator
 
 if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not need it
-    from airflow_stepop.backends.azureml import AzureMLBackend
+    from airflow_stepop.backends.azureml.backend import AzureMLBackend
 
 
 class AzureMLStepOperator(BaseStepOperator):
@@ -95,7 +95,7 @@ class AzureMLStepOperator(BaseStepOperator):
         self.image_uri = image_uri
 
     def make_backend(self) -> AzureMLBackend:
-        from airflow_stepop.backends.azureml import AzureMLBackend
+        from airflow_stepop.backends.azureml.backend import AzureMLBackend
 
         job = self.azureml.completed(
             self.argument_owner,

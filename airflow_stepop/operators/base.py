@@ -275,7 +275,8 @@ class BaseStepOperator(BaseOperator):
 
     def _trigger(self, backend: StepBackend, handle: dict[str, Any]) -> StepJobDeferral:
         """The job's trigger as Airflow stores it (building it would cost the worker ~10 ms)."""
-        from airflow_stepop.triggers.deferral import StepJobDeferral, this_process
+        from airflow_stepop.triggers.deferral import StepJobDeferral
+        from airflow_stepop.triggers.process_identity import this_process
 
         return StepJobDeferral(
             backend_path=f"{type(backend).__module__}.{type(backend).__qualname__}",

@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop import config
-from airflow_stepop.backends.local_config import (
+from airflow_stepop.backends.local.config import (
     check_jobs_dir,
     check_root,
     job_runtime_limit,
@@ -15,7 +15,7 @@ from airflow_stepop.backends.local_config import (
 from airflow_stepop.operators.base import BaseStepOperator
 
 if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not need it
-    from airflow_stepop.backends.local import LocalBackend
+    from airflow_stepop.backends.local.backend import LocalBackend
 
 
 class LocalStepOperator(BaseStepOperator):
@@ -40,7 +40,7 @@ class LocalStepOperator(BaseStepOperator):
         return root
 
     def make_backend(self) -> LocalBackend:
-        from airflow_stepop.backends.local import LocalBackend
+        from airflow_stepop.backends.local.backend import LocalBackend
 
         jobs_dir = config.get("local_jobs_dir") or f"{config.airflow_home()}/stepop-jobs"
         return LocalBackend(

@@ -1,6 +1,6 @@
 """SageMakerStepOperator: the callable runs as a SageMaker training job (see docs/sagemaker.md).
 
-The operator only declares arguments: their rules live in ``backends/sagemaker_config.py``
+The operator only declares arguments: their rules live in ``backends/sagemaker/config.py``
 and run at DAG parse time, so a wrong value fails the import naming the argument, the value and
 what would work, and ``resources=`` is resolved to an instance type before any API call.
 """
@@ -11,12 +11,12 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_stepop.backends.sagemaker_config import SageMakerArguments, SageMakerJobConfig
+from airflow_stepop.backends.sagemaker.config import SageMakerArguments, SageMakerJobConfig
 from airflow_stepop.links.job import StepJobLink, StepLogsLink
 from airflow_stepop.operators.base import BaseStepOperator
 
 if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not need it
-    from airflow_stepop.backends.sagemaker import SageMakerBackend
+    from airflow_stepop.backends.sagemaker.backend import SageMakerBackend
 
 
 class SageMakerStepOperator(BaseStepOperator):
@@ -119,7 +119,7 @@ class SageMakerStepOperator(BaseStepOperator):
         )
 
     def make_backend(self) -> SageMakerBackend:
-        from airflow_stepop.backends.sagemaker import SageMakerBackend
+        from airflow_stepop.backends.sagemaker.backend import SageMakerBackend
 
         return SageMakerBackend(
             aws_conn_id=self.aws_conn_id, region_name=self.region_name, job=self._job_config()

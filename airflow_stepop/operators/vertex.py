@@ -1,6 +1,6 @@
 """VertexStepOperator: the callable runs as a Vertex AI CustomJob (see docs/vertex.md).
 
-Only the arguments are declared here; their rules live in ``backends/vertex_config.py`` and are
+Only the arguments are declared here; their rules live in ``backends/vertex/config.py`` and are
 applied now, at DAG parse time, so a wrong value (or a ``resources=`` nothing fits) fails the
 import before any API call. What an unset argument falls back to (``[stepop]`` options) is read
 when the task runs (``completed``).
@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_stepop.backends.vertex_config import VertexJobConfig, access_arguments
+from airflow_stepop.backends.vertex.config import VertexJobConfig, access_arguments
 from airflow_stepop.links.job import StepExperimentLink, StepJobLink, StepLogsLink
 from airflow_stepop.operators.base import BaseStepOperator
 
 if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not need it
-    from airflow_stepop.backends.vertex import VertexBackend
+    from airflow_stepop.backends.vertex.backend import VertexBackend
 
 
 class VertexStepOperator(BaseStepOperator):
@@ -108,7 +108,7 @@ class VertexStepOperator(BaseStepOperator):
         return self.gcp_conn_id
 
     def make_backend(self) -> VertexBackend:
-        from airflow_stepop.backends.vertex import VertexBackend
+        from airflow_stepop.backends.vertex.backend import VertexBackend
 
         job = self.job_config.completed(
             self.argument_owner,

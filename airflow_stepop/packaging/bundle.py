@@ -55,9 +55,7 @@ def _stdlib_and_site_dirs() -> tuple[Path, ...]:
 
 @cache
 def _excluded_dirs() -> tuple[Path, ...]:
-    import airflow_stepop
-
-    own = Path(airflow_stepop.__file__).resolve().parent
+    own = Path(runtime_package.__file__).resolve().parent.parent  # airflow_stepop itself
     return (*_stdlib_and_site_dirs(), own, Path(sys.prefix).resolve())
 
 
@@ -213,8 +211,10 @@ def build_bundle(function: Callable[..., Any], cache: BundleCache | None = None)
             "its code or the local modules it imports. Move it into a module file in the DAGs "
             "folder (or your own package) and import it from there."
         )
-    if cache is not None and (found := cache.find(function)) is not None:
-        return found
+    if cache is not None:
+        found = cache.find(function, rebuild=lambda: _build(function, module).data)
+        if found is not None:
+            return found
     return _build(function, module, cache)
 
 

@@ -67,8 +67,11 @@ class BundleCache:
         """``$AIRFLOW_HOME/stepop-cache/bundles``: on the worker, beside its other state."""
         return cls(config.worker_cache_dir() / "bundles")
 
-    def find(self, function: Callable[..., Any]) -> CodeBundle | None:
-        """The callable's bundle if an earlier task built it from sources still unchanged."""
+    def find(self, function: Callable[..., Any], rebuild: Callable[[], bytes]) -> CodeBundle | None:
+        """The callable's bundle if an earlier task built it from sources still unchanged.
+
+        ``rebuild`` makes the zip anew, for a hit whose zip is gone or damaged: the caller's, so
+        that this module needs nothing of the builder (which imports it)."""
         where = _entry_of(function)
         if where is None:
             return None
@@ -90,10 +93,9 @@ class BundleCache:
         def read() -> bytes:
             data = self.read_zip(sha256)
             if data is None:  # gone or damaged, but its sources are unchanged: build it again
-                from airflow_stepop.packaging.bundle import build_bundle
                 from airflow_stepop.packaging.by_value import PackagingError
 
-                data = build_bundle(function).data
+                data = rebuild()
                 if hashlib.sha256(data).hexdigest() != sha256:
                     raise PackagingError(
                         f"The code of {function.__qualname__!r} changed while its step was "

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from airflow_stepop.artifacts.ref import as_record
-from airflow_stepop.packaging.cache import BundleCache
+from airflow_stepop.packaging.cache import BundleCache, CodeBundle
 from airflow_stepop.runtime import spec as specs
 from airflow_stepop.runtime import values
 from airflow_stepop.runtime.materializers import NoMaterializerError
@@ -104,11 +104,9 @@ def stage_step(
     shipped = as_function(function)
     run_uri = run_uri_for(root, step)
     cache = BundleCache.default()
-    bundle = cache.find(shipped)
-    if bundle is None:  # packaging's own machinery is imported only when it must build
-        from airflow_stepop.packaging.bundle import build_bundle
-
-        bundle = build_bundle(shipped, cache)
+    bundle = cache.find(shipped, rebuild=lambda: _build_bundle(shipped).data)
+    if bundle is None:
+        bundle = _build_bundle(shipped, cache)
     code_uri = join(root, "code", f"{bundle.sha256}.zip")
     if not storage.exists(code_uri):
         storage.write_bytes(code_uri, bundle.data)
@@ -194,3 +192,11 @@ def carry_in(ref: Any, record: dict[str, Any], inputs_uri: str, storage: Storage
         source = values.verified_path(record, worker_storage(ref.conn_id), Path(scratch))
         storage.put(source, target)
     return {**record, "uri": target}
+
+
+def _build_bundle(function: Callable[..., Any], cache: BundleCache | None = None) -> CodeBundle:
+    """Build the callable's bundle: packaging's own machinery is imported only when a task
+    must build (most find theirs in the cache)."""
+    from airflow_stepop.packaging.bundle import build_bundle
+
+    return build_bundle(function, cache)

@@ -10,7 +10,6 @@ trigger where one runs in the worker (non-deferrable mode, tests).
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -20,13 +19,6 @@ if TYPE_CHECKING:
     from airflow_stepop.triggers.step_job import StepJobTrigger
 
 TRIGGER_PATH = "airflow_stepop.triggers.step_job.StepJobTrigger"
-_PROCESS_TOKEN = os.urandom(8).hex()
-
-
-def this_process() -> str:
-    """This process: its pid, and a random token (pids repeat across hosts and containers; a
-    forked child has the token but not the pid)."""
-    return f"{os.getpid()}-{_PROCESS_TOKEN}"
 
 
 class StepJobDeferral:

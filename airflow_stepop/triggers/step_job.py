@@ -32,8 +32,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_stepop.backends.base import JobStatus, StepBackend
 from airflow_stepop.backends.naming import shown_job
-from airflow_stepop.triggers.deferral import this_process
 from airflow_stepop.triggers.poller import JobPoller, poller_for
+from airflow_stepop.triggers.process_identity import this_process
 from airflow_stepop.triggers.progress import Progress, log_pieces, tail_line
 from airflow_stepop.triggers.relay_cursor import CursorStore
 

@@ -31,7 +31,7 @@ def write_local_timer(path: str, seconds: float = 60.0, fifo: str | None = None)
     thousand local jobs fit on a small machine. The step's code never runs: a control-plane
     benchmark only.
     """
-    from airflow_stepop.backends import local_supervisor as supervisor
+    from airflow_stepop.backends.local import supervisor
 
     text = LOCAL_TIMER.format(
         exit_code=supervisor.EXIT_CODE,

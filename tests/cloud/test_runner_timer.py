@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from airflow_stepop.backends.base import JobRequest
-from airflow_stepop.backends.local import LocalBackend
+from airflow_stepop.backends.local.backend import LocalBackend
 from cloud.runner import MODE_TIMER, JobLaunch, Runner, write_local_timer
 from tests.waiting import wait_for
 

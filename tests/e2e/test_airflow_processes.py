@@ -224,7 +224,7 @@ def test_a_task_marked_failed_before_it_defers_stops_its_job(airflow_stack):
 
     # The job may be stopped before its step has started (then no pid is ever written): what
     # counts is that the job ends stopped, and that a step that had started is gone.
-    from airflow_stepop.backends.local import LocalBackend
+    from airflow_stepop.backends.local.backend import LocalBackend
 
     jobs = LocalBackend(str(home / "stepop-jobs"))
 

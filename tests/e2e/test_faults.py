@@ -33,7 +33,7 @@ def test_a_retry_after_the_job_succeeded_returns_its_result_without_a_second_job
 
 
 def test_a_failure_after_submit_with_no_retry_left_stops_the_job(results, tmp_path):
-    from airflow_stepop.backends.local import LocalBackend
+    from airflow_stepop.backends.local.backend import LocalBackend
 
     run = _dags().failure_after_submit_without_retry().test()
     assert run.state == "failed"
@@ -49,7 +49,7 @@ def test_a_job_nobody_can_follow_is_left_to_the_retry_then_stopped_never_run_twi
     follow the job and leaves it to the retry; the retry cannot look it up either, fails
     rather than submit a second job, and, the last try, stops it. Before, the trigger raised
     and the task failed with its job running on, and a retry submitted a second job."""
-    from airflow_stepop.backends.local import LocalBackend
+    from airflow_stepop.backends.local.backend import LocalBackend
 
     run = _dags().unwatchable_job().test()
     assert run.state == "failed"

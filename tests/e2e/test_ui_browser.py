@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from airflow_stepop.backends.sagemaker_job import console_links
+from airflow_stepop.backends.sagemaker.job import console_links
 from cloud.pytest_plugin import cloud_stack, registry_image  # noqa: F401 - fixtures
 from tests.e2e.services import AirflowServices, Api, postgres
 from tests.waiting import wait_for

@@ -15,11 +15,11 @@ import pytest
 
 from airflow_stepop import DockerSettings, ResourceSettings
 from airflow_stepop.backends.base import JobRequest
-from airflow_stepop.backends.local import LocalBackend, _alive
+from airflow_stepop.backends.local.backend import LocalBackend, _alive
 from airflow_stepop.backends.naming import job_name, task_key
 from airflow_stepop.packaging.staging import StepIdentity, stage_step
 from airflow_stepop.runtime.storage import Storage
-from airflow_stepop.triggers.deferral import this_process
+from airflow_stepop.triggers.process_identity import this_process
 from airflow_stepop.triggers.step_job import StepJobTrigger
 from tests.processes import process_alive
 from tests.step_modules import step_module
@@ -125,7 +125,7 @@ def _submit(
         )
     )
     trigger = StepJobTrigger(
-        backend_path="airflow_stepop.backends.local.LocalBackend",
+        backend_path="airflow_stepop.backends.local.backend.LocalBackend",
         backend_kwargs=backend.serialize(),
         handle=handle,
         poll_interval=0.1,

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from airflow_stepop import DockerSettings
-from airflow_stepop.backends.local import LocalBackend
+from airflow_stepop.backends.local.backend import LocalBackend
 from tests.integration.test_local_backend import _submit, steps  # noqa: F401 - the fixture
 from tests.waiting import wait_for
 

@@ -28,13 +28,13 @@ HEAVY_PACKAGES = ("airflow.providers",)
 
 CASES = {
     "sagemaker": (
-        "airflow_stepop.backends.sagemaker.SageMakerBackend",
+        "airflow_stepop.backends.sagemaker.backend.SageMakerBackend",
         {"aws_conn_id": "aws_default", "region_name": None},
         {"job_id": "never-submitted", "run_uri": "s3://stepop-demo/never"},
         "unwatched: its state could not be read (ClientError:",
     ),
     "vertex": (
-        "airflow_stepop.backends.vertex.VertexBackend",
+        "airflow_stepop.backends.vertex.backend.VertexBackend",
         {"gcp_conn_id": "google_cloud_default", "project_id": None, "location": None},
         {
             "job_id": "404",
@@ -47,7 +47,7 @@ CASES = {
         "unwatched: its state could not be read (NotFound:",
     ),
     "azureml": (
-        "airflow_stepop.backends.azureml.AzureMLBackend",
+        "airflow_stepop.backends.azureml.backend.AzureMLBackend",
         {"azureml_conn_id": "azureml_default"},
         {"job_id": "never-submitted", "run_uri": "az://stepop-demo/never"},
         "unwatched: its state could not be read (ResourceNotFoundError:",

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_stepop.backends.azureml_config import (
+from airflow_stepop.backends.azureml.config import (
     AzureMLJobConfig,
     experiment_for,
     hourly_price,
@@ -147,7 +147,7 @@ def test_the_job_price_counts_every_instance_and_uses_the_low_priority_rate_for_
 def test_every_catalog_size_is_one_azure_ml_accepts_and_is_priced():
     from cloud.azureml.catalog import INSTANCE_TYPES, canonical_instance_type
 
-    catalog = load_catalog("azureml_vm_sizes")
+    catalog = load_catalog("airflow_stepop.backends.azureml")
     assert catalog.date != "unknown" and catalog.region == "eastus"
     for machine in catalog.types:
         assert canonical_instance_type(machine.name) == machine.name

@@ -175,7 +175,7 @@ def test_azure_request_headers_stay_out_of_a_steps_task_log(user_level, expected
     if user_level:
         code += f"logging.getLogger({REQUEST_LOGGER!r}).setLevel(logging.{user_level})\n"
     code += (
-        "import airflow_stepop.backends.azureml\n"
+        "import airflow_stepop.backends.azureml.backend\n"
         f"print(logging.getLevelName(logging.getLogger({REQUEST_LOGGER!r}).getEffectiveLevel()))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

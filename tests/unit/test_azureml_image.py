@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_stepop.backends.azureml_image import environment_body
+from airflow_stepop.backends.azureml.image import environment_body
 from airflow_stepop.settings import DockerSettings, SettingsError
 
 

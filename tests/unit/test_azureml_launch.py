@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_stepop.backends.azureml import AzureMLBackend, is_transient_error
-from airflow_stepop.backends.azureml_compute import named_cluster
-from airflow_stepop.backends.azureml_config import AzureMLJobConfig
-from airflow_stepop.backends.azureml_launch import (
-    AzureMLConfigError,
+from airflow_stepop.backends.azureml.backend import AzureMLBackend, is_transient_error
+from airflow_stepop.backends.azureml.compute import named_cluster
+from airflow_stepop.backends.azureml.config import AzureMLJobConfig
+from airflow_stepop.backends.azureml.errors import AzureMLConfigError
+from airflow_stepop.backends.azureml.launch import (
     billing_facts,
     blob_url,
     build_launch,
@@ -256,11 +256,13 @@ def test_a_named_cluster_of_a_size_without_gpus_is_refused_for_a_gpu_request(vm_
     series: the step must not run on CPUs while its resources ask for a GPU."""
     from types import SimpleNamespace
 
-    from airflow_stepop.backends.azureml_launch import AzureMLConfigError
+    from airflow_stepop.backends.azureml.errors import AzureMLConfigError
     from airflow_stepop.catalog import load
     from airflow_stepop.settings import ResourceSettings
 
-    assert load("azureml_vm_sizes").get(vm_size) is None  # pick others if these are added
+    assert (
+        load("airflow_stepop.backends.azureml").get(vm_size) is None
+    )  # pick others if these are added
 
     class Arm:  # the workspace's compute, as ARM describes a cluster
         def get(self, path):

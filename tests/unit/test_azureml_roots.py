@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from airflow_stepop.backends.azureml import AzureMLBackend
-from airflow_stepop.backends.azureml_launch import AzureMLConfigError
-from airflow_stepop.backends.azureml_roots import (
+from airflow_stepop.backends.azureml.backend import AzureMLBackend
+from airflow_stepop.backends.azureml.errors import AzureMLConfigError
+from airflow_stepop.backends.azureml.roots import (
     Datastore,
     DatastoreCache,
     check_account,
@@ -102,11 +102,11 @@ FILES = {"datastoreType": "AzureFile", "accountName": "acct", "fileShareName": "
 
 def backend(arm: Arm, monkeypatch: pytest.MonkeyPatch, worker_account: str | None = "acct"):
     """An Azure ML backend on ``arm`` whose worker storage reaches ``worker_account``."""
-    import airflow_stepop.backends.azureml as module
-    import airflow_stepop.backends.azureml_roots as roots
+    import airflow_stepop.backends.azureml.backend as module
+    import airflow_stepop.backends.azureml.roots as roots
 
     monkeypatch.setattr(roots, "DATASTORES", DatastoreCache())
-    monkeypatch.setattr(module, "_account", lambda storage, uri: worker_account)
+    monkeypatch.setattr(module, "storage_account", lambda storage, uri: worker_account)
     made = AzureMLBackend("azureml_default")
     made.__dict__["arm"] = arm
     made.__dict__["hook"] = type("Hook", (), {"workspace": WS})()

@@ -12,7 +12,7 @@ from airflow_stepop.settings import ResourceSettings
 
 @pytest.fixture(scope="module")
 def catalog():
-    return load("sagemaker_training")
+    return load("airflow_stepop.backends.sagemaker")
 
 
 def test_the_catalog_has_its_date_region_and_only_real_training_types(catalog):
@@ -89,5 +89,5 @@ def test_spot_is_priced_at_the_spot_rate_where_known_else_on_demand_at_most(cata
     machine = catalog.get("ml.g5.xlarge")
     assert machine.spot_price_per_hour is None
     assert machine.hourly_price(spot=True) == machine.hourly_price() == machine.price_per_hour
-    vertex = load("vertex_custom_training").get("n1-standard-4")
+    vertex = load("airflow_stepop.backends.vertex").get("n1-standard-4")
     assert vertex.hourly_price(spot=True) == vertex.spot_price_per_hour < vertex.price_per_hour

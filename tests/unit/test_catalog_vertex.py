@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_stepop.backends.vertex_machines import ACCELERATORS, CATALOG, split_machine
+from airflow_stepop.backends.vertex.machines import ACCELERATORS, CATALOG, split_machine
 from airflow_stepop.catalog import NoFittingMachineError, load
 from airflow_stepop.settings import ResourceSettings
 

@@ -18,11 +18,12 @@ from airflow.sdk.module_loading import import_string
 from airflow.sdk.serde import deserialize
 
 from airflow_stepop import LocalStepOperator
-from airflow_stepop.triggers.deferral import StepJobDeferral, this_process
+from airflow_stepop.triggers.deferral import StepJobDeferral
+from airflow_stepop.triggers.process_identity import this_process
 from airflow_stepop.triggers.step_job import StepJobTrigger
 
 KWARGS = {
-    "backend_path": "airflow_stepop.backends.local.LocalBackend",
+    "backend_path": "airflow_stepop.backends.local.backend.LocalBackend",
     "backend_kwargs": {"jobs_dir": "/tmp/jobs", "python": sys.executable},
     "handle": {"job_id": "dag-task-t1", "run_uri": "file:///tmp/run", "pid": 1},
     "poll_interval": 2.0,

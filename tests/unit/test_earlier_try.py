@@ -86,9 +86,9 @@ def test_a_recorded_job_being_stopped_is_not_re_attached_to_but_run_again(caplog
     ],
 )
 def test_each_services_stopping_state_says_so(mapping, answer):
-    from airflow_stepop.backends.azureml_launch import map_status as azureml
-    from airflow_stepop.backends.sagemaker_job import map_status as sagemaker
-    from airflow_stepop.backends.vertex_api import map_state
+    from airflow_stepop.backends.azureml.launch import map_status as azureml
+    from airflow_stepop.backends.sagemaker.job import map_status as sagemaker
+    from airflow_stepop.backends.vertex.api import map_state
 
     status = {"sagemaker": sagemaker, "azureml": azureml, "vertex": lambda s: map_state(s, None)}[
         mapping

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from airflow_stepop.triggers.list_pages import WatchedPages
+from airflow_stepop.backends.list_pages import WatchedPages
 
 
 def _read(

@@ -12,7 +12,7 @@ import pytest
 
 from airflow_stepop import DockerSettings, ResourceSettings
 from airflow_stepop.backends.base import JobRequest
-from airflow_stepop.backends.local import LocalBackend
+from airflow_stepop.backends.local.backend import LocalBackend
 from airflow_stepop.backends.naming import job_name, task_key
 from airflow_stepop.packaging.staging import StepIdentity, stage_step
 from airflow_stepop.runtime.storage import Storage
@@ -60,7 +60,7 @@ def test_a_gpu_step_on_an_engine_without_gpus_fails_clearly_and_leaves_no_contai
     client, image = engine
     request = _request(tmp_path, "wants_gpu", image, ResourceSettings(gpu_type="T4"))
     name = request.job_name
-    from airflow_stepop.backends.local_container import ContainerStartError
+    from airflow_stepop.backends.local.container import ContainerStartError
 
     try:
         with pytest.raises(ContainerStartError) as failed:
@@ -129,7 +129,7 @@ def _oom_killed(memory: int) -> dict:
 
 
 def test_a_step_out_of_memory_says_its_limit_and_what_raises_it():
-    from airflow_stepop.backends.local_container import container_status
+    from airflow_stepop.backends.local.container import container_status
 
     limited = ResourceSettings(memory="512MiB").memory_bytes
     status = container_status(_oom_killed(limited), stopped=False)

@@ -10,7 +10,7 @@ import pytest
 
 from airflow_stepop import ResourceSettings
 from airflow_stepop.backends.base import JobRequest
-from airflow_stepop.backends.local import _job_environment
+from airflow_stepop.backends.local.backend import _job_environment
 from tests.waiting import wait_for
 
 
@@ -71,7 +71,7 @@ def test_requests_compare_by_value_and_do_not_share_their_defaults():
 @pytest.fixture
 def staged_len(tmp_path):
     """A staged step (len of a string) under a file:// root, and a backend for it."""
-    from airflow_stepop.backends.local import LocalBackend
+    from airflow_stepop.backends.local.backend import LocalBackend
     from airflow_stepop.packaging.staging import StepIdentity, stage_step
     from airflow_stepop.runtime.storage import Storage
 
@@ -101,7 +101,7 @@ def _submit_process(staged, backend, resources):
 
 def test_process_mode_says_it_reserves_no_gpu(staged_len, caplog):
     staged, backend = staged_len
-    with caplog.at_level(logging.WARNING, logger="airflow_stepop.backends.local"):
+    with caplog.at_level(logging.WARNING, logger="airflow_stepop.backends.local.backend"):
         handle = _submit_process(
             staged, backend, ResourceSettings(gpu_count=1, cpu_count=2, memory="2GiB")
         )
@@ -115,6 +115,6 @@ def test_process_mode_says_it_reserves_no_gpu(staged_len, caplog):
 
 def test_process_mode_says_nothing_without_resources(staged_len, caplog):
     staged, backend = staged_len
-    with caplog.at_level(logging.WARNING, logger="airflow_stepop.backends.local"):
+    with caplog.at_level(logging.WARNING, logger="airflow_stepop.backends.local.backend"):
         _submit_process(staged, backend, None)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

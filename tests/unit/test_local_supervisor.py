@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 
-from airflow_stepop.backends import local_supervisor
+from airflow_stepop.backends.local import supervisor as local_supervisor
 from tests.processes import process_alive
 from tests.waiting import wait_for
 

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from airflow_stepop.backends import sagemaker as sm
-from airflow_stepop.backends import sagemaker_job, sagemaker_launch
 from airflow_stepop.backends.base import JobRequest
 from airflow_stepop.backends.naming import job_name, key_prefix, task_key
+from airflow_stepop.backends.sagemaker import backend as sm
+from airflow_stepop.backends.sagemaker import job as sagemaker_job
+from airflow_stepop.backends.sagemaker import launch as sagemaker_launch
 from airflow_stepop.packaging.staging import StepIdentity, stage_step
 from airflow_stepop.runtime.storage import Storage
 
@@ -193,7 +194,7 @@ def _job_tree(tmp_path: Path, function, host: str) -> tuple[Path, dict]:
     bundle = Storage().local_path(staged.code_uri)
     (code_dir / bundle.name).write_bytes(bundle.read_bytes())
     (run_dir / "spec.json").write_bytes(Storage().local_path(staged.spec_uri).read_bytes())
-    entry = Path(sm.__file__).parent / "sagemaker_entry.py"
+    entry = Path(sm.__file__).parent / "entry.py"
     (run_dir / sm.ENTRY_FILE).write_bytes(entry.read_bytes())
     (ml / "input" / "config" / "resourceconfig.json").write_text(
         json.dumps({"current_host": host, "hosts": ["algo-1", "algo-2"]})

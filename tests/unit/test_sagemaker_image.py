@@ -14,7 +14,7 @@ import pytest
 from airflow.sdk import DAG
 
 from airflow_stepop import DockerSettings, SageMakerStepOperator
-from airflow_stepop.backends.sagemaker_image import service_can_pull
+from airflow_stepop.backends.sagemaker.image import service_can_pull
 from airflow_stepop.images import builder
 from airflow_stepop.images.registry import Registry
 from airflow_stepop.settings import SettingsError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from airflow_stepop.backends import sagemaker_logs
+from airflow_stepop.backends.sagemaker import logs as sagemaker_logs
 
 
 class _CloudWatch:

@@ -150,7 +150,7 @@ def test_an_instance_type_the_service_does_not_have_is_refused_before_any_call(
 def test_an_instance_type_newer_than_the_catalog_is_taken_if_the_service_lists_it(monkeypatch):
     monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ROLE", "r")
     monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", "s3://bucket/stepop")
-    from airflow_stepop.backends.sagemaker_config import CATALOG
+    from airflow_stepop.backends.sagemaker.config import CATALOG
     from airflow_stepop.catalog import load as load_catalog
 
     assert load_catalog(CATALOG).get("ml.c5n.xlarge") is None  # pick another if it is added
@@ -182,7 +182,7 @@ def test_the_decorator_is_registered_with_airflow():
 
 def test_the_airflow_tags_are_always_on_the_job_beside_as_many_user_tags_as_fit(monkeypatch):
     from airflow_stepop.backends.base import JobRequest
-    from airflow_stepop.backends.sagemaker import SageMakerBackend
+    from airflow_stepop.backends.sagemaker.backend import SageMakerBackend
 
     monkeypatch.setenv("AIRFLOW__STEPOP__SAGEMAKER_ROLE", "r")
     monkeypatch.setenv("AIRFLOW__STEPOP__ARTIFACT_ROOT", "s3://bucket/stepop")

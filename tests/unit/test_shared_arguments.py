@@ -249,7 +249,9 @@ def test_an_explicit_machine_lacking_what_resources_asks_for_is_refused(
     _op(kind, resources=gpus, **fitting)  # wins over resources: no smaller type is chosen
 
 
-@pytest.mark.parametrize("catalog_name", ["sagemaker_training", "azureml_vm_sizes"])
+@pytest.mark.parametrize(
+    "catalog_name", ["airflow_stepop.backends.sagemaker", "airflow_stepop.backends.azureml"]
+)
 def test_a_catalogs_families_without_gpus_are_exactly_its_rows_without_gpus(catalog_name):
     """The pattern judges the types the catalog does not list: it must agree with every row it
     does (a new GPU family matched by it would refuse every request for its GPUs)."""
@@ -279,7 +281,8 @@ def test_a_gpu_request_beside_an_uncatalogued_type_of_a_family_without_gpus_is_r
     """The catalog cannot list every type, but the name says which families have no GPU: the
     step must not run on a CPU machine while its resources ask for a GPU."""
     from airflow_stepop import ResourceSettings
-    from airflow_stepop.backends import azureml_config, sagemaker_config
+    from airflow_stepop.backends.azureml import config as azureml_config
+    from airflow_stepop.backends.sagemaker import config as sagemaker_config
     from airflow_stepop.catalog import load
 
     catalog = load({"sagemaker": sagemaker_config, "azureml": azureml_config}[kind].CATALOG)

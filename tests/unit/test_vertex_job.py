@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from airflow_stepop.backends import vertex_entry
 from airflow_stepop.backends.base import JobRequest
-from airflow_stepop.backends.vertex_api import is_transient_error, map_state
-from airflow_stepop.backends.vertex_config import VertexJobConfig
-from airflow_stepop.backends.vertex_job import VertexConfigError, billing, build_job
+from airflow_stepop.backends.vertex import entry as vertex_entry
+from airflow_stepop.backends.vertex.api import is_transient_error, map_state
+from airflow_stepop.backends.vertex.config import VertexJobConfig
+from airflow_stepop.backends.vertex.job import VertexConfigError, billing, build_job
 from airflow_stepop.catalog import load
 from cloud.vertex.catalog import check_machine
 from cloud.vertex.validation import validate_custom_job
@@ -65,7 +65,7 @@ def test_the_job_reads_every_bucket_through_the_gcs_mount_and_passes_vertex_chec
 def test_the_users_labels_never_replace_ours_and_all_of_them_fit_vertexs_64():
     from google.cloud import aiplatform_v1
 
-    from airflow_stepop.backends.vertex_config import USER_LABELS_MAX
+    from airflow_stepop.backends.vertex.config import USER_LABELS_MAX
 
     # a config made without the parse-time check still cannot take our keys
     body = build_job(REQUEST, SPEC, _job(labels={"stepop_task": "x", "airflow_dag_id": "y",
@@ -126,7 +126,9 @@ def test_billing_is_run_time_times_replicas_times_the_catalog_price():
         "accelerator_count": 1, "replica_count": 2, "spot": False,
         "start_time": "2026-11-22T10:00:00.000000Z", "end_time": "2026-11-22T10:30:00.500000000Z",
     }  # fmt: skip
-    price = load("vertex_custom_training").get("n1-standard-4+NVIDIA_TESLA_T4x1").price_per_hour
+    price = (
+        load("airflow_stepop.backends.vertex").get("n1-standard-4+NVIDIA_TESLA_T4x1").price_per_hour
+    )
     out = billing(details)
     # seconds of one replica, as SageMaker's and Azure ML's: the log line multiplies by count
     assert out["billable_seconds"] == 1800.5 and out["count"] == 2
@@ -192,7 +194,7 @@ def test_the_entry_maps_checkpoints_to_the_mount():
 
 
 def test_a_sample_of_the_catalog_is_legal_for_the_fakes_pairing_table():
-    catalog = load("vertex_custom_training")
+    catalog = load("airflow_stepop.backends.vertex")
     assert catalog.region == "us-central1" and catalog.date
     sample = catalog.types[::3] + tuple(m for m in catalog.types if m.gpu_count)
     for machine in sample:

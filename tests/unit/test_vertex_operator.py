@@ -171,7 +171,7 @@ def test_a_gpu_machine_type_the_catalog_lacks_is_taken_as_given_with_its_acceler
 
 
 def test_every_vertex_accelerator_has_a_machine_type_to_go_with():
-    from airflow_stepop.backends.vertex_machines import (
+    from airflow_stepop.backends.vertex.machines import (
         ACCELERATORS,
         BUNDLED_FAMILIES,
         N1_GPU_COUNTS,
@@ -182,7 +182,7 @@ def test_every_vertex_accelerator_has_a_machine_type_to_go_with():
 
     bundled = {kind for kinds in BUNDLED_FAMILIES.values() for kind in kinds}
     assert set(ACCELERATORS) == bundled | set(N1_GPU_COUNTS)
-    for row in load("vertex_custom_training").types:  # the catalog obeys the same rules
+    for row in load("airflow_stepop.backends.vertex").types:  # the catalog obeys the same rules
         machine, kind, _ = split_machine(row.name)
         if kind and machine.startswith("n1-"):
             assert kind in N1_GPU_COUNTS, row.name
@@ -320,7 +320,7 @@ def test_the_decorator_is_registered_and_builds_the_operator():
 
 
 def test_links_name_the_job_its_logs_and_the_experiments_runs():
-    from airflow_stepop.backends.vertex import VertexBackend
+    from airflow_stepop.backends.vertex.backend import VertexBackend
 
     handle = {"project": "p", "location": "europe-west4", "job_id": "123",
               "display_name": "d-t1", "experiment": "churn"}  # fmt: skip

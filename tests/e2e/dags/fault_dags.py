@@ -12,7 +12,7 @@ from airflow.sdk import dag
 from step_helpers import record_pid, wait_for_file
 
 from airflow_stepop import LocalStepOperator
-from airflow_stepop.backends.local import LocalBackend
+from airflow_stepop.backends.local.backend import LocalBackend
 
 RESULTS = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
 

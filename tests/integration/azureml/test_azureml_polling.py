@@ -32,8 +32,8 @@ def timer_jobs(monkeypatch) -> None:
 def _submit(azure: dict[str, Any], count: int) -> tuple[Any, list[dict[str, Any]]]:
     """``count`` steps staged and submitted through the backend, in order: (backend, handles)."""
     from airflow_stepop.artifacts.storage import worker_storage
-    from airflow_stepop.backends.azureml import AzureMLBackend
-    from airflow_stepop.backends.azureml_config import AzureMLJobConfig
+    from airflow_stepop.backends.azureml.backend import AzureMLBackend
+    from airflow_stepop.backends.azureml.config import AzureMLJobConfig
     from airflow_stepop.backends.base import JobRequest
     from airflow_stepop.backends.naming import job_name, task_key
     from airflow_stepop.packaging.staging import StepIdentity, stage_step

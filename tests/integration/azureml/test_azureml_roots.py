@@ -51,7 +51,7 @@ def test_an_az_root_passes_an_array_from_step_to_step(azure, ctl, monkeypatch, c
 
 
 def test_a_datastore_root_is_written_through_its_container(azure, ctl, monkeypatch):
-    from airflow_stepop.backends import azureml_roots
+    from airflow_stepop.backends.azureml import roots as azureml_roots
 
     monkeypatch.setattr(azureml_roots, "DATASTORES", azureml_roots.DatastoreCache())
     prefix = f"it-ds-{uuid.uuid4().hex[:8]}"

@@ -102,7 +102,7 @@ def test_a_final_read_past_its_cap_relays_the_end_and_says_what_it_left_out(
 ):
     # a job that printed more since its last read than the final read's cap (16 MiB; 1 MiB
     # here, to print less): its last lines still arrive, whole, after a note of the gap
-    from airflow_stepop.backends import azureml_logs
+    from airflow_stepop.backends.azureml import logs as azureml_logs
 
     monkeypatch.setattr(azureml_logs, "FINAL_READ_MAX", azureml_logs.LOG_READ_MAX)
     module = dags()
@@ -276,8 +276,8 @@ def test_a_request_nothing_fits_names_the_closest_sizes(azure, ctl):
 def _submit(azure, function, args, dag_id, task_id):
     """Stage and submit one step straight through the backend (no DAG), in an experiment named
     like the DAG: (backend, handle)."""
-    from airflow_stepop.backends.azureml import AzureMLBackend
-    from airflow_stepop.backends.azureml_config import AzureMLJobConfig
+    from airflow_stepop.backends.azureml.backend import AzureMLBackend
+    from airflow_stepop.backends.azureml.config import AzureMLJobConfig
 
     config = AzureMLJobConfig(image_uri=BASE, instance_type="Standard_DS3_v2",
                               max_runtime_s=600, experiment_name=dag_id)  # fmt: skip
@@ -494,8 +494,8 @@ def test_a_retry_whose_recorded_job_azure_ml_no_longer_has_runs_the_step_again(a
     anew instead of failing."""
     import logging
 
-    from airflow_stepop.backends.azureml import AzureMLBackend
-    from airflow_stepop.backends.azureml_config import AzureMLJobConfig
+    from airflow_stepop.backends.azureml.backend import AzureMLBackend
+    from airflow_stepop.backends.azureml.config import AzureMLJobConfig
     from airflow_stepop.operators.earlier_try import STATE_KEY, EarlierJob, earlier_job
 
     backend = AzureMLBackend(job=AzureMLJobConfig(image_uri=BASE, instance_type="Standard_DS3_v2"))

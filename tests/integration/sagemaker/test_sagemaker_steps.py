@@ -223,7 +223,7 @@ def test_a_request_nothing_fits_is_refused_before_any_api_call(aws, ctl):
 
 def _submit(aws, function, args, dag_id, task_id):
     """Stage and submit one step straight through the backend (no DAG): (backend, handle)."""
-    from airflow_stepop.backends.sagemaker import SageMakerBackend, SageMakerJobConfig
+    from airflow_stepop.backends.sagemaker.backend import SageMakerBackend, SageMakerJobConfig
 
     backend = SageMakerBackend(
         job=SageMakerJobConfig(role=ROLE, instance_type="ml.m5.large", image_uri=BASE)
@@ -248,7 +248,7 @@ def test_a_missing_bucket_is_told_from_one_that_exists(aws):
 def test_a_role_given_by_name_is_looked_up_and_a_missing_one_is_named(aws, ctl):
     import boto3
 
-    from airflow_stepop.backends.sagemaker import SageMakerBackend, SageMakerJobConfig
+    from airflow_stepop.backends.sagemaker.backend import SageMakerBackend, SageMakerJobConfig
     from airflow_stepop.settings import SettingsError
 
     name = f"trainer-{uuid.uuid4().hex[:6]}"
@@ -429,7 +429,7 @@ def test_concurrent_steps_share_one_list_per_poll_and_one_describe_per_finished_
                         "submitted_at": time.time()})  # fmt: skip
     triggers = [
         StepJobTrigger(
-            backend_path="airflow_stepop.backends.sagemaker.SageMakerBackend",
+            backend_path="airflow_stepop.backends.sagemaker.backend.SageMakerBackend",
             backend_kwargs={"aws_conn_id": "aws_default", "region_name": None},
             handle=handle,
             poll_interval=0.5,
@@ -466,7 +466,7 @@ def test_a_retry_whose_recorded_job_sagemaker_no_longer_has_runs_the_step_again(
     resource not found.": the job is gone, so the retry submits anew instead of failing."""
     import logging
 
-    from airflow_stepop.backends.sagemaker import SageMakerBackend, SageMakerJobConfig
+    from airflow_stepop.backends.sagemaker.backend import SageMakerBackend, SageMakerJobConfig
     from airflow_stepop.operators.earlier_try import STATE_KEY, EarlierJob, earlier_job
 
     backend = SageMakerBackend(

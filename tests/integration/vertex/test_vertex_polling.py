@@ -40,8 +40,8 @@ def _submit(gcp: dict[str, Any], count: int) -> tuple[Any, list[dict[str, Any]]]
     from airflow_stepop.artifacts.storage import worker_storage
     from airflow_stepop.backends.base import JobRequest
     from airflow_stepop.backends.naming import job_name, task_key
-    from airflow_stepop.backends.vertex import VertexBackend
-    from airflow_stepop.backends.vertex_config import VertexJobConfig
+    from airflow_stepop.backends.vertex.backend import VertexBackend
+    from airflow_stepop.backends.vertex.config import VertexJobConfig
     from airflow_stepop.packaging.staging import StepIdentity, stage_step
 
     config = VertexJobConfig(

@@ -89,7 +89,7 @@ def test_a_final_read_past_its_cap_relays_the_end_and_says_lines_were_left_out(
     """A job that printed more since its last read than the final read's cap (20 pages of 1000;
     1 page here, to print less): its traceback and last lines still arrive, after a note of
     the gap. Before, the read stopped at the cap and they were lost."""
-    from airflow_stepop.backends import vertex
+    from airflow_stepop.backends.vertex.backend import backend as vertex
 
     monkeypatch.setattr(vertex, "FINAL_LOG_PAGES", 1)
     module = dags()
@@ -270,8 +270,8 @@ def test_an_experiment_must_exist_and_the_job_runs_under_it(gcp, ctl):
 
 def _submit(gcp, function, args, task_id="held"):
     """Stage and submit one step straight through the backend (no DAG): (backend, handle)."""
-    from airflow_stepop.backends.vertex import VertexBackend
-    from airflow_stepop.backends.vertex_config import VertexJobConfig
+    from airflow_stepop.backends.vertex.backend import VertexBackend
+    from airflow_stepop.backends.vertex.config import VertexJobConfig
 
     backend = VertexBackend(job=VertexJobConfig(machine_type="n1-standard-4", image_uri=BASE))
     handle = submit_step(
@@ -411,8 +411,8 @@ def test_without_deferral_the_worker_waits_and_gets_the_same_result(gcp, ctl):
 def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_stopped(
     gcp, ctl, capfd
 ):
-    from airflow_stepop.backends.vertex import LOG_LOOKBACK_S
-    from airflow_stepop.backends.vertex_job import epoch
+    from airflow_stepop.backends.vertex.backend import LOG_LOOKBACK_S
+    from airflow_stepop.backends.vertex.job import epoch
     from airflow_stepop.triggers.step_job import StepJobTrigger
     from tests.waiting import wait_for
 
@@ -469,8 +469,8 @@ def test_a_retry_whose_recorded_job_vertex_no_longer_has_runs_the_step_again(gcp
     the retry submits anew instead of failing."""
     import logging
 
-    from airflow_stepop.backends.vertex import VertexBackend
-    from airflow_stepop.backends.vertex_config import VertexJobConfig
+    from airflow_stepop.backends.vertex.backend import VertexBackend
+    from airflow_stepop.backends.vertex.config import VertexJobConfig
     from airflow_stepop.operators.earlier_try import STATE_KEY, EarlierJob, earlier_job
 
     backend = VertexBackend(job=VertexJobConfig(machine_type="n1-standard-4", image_uri=BASE))

@@ -4,7 +4,7 @@ Pure functions (no API call), so the request shape and the billing arithmetic ar
 How a step becomes a job:
 
 * one worker pool (two for ``replica_count > 1``: Vertex's first pool has exactly one replica)
-  runs ``python3 /gcs/<bucket>/<run>/stepop_vertex_entry.py`` (``vertex_entry.py``), which
+  runs ``python3 /gcs/<bucket>/<run>/stepop_vertex_entry.py`` (``entry.py``), which
   reads code, spec and inputs through the Cloud Storage FUSE mount and writes the results into
   the attempt's run directory: the image needs no Google SDK;
 * ``baseOutputDirectory`` is the task instance's directory (the parent of every try's run
@@ -26,12 +26,12 @@ from typing import Any
 
 from airflow_stepop.backends.base import JobRequest, billing_record
 from airflow_stepop.backends.naming import task_digest
-from airflow_stepop.backends.vertex_config import (
+from airflow_stepop.backends.vertex.config import (
     AIRFLOW_LABEL_PREFIX,
     MAX_LABELS,
     VertexJobConfig,
 )
-from airflow_stepop.backends.vertex_machines import CATALOG, machine_name
+from airflow_stepop.backends.vertex.machines import CATALOG, machine_name
 from airflow_stepop.runtime.storage import join
 from airflow_stepop.runtime.values import input_uris
 
@@ -60,7 +60,7 @@ def gcs_path(uri: str) -> str:
 
 
 def job_labels(request: JobRequest, job: VertexJobConfig) -> dict[str, str]:
-    """The user's labels, then ours (which the user's may not replace: vertex_config refuses
+    """The user's labels, then ours (which the user's may not replace: config refuses
     their keys at parse time), at most Vertex's 64 in all."""
     ours = {
         f"{AIRFLOW_LABEL_PREFIX}{key}": label_value(value) for key, value in request.labels.items()

@@ -1,4 +1,4 @@
-"""The Vertex AI backend: a step runs as a Vertex AI CustomJob (request: ``vertex_job.py``).
+"""The Vertex AI backend: a step runs as a Vertex AI CustomJob (request: ``job.py``).
 
 * worker side: the official JobService REST client (CreateCustomJob retried on throttling and
   5xx without ever creating twice, ListCustomJobs by the task's label to re-attach, Artifact
@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend, service_refusal
+from airflow_stepop.backends.list_pages import WatchedPages
 from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
-from airflow_stepop.backends.vertex_api import ALIVE, GoogleAccess, is_transient_error, map_state
-from airflow_stepop.backends.vertex_config import VertexJobConfig
-from airflow_stepop.backends.vertex_job import (
+from airflow_stepop.backends.vertex.api import ALIVE, GoogleAccess, is_transient_error, map_state
+from airflow_stepop.backends.vertex.config import VertexJobConfig
+from airflow_stepop.backends.vertex.job import (
     ENTRY_FILE,
     OUR_LABEL,
     VertexConfigError,
@@ -36,9 +37,8 @@ from airflow_stepop.backends.vertex_job import (
     job_details,
     rfc3339,
 )
-from airflow_stepop.backends.vertex_machines import CATALOG, split_machine
+from airflow_stepop.backends.vertex.machines import CATALOG, split_machine
 from airflow_stepop.runtime.storage import join
-from airflow_stepop.triggers.list_pages import WatchedPages
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class VertexBackend(StepBackend):
         body = build_job(request, spec, self.job, image, access.project, access.region)
         storage.write_bytes(
             join(request.run_uri, ENTRY_FILE),
-            (Path(__file__).parent / "vertex_entry.py").read_bytes(),
+            (Path(__file__).parent / "entry.py").read_bytes(),
         )
         created = self._create(body)
         handle = self.handle_of(created, request.task_key)

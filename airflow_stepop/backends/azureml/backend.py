@@ -1,17 +1,18 @@
-"""The Azure ML backend: a step runs as an Azure ML command job (see ``azureml_launch``).
+"""The Azure ML backend: a step runs as an Azure ML command job (see ``launch``).
 
 * image: ``image_uri`` as given; else the ``DockerSettings`` image (content-hash tag), built on
   the worker's engine and pushed to ACR (or any registry) on a hash miss, or built by Azure ML
   itself from the same Dockerfile (an environment with a build context) when no engine answers
-  (``[stepop] azureml_image_build``: auto/engine/service; ``azureml_image``);
-* the environment and the job are PUT through Azure ML's REST API (``azureml_rest``); the job
-  name is ``naming.job_name`` (per task instance and try); ``find_active`` re-attaches to a
-  live job of the same task instance (List calls filtered by our tag, page by page until found);
-  a named ``compute`` cluster is checked against the step first (``azureml_compute``);
+  (``[stepop] azureml_image_build``: auto/engine/service; ``image``);
+* the environment and the job are PUT through Azure ML's REST API
+  (``hooks/azureml_rest.py``); the job name is ``naming.job_name`` (per task instance and
+  try); ``find_active`` re-attaches to a live job of the same task instance (List calls
+  filtered by our tag, page by page until found); a named ``compute`` cluster is checked
+  against the step first (``compute``);
 * the triggerer side is async (azure-core over aiohttp, ``azure.identity.aio``): one job GET
   per poll, or one List for all watched jobs of a workspace (``astatuses``); run history
   details for the final error and times, and for the log files, read at a bounded rate
-  (``azureml_logs``).
+  (``logs``).
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from airflow_stepop.backends.azureml_compute import named_cluster
-from airflow_stepop.backends.azureml_config import (
+from airflow_stepop.backends.azureml.compute import named_cluster
+from airflow_stepop.backends.azureml.config import (
     CATALOG,
     TASK_TAG,
     AzureMLJobConfig,
     hourly_price,
     job_price_per_hour,
 )
-from airflow_stepop.backends.azureml_launch import (
+from airflow_stepop.backends.azureml.launch import (
     ENTRY_FILE,
     LAUNCH_FILE,
     billing_facts,
@@ -41,14 +42,14 @@ from airflow_stepop.backends.azureml_launch import (
     map_status,
     studio_links,
 )
-from airflow_stepop.backends.azureml_logs import LogRelay
-from airflow_stepop.backends.azureml_rest import epoch, is_transient_error
-from airflow_stepop.backends.azureml_roots import (
+from airflow_stepop.backends.azureml.logs import LogRelay
+from airflow_stepop.backends.azureml.roots import (
     Datastore,
     DatastorePath,
     check_account,
     parse_datastore,
     resolve_datastore,
+    storage_account,
 )
 from airflow_stepop.backends.base import (
     JobRequest,
@@ -57,12 +58,13 @@ from airflow_stepop.backends.base import (
     billing_record,
     service_refusal,
 )
+from airflow_stepop.backends.list_pages import WatchedPages
 from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
 from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.hooks.azureml_fs import quiet_request_logs
+from airflow_stepop.hooks.azureml_rest import epoch, is_transient_error
 from airflow_stepop.runtime.storage import join
-from airflow_stepop.triggers.list_pages import WatchedPages
 
 log = logging.getLogger(__name__)
 quiet_request_logs()  # the step's artifacts travel through Azure Blob (abfs://, az://)
@@ -95,7 +97,7 @@ class AzureMLBackend(StepBackend):
 
     @cached_property
     def arm(self) -> Any:
-        from airflow_stepop.backends.azureml_rest import ArmClient
+        from airflow_stepop.hooks.azureml_rest import ArmClient
 
         return ArmClient(self.hook)
 
@@ -124,10 +126,10 @@ class AzureMLBackend(StepBackend):
             store = self._datastore(found)
             datastore = (f"abfs://{store.container}", f"azureml://datastores/{found.name}/paths")
         inputs, outputs, launch, command, output_uri = build_launch(
-            request, spec, _account(storage, request.run_uri), datastore,
+            request, spec, storage_account(storage, request.run_uri), datastore,
             self.workspace.cloud.storage_suffix,
         )  # fmt: skip
-        entry = (Path(__file__).parent / "azureml_entry.py").read_bytes()
+        entry = (Path(__file__).parent / "entry.py").read_bytes()
         storage.write_bytes(join(request.run_uri, ENTRY_FILE), entry)
         storage.write_json(join(request.run_uri, LAUNCH_FILE), launch)
         environment_id = self._environment(request, storage)
@@ -172,7 +174,7 @@ class AzureMLBackend(StepBackend):
         from airflow_stepop.artifacts.storage import worker_storage
 
         store = resolve_datastore(found, self.workspace, self.arm, self.azureml_conn_id)
-        check_account(store, _account(worker_storage(None), f"abfs://{store.container}"))
+        check_account(store, storage_account(worker_storage(None), f"abfs://{store.container}"))
         return store
 
     def _handle(
@@ -203,7 +205,7 @@ class AzureMLBackend(StepBackend):
 
     def _environment(self, request: JobRequest, storage: Any) -> str:
         """The environment version the job runs in (an image, or a build context)."""
-        from airflow_stepop.backends.azureml_image import environment_body
+        from airflow_stepop.backends.azureml.image import environment_body
 
         name, version, body = environment_body(self, request, storage)
         path = f"{self.workspace.path}/environments/{name}/versions/{version}"
@@ -279,7 +281,7 @@ class AzureMLBackend(StepBackend):
     @property
     def aclient(self) -> Any:
         if self._async is None:
-            from airflow_stepop.backends.azureml_rest import AsyncArmClient
+            from airflow_stepop.hooks.azureml_rest import AsyncArmClient
 
             self._async = AsyncArmClient(self.workspace, self.hook.get_async_credential())
         return self._async
@@ -348,12 +350,3 @@ class AzureMLBackend(StepBackend):
 
         with contextlib.suppress(ResourceNotFoundError):
             await self.aclient.post(f"{self.workspace.path}/jobs/{handle['job_id']}/cancel")
-
-
-def _account(storage: Any, uri: str) -> str | None:
-    """The storage account of an ``abfs://``/``az://`` URI, from the worker's filesystem."""
-    try:
-        fs, _ = storage.resolver(uri)
-        return getattr(fs, "account_name", None) or fs.service_client.account_name
-    except Exception:
-        return None

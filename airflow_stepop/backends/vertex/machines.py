@@ -2,7 +2,7 @@
 
 An n1 type takes attached GPUs (``N1_GPU_COUNTS``); an accelerator-optimized type (a2, a3, g2,
 TPUs) comes with its own (``BUNDLED_FAMILIES``), filled in from the packaged catalog
-(``catalog/vertex_custom_training.csv``), whose rows name a machine with GPUs as
+(``backends/vertex/catalog.csv``), whose rows name a machine with GPUs as
 ``MACHINE+ACCELERATOR_TYPExCOUNT`` (e.g. ``n1-standard-8+NVIDIA_TESLA_T4x1``). Both
 ``machine_type=`` (at parse) and ``[stepop] vertex_default_machine_type`` (when the task runs)
 go through these rules.
@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # annotations only: a DAG without settings never builds one
     from airflow_stepop.catalog.resolver import Catalog
     from airflow_stepop.settings import ResourceSettings
 
-CATALOG = "vertex_custom_training"
+CATALOG = "airflow_stepop.backends.vertex"
 ACCELERATORS = (
     "NVIDIA_TESLA_K80", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_V100", "NVIDIA_TESLA_P4",
     "NVIDIA_TESLA_T4", "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB", "NVIDIA_L4", "NVIDIA_H100_80GB",

@@ -2,7 +2,7 @@
 
 Checked at DAG parse time, before any API call: a wrong value fails the import naming the
 argument, the value and a valid example. ``resources=`` is resolved here, through the packaged
-catalog, to the cheapest legal (machine type, accelerator type, count); ``vertex_machines``
+catalog, to the cheapest legal (machine type, accelerator type, count); ``machines``
 holds which accelerators go with which machine. A step that asks for no machine gets
 ``[stepop] vertex_default_machine_type`` when it runs (``VertexJobConfig.completed``), read
 with the worker's configuration as the other clouds read their defaults.
@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.backends import arguments as check
-from airflow_stepop.backends.vertex_machines import catalog, default_machine, hardware, machine_name
+from airflow_stepop.backends.vertex.machines import catalog, default_machine, hardware, machine_name
 from airflow_stepop.setting_values import SettingsError
 
 if TYPE_CHECKING:  # annotations only: a DAG without settings never builds one
@@ -25,9 +25,9 @@ if TYPE_CHECKING:  # annotations only: a DAG without settings never builds one
 DEFAULT_RUNTIME_S = 7 * 24 * 3600  # Vertex's own default scheduling.timeout
 MAX_RUNTIME_S = 30 * 24 * 3600
 MAX_REPLICAS = 100
-ENV_ENTRIES_MAX = 96  # a container takes 100; four are ours (see vertex_job.build_job)
+ENV_ENTRIES_MAX = 96  # a container takes 100; four are ours (see job.build_job)
 MAX_LABELS = 64  # Vertex's limit on a job's labels
-# The labels every job of ours carries (vertex_job.job_labels): the poller's filter, re-attach,
+# The labels every job of ours carries (job.job_labels): the poller's filter, re-attach,
 # the try and the Airflow ids. A user label may not replace one.
 OUR_LABELS = ("stepop", "stepop_task", "stepop_try")
 AIRFLOW_LABEL_PREFIX = "airflow_"  # + dag_id, task_id, run_id, map_index

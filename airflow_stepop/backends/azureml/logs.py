@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_stepop.backends.azureml_launch import map_status, rank_of, user_logs
+from airflow_stepop.backends.azureml.launch import map_status, rank_of, user_logs
 from airflow_stepop.backends.ratelimit import TokenBucket
 
 LOG_DETAILS_INTERVAL = 5.0

@@ -9,13 +9,13 @@ How a step becomes a command job:
   refs point (the handle's output_uri); ``checkpoints`` (read-write mount) =
   the task instance's checkpoint directory, shared by its tries;
 * the command: ``python3 ${{inputs.run}}/stepop_entry.py code=${{inputs.code}} ...``
-  (``azureml_entry.py``).
+  (``entry.py``).
 
 Artifact URIs are ``abfs[s]://`` or ``az://`` (what the worker writes through fsspec); the job
 sees the same data as ``https://<account>.blob.<suffix>/<container>/<path>`` (the suffix of the
 workspace's cloud, ``core.windows.net`` in public Azure), a form Azure ML takes for job inputs
 and outputs, or, under a datastore root, as
-``azureml://datastores/<name>/paths/<path>`` (``azureml_roots``).
+``azureml://datastores/<name>/paths/<path>`` (``roots``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ import math
 import re
 from typing import Any
 
-from airflow_stepop.backends.azureml_config import AzureMLJobConfig
-from airflow_stepop.backends.azureml_rest import epoch
+from airflow_stepop.backends.azureml.config import AzureMLJobConfig
+from airflow_stepop.backends.azureml.errors import AzureMLConfigError
 from airflow_stepop.backends.base import JobRequest, JobStatus
+from airflow_stepop.hooks.azureml_rest import epoch
 from airflow_stepop.runtime.values import input_uris
 
 ENTRY_FILE = "stepop_entry.py"
@@ -39,10 +40,6 @@ _ABFS = re.compile(
     r"^(?:abfss?|az)://(?:(?P<conn>[^/@.]+)@)?(?P<container>[^/@.]+)"
     r"(?:@(?P<account>[^./]+)\.[^/]*)?(?:/(?P<path>.*))?$"
 )
-
-
-class AzureMLConfigError(ValueError):
-    """A request Azure ML would refuse, caught before any API call."""
 
 
 def blob_url(uri: str, account: str | None, suffix: str = "core.windows.net") -> str:

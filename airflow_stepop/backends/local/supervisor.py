@@ -1,6 +1,6 @@
 """The local "service": supervises one step process, the way a job service would.
 
-``python .../local_supervisor.py JOB_DIR -- COMMAND...`` runs COMMAND with
+``python .../supervisor.py JOB_DIR -- COMMAND...`` runs COMMAND with
 its output appended to JOB_DIR/output.log, forwards SIGTERM/SIGINT to it, and records its exit
 code in JOB_DIR/exit_code when it ends. It runs detached from the worker (its own session), so
 the job outlives the task process that started it; the exit code survives the worker too.

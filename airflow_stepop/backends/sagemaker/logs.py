@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from airflow_stepop.backends.sagemaker_job import LOG_GROUP, PENDING_SECONDARY, error_code
+from airflow_stepop.backends.sagemaker.job import LOG_GROUP, PENDING_SECONDARY, error_code
 
 LOG_STREAMS_INTERVAL = 60.0
 LOG_EVENTS_INTERVAL = 2.0

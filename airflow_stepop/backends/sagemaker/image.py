@@ -63,7 +63,7 @@ def job_image(
     if job.image_uri:
         return job.image_uri, False
     if docker is None:
-        from airflow_stepop.backends.sagemaker_launch import SageMakerConfigError
+        from airflow_stepop.backends.sagemaker.launch import SageMakerConfigError
 
         raise SageMakerConfigError("SageMaker steps need image_uri= or docker=DockerSettings")
     from airflow_stepop.images import builder, registry

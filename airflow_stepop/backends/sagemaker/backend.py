@@ -1,15 +1,15 @@
 """The SageMaker backend: a step runs as a SageMaker training job.
 
-SageMaker's calls live in this module, what its answers mean in ``sagemaker_job.py``, the
-request's shape in ``sagemaker_launch.py``. How a step becomes a job:
+SageMaker's calls live in this module, what its answers mean in ``job.py``, the
+request's shape in ``launch.py``. How a step becomes a job:
 
-* image (``sagemaker_image.py``): ``image_uri`` as given, else the ``DockerSettings`` image
+* image (``image.py``): ``image_uri`` as given, else the ``DockerSettings`` image
   (content-hash tag) built or copied, pushed only when the registry lacks the tag;
 * channels (File mode, S3Prefix): ``code`` = the code bundle object, ``run`` = the attempt's run
   directory (spec, inputs, the entry script and its launch document), ``in1``.. = the prefixes of
   upstream ``ArtifactRef`` inputs (grouped so that at most 20 channels are used);
 * ``ContainerEntrypoint`` = ``python3 /opt/ml/input/data/run/stepop_entry.py /opt/ml``
-  (``sagemaker_entry.py``): it exports the path map (S3 prefix -> channel directory, and the
+  (``entry.py``): it exports the path map (S3 prefix -> channel directory, and the
   output prefix -> /opt/ml/model), rank variables from resourceconfig.json and long environment
   values, then runs ``python3 -m airflow_stepop.runtime <spec>`` from the bundle. The image needs
   no AWS SDK: the service downloads channels and uploads /opt/ml/model (CompressionType NONE) to
@@ -33,10 +33,10 @@ from typing import Any
 from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend, service_refusal
 from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.ratelimit import list_limiter
-from airflow_stepop.backends.sagemaker_clients import Clients
-from airflow_stepop.backends.sagemaker_config import CATALOG, SageMakerJobConfig
-from airflow_stepop.backends.sagemaker_image import job_image
-from airflow_stepop.backends.sagemaker_job import (
+from airflow_stepop.backends.sagemaker.clients import Clients
+from airflow_stepop.backends.sagemaker.config import CATALOG, SageMakerJobConfig
+from airflow_stepop.backends.sagemaker.image import job_image
+from airflow_stepop.backends.sagemaker.job import (
     billing_facts,
     console_links,
     error_code,
@@ -45,11 +45,11 @@ from airflow_stepop.backends.sagemaker_job import (
     is_transient_error,
     map_status,
 )
-from airflow_stepop.backends.sagemaker_launch import (
+from airflow_stepop.backends.sagemaker.launch import (
     build_launch,
     sanitize_tag,
 )
-from airflow_stepop.backends.sagemaker_logs import read_new_lines
+from airflow_stepop.backends.sagemaker.logs import read_new_lines
 from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.runtime.storage import join
 from airflow_stepop.setting_values import SettingsError
@@ -110,7 +110,7 @@ class SageMakerBackend(StepBackend):
         environment["STEPOP_CHECKPOINT_DIR"] = CHECKPOINT_LOCAL_PATH
         role = self._role_arn(job.role)  # before the image: a build takes minutes
         image, built = self._image(request)
-        entry_source = (Path(__file__).parent / "sagemaker_entry.py").read_bytes()
+        entry_source = (Path(__file__).parent / "entry.py").read_bytes()
         storage.write_bytes(join(request.run_uri, ENTRY_FILE), entry_source)
         storage.write_json(join(request.run_uri, LAUNCH_FILE), launch)
 
@@ -191,7 +191,7 @@ class SageMakerBackend(StepBackend):
         return None if price is None else price * job.instance_count
 
     def _image(self, request: JobRequest) -> tuple[str, bool]:
-        """The job's image and whether this call built it (``sagemaker_image``)."""
+        """The job's image and whether this call built it (``image``)."""
         assert self.job is not None
         return job_image(
             self.job, request.docker, self._default_repository, self.aws_conn_id, self.region_name
@@ -199,7 +199,7 @@ class SageMakerBackend(StepBackend):
 
     def _default_repository(self) -> str:
         account = self._clients.hook("sts").conn.get_caller_identity()["Account"]
-        from airflow_stepop.images.builder import DEFAULT_REPOSITORY
+        from airflow_stepop.images.reference import DEFAULT_REPOSITORY
 
         return f"{account}.dkr.ecr.{self.region}.amazonaws.com/{DEFAULT_REPOSITORY}"
 

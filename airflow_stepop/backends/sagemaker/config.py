@@ -16,14 +16,14 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.backends import arguments as check
-from airflow_stepop.backends.sagemaker_image import IMAGE_EXAMPLE, check_image_uri
+from airflow_stepop.backends.sagemaker.image import IMAGE_EXAMPLE, check_image_uri
 from airflow_stepop.setting_values import SettingsError
 
 if TYPE_CHECKING:  # annotations only: a DAG without settings never builds one
     from airflow_stepop.catalog.resolver import Catalog
     from airflow_stepop.settings import DockerSettings, ResourceSettings
 
-CATALOG = "sagemaker_training"
+CATALOG = "airflow_stepop.backends.sagemaker"
 MAX_RUNTIME_LIMIT = 28 * 24 * 3600  # SageMaker's MaxRuntimeInSeconds ceiling (28 days)
 DEFAULT_RUNTIME = 24 * 3600  # without max_runtime and execution_timeout
 KEEP_ALIVE_LIMIT = 3600

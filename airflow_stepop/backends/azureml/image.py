@@ -21,6 +21,7 @@ import logging
 from typing import Any
 
 from airflow_stepop.backends.base import JobRequest
+from airflow_stepop.images.reference import DEFAULT_REPOSITORY
 from airflow_stepop.runtime.storage import join
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def environment_body(backend: Any, request: JobRequest, storage: Any) -> tuple[s
     if settings is None:
         raise ValueError("Azure ML steps need image_uri= or docker=DockerSettings(...)")
     if not settings.needs_build:
-        return _image(builder.image_reference(settings, builder.DEFAULT_REPOSITORY))
+        return _image(builder.image_reference(settings, DEFAULT_REPOSITORY))
     mode = (config.get("azureml_image_build") or "auto").lower()
     if mode not in BUILD_MODES:
         from airflow_stepop.setting_values import SettingsError
@@ -96,8 +97,6 @@ def _build_and_push(backend: Any, settings: Any, client: Any) -> str:
 
 def _workspace_registry(backend: Any) -> str:
     """The workspace's own Azure Container Registry (``<name>.azurecr.io/airflow-stepop-env``)."""
-    from airflow_stepop.images.builder import DEFAULT_REPOSITORY
-
     registry = backend.arm.get(backend.workspace.path)["properties"].get("containerRegistry")
     if not registry:
         raise ValueError(
@@ -135,8 +134,8 @@ def _service_build(
     backend: Any, request: JobRequest, settings: Any, storage: Any
 ) -> tuple[str, str, dict]:
     """Upload the build context; Azure ML builds the environment's image from it."""
-    from airflow_stepop.backends.azureml import _account
-    from airflow_stepop.backends.azureml_launch import blob_url
+    from airflow_stepop.backends.azureml.launch import blob_url
+    from airflow_stepop.backends.azureml.roots import storage_account
     from airflow_stepop.images import builder
 
     parent = settings.parent_image or builder.default_parent_image()
@@ -152,7 +151,7 @@ def _service_build(
             ("\n".join(settings.requirements) + "\n").encode(),
         )
     suffix = backend.workspace.cloud.storage_suffix
-    uri = blob_url(context, _account(storage, context), suffix) + "/"
+    uri = blob_url(context, storage_account(storage, context), suffix) + "/"
     log.info("Azure ML builds the environment image from %s", context)
     body = {"properties": {"build": {"contextUri": uri, "dockerfilePath": "Dockerfile"},
                            "osType": "Linux"}}  # fmt: skip

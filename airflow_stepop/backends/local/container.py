@@ -2,7 +2,7 @@
 
 The same command as process mode, in a container (docker SDK) of the step's environment image,
 with the artifact root mounted at the same path and GPUs requested when ``gpu_count`` is set.
-``local.py`` imports this module only for a step with ``docker=`` or a container's handle, so a
+``backend.py`` imports this module only for a step with ``docker=`` or a container's handle, so a
 task that starts a process loads none of it.
 """
 
@@ -14,14 +14,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from airflow_stepop.backends import local_container_logs as container_logs
 from airflow_stepop.backends.base import JobRequest, JobStatus
-from airflow_stepop.backends.local import (
+from airflow_stepop.backends.local import container_logs
+from airflow_stepop.backends.local.job import (
     CHECKPOINT_ENV,
-    _exit_status,
-    _local_bundle,
     behind_bundle,
     checkpoint_dir,
+    exit_status,
+    local_bundle,
 )
 from airflow_stepop.backends.naming import key_prefix
 from airflow_stepop.runtime.spec import MAX_RUNTIME_ENV
@@ -276,7 +276,7 @@ def container_status(attrs: dict[str, Any], stopped: bool) -> JobStatus:
         return JobStatus("pending" if state["Status"] == "created" else "running", stopping=stopped)
     if state.get("OOMKilled"):
         return JobStatus("failed", _out_of_memory((attrs.get("HostConfig") or {}).get("Memory")))
-    return _exit_status(int(state.get("ExitCode", -1)), stopped)
+    return exit_status(int(state.get("ExitCode", -1)), stopped)
 
 
 def _out_of_memory(limit: int | None) -> str:
@@ -316,7 +316,7 @@ def _engine_down() -> tuple[type[Exception], ...]:
 
 def _artifact_root_dir(run_dir: Path, request: JobRequest) -> Path:
     """The common directory of the run and the code bundle: what a container must see."""
-    bundle = _local_bundle(request)
+    bundle = local_bundle(request)
     return Path(os.path.commonpath([run_dir, bundle]))
 
 

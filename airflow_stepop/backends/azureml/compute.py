@@ -3,7 +3,7 @@
 A cluster's VM size and priority are fixed when it is created; a step that asks for Spot VMs,
 a GPU or an instance type the cluster cannot give is refused here, naming the cluster, instead
 of running on what the cluster happens to have. Without ``compute`` a job runs serverless on the
-size ``azureml_config`` chose.
+size ``config`` chose.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from airflow_stepop.backends.azureml_config import CATALOG, AzureMLJobConfig
-from airflow_stepop.backends.azureml_launch import AzureMLConfigError
+from airflow_stepop.backends.azureml.config import CATALOG, AzureMLJobConfig
+from airflow_stepop.backends.azureml.errors import AzureMLConfigError
 from airflow_stepop.catalog import load as load_catalog
 
 

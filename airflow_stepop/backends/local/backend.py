@@ -2,9 +2,9 @@
 
 Process mode starts ``python -m airflow_stepop.runtime SPEC`` under a small supervisor in its
 own session, so the job outlives the worker that started it and its exit code is recorded
-(``local_supervisor``). Container mode runs the same command in a container of the step's
+(``supervisor``). Container mode runs the same command in a container of the step's
 environment image (docker SDK), with the artifact root mounted at the same path and GPUs
-requested when ``gpu_count`` is set (``local_container``, imported only for such a step). Job
+requested when ``gpu_count`` is set (``container``, imported only for such a step). Job
 records live under ``[stepop] local_jobs_dir``.
 """
 
@@ -25,10 +25,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from airflow_stepop.backends import local_supervisor as supervisor
 from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
+from airflow_stepop.backends.local import supervisor
+from airflow_stepop.backends.local.job import (
+    CHECKPOINT_ENV,
+    behind_bundle,
+    checkpoint_dir,
+    exit_status,
+    local_bundle,
+)
 from airflow_stepop.backends.naming import key_prefix
-from airflow_stepop.runtime.spec import MAX_RUNTIME_ENV, MAX_RUNTIME_EXIT_CODE, RESULT_NAME
+from airflow_stepop.runtime.spec import MAX_RUNTIME_ENV, RESULT_NAME
 from airflow_stepop.runtime.storage import Storage, join
 
 log = logging.getLogger(__name__)
@@ -36,17 +43,7 @@ log = logging.getLogger(__name__)
 STOP_GRACE_SECONDS = 10.0
 LOCK_FILE = "lock"
 JOB_RECORD = "job.json"
-CHECKPOINT_ENV = "STEPOP_CHECKPOINT_DIR"
 _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-
-
-def checkpoint_dir(request: JobRequest) -> str:
-    """The task instance's checkpoint directory (created), shared by its tries as on the clouds:
-    a step that resumes from ``$STEPOP_CHECKPOINT_DIR`` runs locally unchanged."""
-    path = Storage().local_path(request.checkpoint_uri)
-    assert path is not None  # under the run's root, which _local_bundle found local
-    path.mkdir(parents=True, exist_ok=True)
-    return str(path)
 
 
 def _job_environment(
@@ -72,11 +69,6 @@ def _job_environment(
     return env
 
 
-def behind_bundle(bundle: str, pythonpath: str | None) -> str:
-    """``PYTHONPATH`` with the code bundle in front of what it held (nothing is dropped)."""
-    return os.pathsep.join(p for p in (bundle, pythonpath) if p)
-
-
 def _warn_unapplied_resources(request: JobRequest) -> None:
     """Process mode reserves and checks nothing: say so in the task log when resources are set.
 
@@ -96,16 +88,6 @@ def _warn_unapplied_resources(request: JobRequest) -> None:
         resources.shown(),
         request.job_name,
     )
-
-
-def _local_bundle(request: JobRequest) -> Path:
-    path = Storage().local_path(request.code_uri)
-    if path is None:
-        raise ValueError(
-            f"The local backend runs jobs from a local code bundle, but artifact_root gives "
-            f"{request.code_uri!r}. Use a file:// artifact_root with LocalStepOperator."
-        )
-    return path
 
 
 class LocalBackend(StepBackend):
@@ -135,16 +117,16 @@ class LocalBackend(StepBackend):
     # ---- worker side -------------------------------------------------------------------
 
     def submit(self, request: JobRequest) -> dict[str, Any]:
-        bundle = _local_bundle(request)
+        bundle = local_bundle(request)
         job_dir = self.jobs_dir / request.job_name
         job_dir.mkdir(parents=True, exist_ok=False)
         # Creating a container copies its image's files on some storage drivers (vfs): tens of
         # seconds on a busy host, so the worker's submit waits longer than the trigger's calls.
         if request.docker is not None and (client := _engine(timeout=120)) is not None:
-            from airflow_stepop.backends import local_container
+            from airflow_stepop.backends.local import container as container
 
             with contextlib.closing(client):  # its own: a longer timeout than the polls'
-                handle = local_container.submit(
+                handle = container.submit(
                     client, request, job_dir, bundle, max_runtime_s=self.max_runtime_s
                 )
         else:
@@ -216,9 +198,9 @@ class LocalBackend(StepBackend):
         job_dir = Path(handle["job_dir"])
         (job_dir / "stop_requested").touch()
         if handle["mode"] == "container":
-            from airflow_stepop.backends import local_container
+            from airflow_stepop.backends.local import container as container
 
-            local_container.stop(self._engine_client(), handle, timeout=STOP_GRACE_SECONDS)
+            container.stop(self._engine_client(), handle, timeout=STOP_GRACE_SECONDS)
             return
         group = handle["pid"]  # the supervisor's, which leads the job's session and group
         with contextlib.suppress(ProcessLookupError):  # it ended meanwhile: nothing to stop
@@ -240,10 +222,10 @@ class LocalBackend(StepBackend):
         """Remove a finished container; the worker's last call for the job, so the engine's
         client is closed too (a later call makes a new one)."""
         if handle["mode"] == "container":
-            from airflow_stepop.backends import local_container
+            from airflow_stepop.backends.local import container as container
 
             try:
-                local_container.release(self._engine_client(), handle)
+                container.release(self._engine_client(), handle)
             finally:
                 self._close_engine()
 
@@ -271,16 +253,16 @@ class LocalBackend(StepBackend):
         job_dir = Path(handle["job_dir"])
         stopped = (job_dir / "stop_requested").exists()
         if handle["mode"] == "container":
-            from airflow_stepop.backends import local_container
+            from airflow_stepop.backends.local import container as container
 
-            return local_container.status(self._engine_client(), handle, stopped)
+            return container.status(self._engine_client(), handle, stopped)
         exit_file = job_dir / supervisor.EXIT_CODE
         if exit_file.exists():
-            return _exit_status(int(exit_file.read_text()), stopped)
+            return exit_status(int(exit_file.read_text()), stopped)
         if _alive(job_dir):
             return JobStatus("running", stopping=stopped)
         if exit_file.exists():  # ended between the two checks
-            return _exit_status(int(exit_file.read_text()), stopped)
+            return exit_status(int(exit_file.read_text()), stopped)
         if _orphan_step(job_dir, handle["pid"]) is not None:
             return JobStatus("running", stopping=stopped)  # its supervisor was killed, not it
         if stopped:  # stopped so early that the supervisor had no time to record an exit code
@@ -293,9 +275,9 @@ class LocalBackend(StepBackend):
 
     def _logs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
         if handle["mode"] == "container":
-            from airflow_stepop.backends import local_container
+            from airflow_stepop.backends.local import container as container
 
-            return local_container.logs(self._engine_client(), handle, cursor)
+            return container.logs(self._engine_client(), handle, cursor)
         cursor = cursor or 0
         path = Path(handle["job_dir"]) / supervisor.OUTPUT_LOG
         try:
@@ -322,22 +304,6 @@ class LocalBackend(StepBackend):
 
     async def astop(self, handle: dict[str, Any]) -> None:
         await asyncio.to_thread(self.stop, handle)
-
-
-def _exit_status(code: int, stopped: bool) -> JobStatus:
-    if code == 0:
-        return JobStatus("succeeded")
-    if stopped:
-        return JobStatus("stopped", "stopped on request")
-    if code == MAX_RUNTIME_EXIT_CODE or code == -signal.SIGALRM:
-        return JobStatus(
-            "failed",
-            "the job ran past its max_runtime (the operator's max_runtime argument; by "
-            "default the task's execution_timeout plus 5 minutes) and was ended",
-        )
-    if code < 0:
-        return JobStatus("failed", f"the step process was killed by signal {-code}")
-    return JobStatus("failed", f"the step process exited with code {code}")
 
 
 def _alive(job_dir: Path) -> bool:

@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_stepop.backends.azureml.errors import AzureMLConfigError
 from airflow_stepop.setting_values import SettingsError
 
 EXAMPLES = (
@@ -144,8 +145,6 @@ def read_datastore(arm: Any, workspace_path: str, name: str) -> Datastore:
     """One ``GET .../datastores/<name>`` (what ``MLClient.datastores.get`` calls)."""
     from azure.core.exceptions import ResourceNotFoundError
 
-    from airflow_stepop.backends.azureml_launch import AzureMLConfigError
-
     try:
         props = arm.get(f"{workspace_path}/datastores/{name}").get("properties") or {}
     except ResourceNotFoundError as exc:
@@ -167,8 +166,6 @@ def read_datastore(arm: Any, workspace_path: str, name: str) -> Datastore:
 
 def resolve_datastore(found: DatastorePath, ws: Any, arm: Any, conn_id: str) -> Datastore:
     """The datastore of the connection's workspace ``ws`` (read once per process)."""
-    from airflow_stepop.backends.azureml_launch import AzureMLConfigError
-
     if found.workspace is not None:
         named = tuple(part.lower() for part in found.workspace)
         if named != (ws.subscription_id.lower(), ws.resource_group.lower(), ws.name.lower()):
@@ -183,8 +180,6 @@ def resolve_datastore(found: DatastorePath, ws: Any, arm: Any, conn_id: str) -> 
 
 def check_account(store: Datastore, worker_account: str | None) -> None:
     """The worker must reach the datastore's storage account (None: it cannot tell)."""
-    from airflow_stepop.backends.azureml_launch import AzureMLConfigError
-
     if worker_account and worker_account.lower() != store.account.lower():
         raise AzureMLConfigError(
             f"Datastore {store.name!r} keeps its data in storage account {store.account!r}, but "
@@ -192,3 +187,12 @@ def check_account(store: Datastore, worker_account: str | None) -> None:
             f"credentials for {store.account!r} (e.g. AZURE_STORAGE_ACCOUNT_NAME and a key, or "
             "DefaultAzureCredential with Storage Blob Data Contributor on it)."
         )
+
+
+def storage_account(storage: Any, uri: str) -> str | None:
+    """The storage account of an ``abfs://``/``az://`` URI, from the worker's filesystem."""
+    try:
+        fs, _ = storage.resolver(uri)
+        return getattr(fs, "account_name", None) or fs.service_client.account_name
+    except Exception:
+        return None

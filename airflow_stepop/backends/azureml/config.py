@@ -2,7 +2,7 @@
 
 Every refusal names the argument, the value and a valid example (``SettingsError``). The VM
 size comes from ``instance_type=`` or from ``resources=`` through the packaged catalog
-(``catalog/azureml_vm_sizes.csv``, which also carries the low-priority price for Spot jobs).
+(``backends/azureml/catalog.csv``, which also carries the low-priority price for Spot jobs).
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.backends import arguments as check
-from airflow_stepop.backends.azureml_roots import check_root
+from airflow_stepop.backends.azureml.roots import check_root
 from airflow_stepop.setting_values import SettingsError
 
 if TYPE_CHECKING:  # annotations only: a DAG without settings never builds one
     from airflow_stepop.catalog.resolver import Catalog
     from airflow_stepop.settings import DockerSettings, ResourceSettings
 
-CATALOG = "azureml_vm_sizes"
+CATALOG = "airflow_stepop.backends.azureml"
 MAX_RUNTIME_LIMIT = 30 * 24 * 3600
 DEFAULT_RUNTIME = 24 * 3600
 JOB_TIERS = ("Spot", "Basic", "Standard", "Premium")

@@ -1,0 +1,37 @@
+"""SageMaker: a step runs as a SageMaker training job.
+
+What it needs: the amazon provider's AWS connection (``aws_conn_id``), an execution role
+SageMaker assumes (``role_arn=`` or ``[stepop] sagemaker_role_arn``), an S3 artifact root, and
+an ECR repository for built environment images. docs/sagemaker.md lists the IAM permissions.
+
+Where its pieces are:
+
+* ``backend.py``: ``SageMakerBackend``, SageMaker's API calls (worker and triggerer sides);
+* ``config.py``: the operator's argument rules, checked at parse time, and ``[stepop]`` defaults;
+* ``launch.py``: the job request's channels, launch document and environment;
+* ``job.py``: what SageMaker's answers mean (states, errors, links, cost);
+* ``logs.py``: log lines from CloudWatch Logs within a call budget;
+* ``image.py``: which images SageMaker can pull, and the image a step's job runs;
+* ``clients.py``: the provider's hooks and their async clients;
+* ``entry.py``: the job's entry point (standard library only; it runs inside the job);
+* ``catalog.csv``: training instance types, hardware and dated prices.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_stepop.backends.sagemaker.backend import SageMakerBackend
+
+__all__ = ["SageMakerBackend"]
+
+
+def __getattr__(name: str) -> Any:
+    # ``airflow_stepop.backends.sagemaker.SageMakerBackend``, the path a trigger deferred before
+    # the service packages stored, still imports; the backend loads only when asked for.
+    if name == "SageMakerBackend":
+        from airflow_stepop.backends.sagemaker.backend import SageMakerBackend
+
+        return SageMakerBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
