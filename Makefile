@@ -36,6 +36,7 @@ test: install
 lint: install
 	$(PY) -m ruff check airflow_stepop tests bench dags_examples cloud
 	$(PY) -m ruff format --check airflow_stepop tests bench dags_examples cloud
+	$(VENV)/bin/lint-imports
 
 # A container engine, a registry and the offline-built base image (needs root, as in CI).
 engine-up:
