@@ -15,19 +15,12 @@ Where its pieces are:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from airflow_stepop.backends import lazy_backend
 
 if TYPE_CHECKING:
     from airflow_stepop.backends.local.backend import LocalBackend
 
 __all__ = ["LocalBackend"]
-
-
-def __getattr__(name: str) -> Any:
-    # ``airflow_stepop.backends.local.LocalBackend``, the path a trigger deferred before the
-    # service packages stored, still imports; the backend loads only when asked for.
-    if name == "LocalBackend":
-        from airflow_stepop.backends.local.backend import LocalBackend
-
-        return LocalBackend
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_backend(__name__, "LocalBackend")
