@@ -1,0 +1,295 @@
+"""docs/write-a-backend.md as a new user tries it: its service, backend, operator, decorator,
+DAG and provider entry point, taken from the page (never copied) and run under ``dag.test()``.
+
+The page's service runs in this process (a thread), so the test sees its jobs; the steps' jobs
+are real processes that it starts. Faults are provoked as tests/e2e does: a worker lost after
+the submit, after or before the task state store's record (a retry then finds the job through
+``status`` or through ``find_active``), and a user's kill as a triggerer delivers it (the
+trigger cancelled, then its ``on_kill`` awaited).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import tomllib
+from types import SimpleNamespace
+
+import pytest
+
+from tests.doc_blocks import REPO, python_block
+from tests.waiting import wait_for
+
+PAGE = "docs/write-a-backend.md"
+SERVICE_BLOCK = "class JobService("
+BACKEND_BLOCK = "class TinyJobsBackend("
+DAG_BLOCK = 'with DAG("tinyjobs_demo"'
+MODULES = ("tinyjobs_service", "tinyjobs", "tinyjobs_provider", "tinyjobs_dag", "guide_faults")
+
+
+@pytest.fixture
+def saved(tmp_path, monkeypatch):
+    """The page's service and backend saved as a user saves them, importable by their names."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "tinyjobs_service.py").write_text(python_block(PAGE, SERVICE_BLOCK))
+    (code / "tinyjobs.py").write_text(python_block(PAGE, BACKEND_BLOCK))
+    monkeypatch.syspath_prepend(str(code))
+    for name in MODULES:
+        sys.modules.pop(name, None)
+    yield code
+    for name in MODULES:
+        sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def guide(saved, monkeypatch, airflow_db, artifact_root):
+    """The page's service started (a thread of this process), ``TINYJOBS_URL`` set."""
+    service = importlib.import_module("tinyjobs_service").JobService(port=0)
+    serving = threading.Thread(target=service.serve_forever, daemon=True)
+    serving.start()
+    monkeypatch.setenv("TINYJOBS_URL", service.url)
+    try:
+        yield SimpleNamespace(service=service, tinyjobs=importlib.import_module("tinyjobs"))
+    finally:
+        service.shutdown()
+        service.server_close()  # ends every job still running
+        serving.join(10)
+
+
+def _run(tmp_path, monkeypatch, module: str, source: str, dag_name: str):
+    """Save ``source`` as a DAG file of its own DAG bundle and run its DAG with dag.test()
+    (Airflow 3.3 runs a DAG as its bundle has it), as tests/doc_blocks.run_dag_block does for
+    the README's ``@dag`` blocks; the page's DAG is a ``with DAG(...)`` file."""
+    dags = tmp_path / "dags"
+    dags.mkdir(exist_ok=True)
+    (dags / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(dags))
+    local = "airflow.dag_processing.bundles.local.LocalDagBundle"
+    bundles = [
+        {"name": "dags-folder", "classpath": local, "kwargs": {}},
+        {"name": "guide", "classpath": local, "kwargs": {"path": str(dags)}},
+    ]
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps(bundles))
+    sys.modules.pop(module, None)
+    return getattr(importlib.import_module(module), dag_name).test()
+
+
+def _xcoms(run) -> dict:
+    from airflow.models.xcom import XComModel
+    from airflow.sdk.serde import deserialize
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (
+            session.query(XComModel)
+            .filter(XComModel.dag_id == run.dag_id, XComModel.run_id == run.run_id)
+            .all()
+        )
+        return {(r.task_id, r.key): deserialize(r.value) for r in rows}
+
+
+def _jobs(service, task_id: str) -> list:
+    return [job for job in service.jobs.values() if job.labels.get("task_id") == task_id]
+
+
+def test_the_guides_dag_runs_its_steps_on_the_guides_service(guide, tmp_path, monkeypatch, capfd):
+    dag_file = python_block(PAGE, DAG_BLOCK)
+    run = _run(tmp_path, monkeypatch, "tinyjobs_dag", dag_file, "tinyjobs_demo")
+    logged = capfd.readouterr()
+    assert run.state == "success", logged.out[-4000:]
+    rows = _xcoms(run)
+    # 1. results come back through XCom: bytes as a reference, total's 6 inline
+    weights = rows[("train", "return_value")]
+    assert type(weights).__name__ == "ArtifactRef"
+    assert weights.load() == bytes(range(256)) * 3
+    assert rows[("total", "return_value")] == 6
+    assert f"{256 * 3} 6" in logged.out  # what report printed
+    # each step ran as a job of the service, which says it succeeded
+    [train] = _jobs(guide.service, "train")
+    [total] = _jobs(guide.service, "total")
+    assert (train.state, total.state) == ("succeeded", "succeeded")
+    # 3. what the step printed reached the task log, relayed by the trigger as "[job] line"
+    for epoch, loss in enumerate(("1.000", "0.500", "0.333")):
+        assert f"[{train.name}] epoch {epoch}: loss {loss}" in logged.out
+
+
+# Test DAGs of the page's operator: a step held until the test lets it go, with one retry.
+FAULT_DAGS = textwrap.dedent(
+    """
+    import os
+    import time
+    from datetime import timedelta
+    from pathlib import Path
+
+    from airflow.sdk import DAG
+
+    from tinyjobs import TinyJobsStepOperator
+
+    SERVICE = os.environ["TINYJOBS_URL"]
+    HERE = os.environ["GUIDE_TEST_DIR"]
+
+
+    def held(release, started):
+        Path(started).touch()
+        try:
+            print("holding until released", flush=True)
+            deadline = time.monotonic() + 120
+            while not os.path.exists(release):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{release} never appeared")
+                time.sleep(0.05)
+        finally:
+            print("saving my work on the way out", flush=True)
+        return "done by the first job"
+
+
+    with DAG("guide_held", schedule=None) as guide_held:
+        TinyJobsStepOperator(
+            task_id="held",
+            python_callable=held,
+            op_args=[f"{HERE}/release", f"{HERE}/started"],
+            service_url=SERVICE,
+            retries=1,
+            retry_delay=timedelta(0),
+        )
+    """
+)
+
+
+def _run_held(tmp_path, monkeypatch):
+    monkeypatch.setenv("GUIDE_TEST_DIR", str(tmp_path))
+    return _run(tmp_path, monkeypatch, "guide_faults", FAULT_DAGS, "guide_held")
+
+
+@pytest.mark.parametrize("lost", ["after its record", "before its record"])
+def test_a_retry_re_attaches_to_the_job_of_the_first_try(guide, tmp_path, monkeypatch, capfd, lost):
+    """Try 1's worker dies after the submit. With the task state store's record the retry asks
+    ``status`` about the recorded job; without one (lost between the submit and the record) it
+    asks ``find_active``. Either way it follows the first job: no second one starts."""
+    operator, backend = guide.tinyjobs.TinyJobsStepOperator, guide.tinyjobs.TinyJobsBackend
+    submit, defer = backend.submit, operator.defer
+    submitted, deferred = [], []
+
+    def submit_then_lose_the_worker(self, request):
+        submitted.append(handle := submit(self, request))
+        if lost == "before its record" and len(submitted) == 1:
+            raise RuntimeError("simulated: the worker died before it recorded the job")
+        return handle
+
+    def defer_or_lose_the_worker(self, **kwargs):
+        deferred.append(kwargs["trigger"].handle)
+        if lost == "after its record" and len(deferred) == 1:
+            raise RuntimeError("simulated: the worker died after it recorded the job")
+        (tmp_path / "release").touch()  # the first job may end now
+        return defer(self, **kwargs)
+
+    monkeypatch.setattr(backend, "submit", submit_then_lose_the_worker)
+    monkeypatch.setattr(operator, "defer", defer_or_lose_the_worker)
+    run = _run_held(tmp_path, monkeypatch)
+    logged = capfd.readouterr().out
+    assert run.state == "success", logged[-4000:]
+    [job] = _jobs(guide.service, "held")  # one job: try 2 started none
+    assert [h["job_id"] for h in submitted] == [job.name]
+    assert job.name.endswith("-t1") and job.state == "succeeded"
+    assert deferred[-1]["job_id"] == job.name and deferred[-1]["earlier_try"]
+    assert f"Re-attaching to job {job.name}" in logged
+    assert _xcoms(run)[("held", "return_value")] == "done by the first job"
+
+
+def test_a_users_kill_stops_the_job(guide, tmp_path, monkeypatch, capfd):
+    """A user marks the deferred task failed: the triggerer cancels its trigger and awaits the
+    trigger's ``on_kill``, which stops the job (``astop``) and relays what the step prints as it
+    stops. Here the trigger is run that way once it relays the step's first line."""
+    from airflow_stepop.triggers.step_job import StepJobTrigger
+
+    follow, printed = StepJobTrigger.run, []
+
+    def relayed(line: str) -> bool:
+        printed.append(capfd.readouterr().out)
+        return line in "".join(printed)
+
+    async def run_until_a_users_kill(self):
+        watching = asyncio.ensure_future(anext(follow(self), None))
+        first = f"[{self.handle['job_id']}] holding until released"
+        await asyncio.to_thread(wait_for, lambda: relayed(first), 60, "the relay's first line")
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+        await self.on_kill()
+        raise RuntimeError("simulated: the user marked the task failed")
+        yield  # an async generator, as run() is
+
+    monkeypatch.setattr(StepJobTrigger, "run", run_until_a_users_kill)
+    run = _run_held(tmp_path, monkeypatch)
+    relayed("")
+    assert run.state == "failed"
+    [job] = _jobs(guide.service, "held")
+    assert job.state == "cancelled"  # the service was asked to stop it (astop), and it ended
+    assert job.process.poll() is not None
+    assert f"[{job.name}] saving my work on the way out" in "".join(printed)  # after the kill
+
+
+def _parse(tmp_path, monkeypatch, service_url: str):
+    """The page's DAG file parsed as the DAG processor parses a DAGs folder that also holds
+    tinyjobs.py (the module is found on sys.path: the DAGs folder is on it)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("TINYJOBS_URL", service_url)
+    dags = tmp_path / "parsed"
+    dags.mkdir()
+    (dags / "tinyjobs_dag.py").write_text(python_block(PAGE, DAG_BLOCK))
+    return DagBag(dag_folder=str(dags))
+
+
+def test_the_guides_dag_parses_beside_its_module(saved, tmp_path, monkeypatch):
+    bag = _parse(tmp_path, monkeypatch, "http://127.0.0.1:8765")
+    assert not bag.import_errors
+    dag = bag.dags["tinyjobs_demo"]
+    assert type(dag.get_task("train")).__name__ == "TinyJobsDecoratedOperator"
+    assert type(dag.get_task("total")).__name__ == "TinyJobsStepOperator"
+
+
+def test_a_wrong_argument_fails_the_dag_import_as_the_guide_shows(saved, tmp_path, monkeypatch):
+    bag = _parse(tmp_path, monkeypatch, "127.0.0.1:8765")
+    [error] = bag.import_errors.values()
+    shown = re.search(r"```text\n(.*?)```", (REPO / PAGE).read_text(), re.S).group(1)
+    assert shown.strip() in error.splitlines()  # the traceback's last line, as the page has it
+
+
+def test_a_provider_registers_the_decorator_as_a_task_attribute(saved):
+    """What pip install of a distribution with the page's entry point leaves (its metadata),
+    then Airflow's own discovery in a fresh process: ``@task.tinyjobs_step`` is the page's
+    decorator."""
+    (saved / "tinyjobs_provider.py").write_text(python_block(PAGE, "def get_provider_info("))
+    pyproject = re.search(r"```toml\n(.*?)```", (REPO / PAGE).read_text(), re.S).group(1)
+    info = importlib.import_module("tinyjobs_provider").get_provider_info()
+    dist = saved / f"{info['package-name'].replace('-', '_')}-0.1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {info['package-name']}\nVersion: 0.1.0\n"
+    )
+    groups = tomllib.loads(pyproject)["project"]["entry-points"]
+    (dist / "entry_points.txt").write_text(
+        "".join(
+            f"[{group}]\n" + "".join(f"{name} = {value}\n" for name, value in points.items())
+            for group, points in groups.items()
+        )
+    )
+    check = (
+        "from airflow.sdk import task; import tinyjobs; "
+        "assert task.tinyjobs_step is tinyjobs.tinyjobs_step, task.tinyjobs_step"
+    )
+    env = {**os.environ, "PYTHONPATH": str(saved)}
+    done = subprocess.run(
+        [sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
