@@ -89,7 +89,7 @@ def test_a_final_read_past_its_cap_relays_the_end_and_says_lines_were_left_out(
     """A job that printed more since its last read than the final read's cap (20 pages of 1000;
     1 page here, to print less): its traceback and last lines still arrive, after a note of
     the gap. Before, the read stopped at the cap and they were lost."""
-    from airflow_stepop.backends.vertex.backend import backend as vertex
+    from airflow_stepop.backends.vertex import backend as vertex
 
     monkeypatch.setattr(vertex, "FINAL_LOG_PAGES", 1)
     module = dags()
