@@ -193,13 +193,16 @@ def create_run(dag_id: str) -> tuple[str, list[Any]]:
 class Worker:
     """What a worker does for one step up to its defer, with Airflow's and the step's code."""
 
-    def __init__(self, dag_id: str, run_id: str, operator: Any, submitter: Any) -> None:
+    def __init__(
+        self, dag_id: str, run_id: str, operator: Callable[[int], Any], submitter: Any
+    ) -> None:
         from airflow.jobs.triggerer_job_runner import TriggerRunnerSupervisor
 
         self.dag_id, self.run_id = dag_id, run_id
-        self.operator = operator  # the step's operator, built with the DAG file's arguments
+        # map index -> the step's operator, built with the DAG file's arguments for that index
+        self.operator = operator
         self.submitter = submitter  # the backend that submits (the local timer for local)
-        self.backend = operator.make_backend()  # the one the trigger is built from
+        self.backend = operator(0).make_backend()  # the one the trigger is built from
         self.api = TriggerRunnerSupervisor.make_client(None)  # type: ignore[arg-type]
         self.lock = threading.Lock()
 
@@ -215,9 +218,10 @@ class Worker:
         identity = SimpleNamespace(dag_id=self.dag_id, run_id=self.run_id, task_id="step",
                                    map_index=ti.map_index, try_number=1)  # fmt: skip
         key = task_key(self.dag_id, self.run_id, "step", ti.map_index)
-        request = self.operator._prepare({"ti": identity}, key, self.backend)
+        operator = self.operator(ti.map_index)
+        request = operator._prepare({"ti": identity}, key, self.backend)
         handle = {**self.submitter.submit(request), "submitted_at": time.time()}
-        trigger = self.operator._trigger(self.backend, handle)
+        trigger = operator._trigger(self.backend, handle)
         deferred = TaskDeferred(trigger=trigger, method_name="execute_complete")
         message, _ = _defer_task(deferred, identity, QUIET)
         with self.lock:

@@ -46,6 +46,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -88,12 +89,17 @@ def bench(service: Service, env: dict[str, str], args: argparse.Namespace, work:
     kind, n = service.kind, args.steps
     dag_id = write_dag(Path(env["AIRFLOW_HOME"]), kind, n, service.operator_kwargs)
     airflow(env, "dags", "reserialize")
-    # The step's operator with the DAG file's arguments: what builds the request and the trigger.
-    operator = import_string(OPERATORS[kind])(
-        task_id="step", python_callable=step, **service.operator_kwargs
-    )
+    operator_class = import_string(OPERATORS[kind])
+
+    def operator(map_index: int) -> Any:
+        """A task instance's step operator with the DAG file's arguments, as its task process
+        builds it: the callable's argument is the one the DAG maps (``op_args=[i]``), which the
+        operator checks at construction as it does at a DAG's parse."""
+        return operator_class(task_id="step", python_callable=step, op_args=[map_index],
+                              **service.operator_kwargs)  # fmt: skip
+
     run_id, tis = create_run(dag_id)
-    worker = Worker(dag_id, run_id, operator, service.make_submitter(operator))
+    worker = Worker(dag_id, run_id, operator, service.make_submitter(operator(0)))
     triggerer = Triggerer(env, capacity=n, log=work / f"triggerer-{kind}.log")
     samples: list[Sample] = []
     stop = threading.Event()
