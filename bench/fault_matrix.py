@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,13 +133,18 @@ ROWS = [
 
 def run(rows: list[Row]) -> dict[str, str]:
     """pytest outcome per test id: passed, failed, error or skipped."""
-    report = ROOT / ".pytest_cache" / "fault-matrix.xml"
-    report.parent.mkdir(exist_ok=True)
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               f"--junitxml={report}", *sorted({r.test for r in rows})]  # fmt: skip
-    subprocess.run(command, cwd=ROOT, check=False)
+    # a report of this run's own: one left by an earlier run (or another run at the same time)
+    # would show its outcomes for tests this run's pytest never reported
+    with tempfile.TemporaryDirectory(prefix="stepop-fault-matrix-") as tmp:
+        report = Path(tmp) / "fault-matrix.xml"
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                   f"--junitxml={report}", *sorted({r.test for r in rows})]  # fmt: skip
+        done = subprocess.run(command, cwd=ROOT, check=False)
+        if not report.exists():
+            sys.exit(f"pytest wrote no report (exit status {done.returncode}): see above")
+        cases = list(ET.parse(report).getroot().iter("testcase"))
     outcomes: dict[str, str] = {}
-    for case in ET.parse(report).getroot().iter("testcase"):
+    for case in cases:
         path = case.get("classname", "").replace(".", "/") + ".py"
         test_id = f"{path}::{case.get('name')}"
         kinds = {child.tag for child in case}
