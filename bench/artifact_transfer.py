@@ -14,6 +14,7 @@ least wall time our side can take; on a busy machine the other processes take co
 hashing threads, and the wall-time ratio falls towards the CPU-time ratio.
 
     .venv/bin/python bench/artifact_transfer.py [--mib 256] [--root file:///tmp/x] [--runs 7]
+        [--quick]
 
 ``--root`` takes any fsspec URL (e.g. s3://bucket/prefix with AWS_ENDPOINT_URL pointing at the
 emulated cloud of `make cloud-up`).
@@ -37,6 +38,10 @@ import numpy as np
 from airflow_stepop.runtime import values
 from airflow_stepop.runtime.digest import CHUNKED, _cpus, new_digest
 from airflow_stepop.runtime.storage import Storage, join
+
+# --quick: a smoke run (the same lines, figures of no weight): 8 MiB, two runs each side
+QUICK = {"mib": 8, "runs": 2}
+QUICK_HELP = f"a smoke run of a second or so: {QUICK}; the figures mean nothing"
 
 
 def timed(call: Callable[[], object]) -> tuple[float, float]:
@@ -71,7 +76,11 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=256)
     parser.add_argument("--root", default=None)
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help=QUICK_HELP)
     options = parser.parse_args()
+    if options.quick:  # its sizes become the defaults: an argument given still wins
+        parser.set_defaults(**QUICK)
+        options = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="stepop-bench-"))
     root = options.root or f"file://{scratch}/root"
     array = np.random.default_rng(0).random(options.mib * 2**20 // 8)

@@ -17,7 +17,7 @@ caches (the code bundle exists), median of a few runs.
     make cloud-up
     .venv/bin/uv pip install --python .venv/bin/python --target /tmp/amlprov --no-deps \
         airflow-provider-azure-machinelearning==0.0.1b2    # Microsoft's operator, kept apart
-    .venv/bin/python bench/azureml_control_plane.py [--seconds 30] [--poll 5]
+    .venv/bin/python bench/azureml_control_plane.py [--seconds 30] [--poll 5] [--quick]
 
 (``STEPOP_BENCH_AML_PROVIDER`` names another directory holding that package.)
 """
@@ -40,6 +40,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="stepop-bench-"))
+# --quick: a smoke run (the same lines, figures of no weight): 1 s jobs polled every second
+QUICK = {"seconds": 1.0, "poll": 1.0, "slow_poll": 1.0, "timing_runs": 1}
+QUICK_HELP = f"a smoke run of about half a minute: {QUICK}; the figures mean nothing"
 
 
 class _TI:
@@ -183,8 +186,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0, help="job duration")
     parser.add_argument("--poll", type=float, default=5.0, help="our poll_interval")
+    parser.add_argument("--slow-poll", type=float, default=30.0,
+                        help="our poll_interval in the second run")  # fmt: skip
     parser.add_argument("--timing-runs", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help=QUICK_HELP)
     args = parser.parse_args()
+    if args.quick:  # its sizes become the defaults: an argument given still wins
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args()
 
     from cloud import azureml, stack
     from cloud.control import FakeControl
@@ -204,9 +213,10 @@ def main() -> None:
     image = f"{env.get('STEPOP_REGISTRY', '127.0.0.1:5000')}/stepop-base/python:3.11-bookworm"
     try:
         print(f"One job of {args.seconds:g} s on the Azure ML fake")
-        measured = []  # in run order (two titles are one when --poll is 30)
+        measured = []  # in run order (two titles are one when --poll is --slow-poll)
         for title, poll in ((f"AzureMLStepOperator, poll_interval={args.poll:g}", args.poll),
-                            ("AzureMLStepOperator, poll_interval=30", 30.0)):  # fmt: skip
+                            (f"AzureMLStepOperator, poll_interval={args.slow_poll:g}",
+                             args.slow_poll)):  # fmt: skip
             control.reset()
             started = time.monotonic()
             _, worker = _run_deferrable(_ours(image, args.seconds, poll), _TI("bench", "ours"))
@@ -223,8 +233,9 @@ def main() -> None:
         _show(f"{title} ({time.monotonic() - started:.0f} s)", measured[-1][0])
         print(f"    the worker was busy {worker:.1f} s (it waits in execute())")
 
-        (ours, _), (ours_30, ours_worker), (theirs, theirs_worker) = measured
-        for label, mine in ((f"ours at {args.poll:g} s", ours), ("ours at 30 s", ours_30)):
+        (ours, _), (ours_slow, ours_worker), (theirs, theirs_worker) = measured
+        for label, mine in ((f"ours at {args.poll:g} s", ours),
+                            (f"ours at {args.slow_poll:g} s", ours_slow)):  # fmt: skip
             ratio = sum(mine.values()) / max(1, sum(theirs.values()))
             print(
                 f"Azure ML API calls per job, {label} vs theirs: {sum(mine.values())} vs "

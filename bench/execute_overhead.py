@@ -36,7 +36,7 @@ that has imported, untimed, the modules execute() imports (the warm-up sample na
 difference is what importing our worker-side code costs a task process.
 ``python -X importtime`` on this script shows what each child imports.
 
-    .venv/bin/python bench/execute_overhead.py [--runs 20] [--same-process] [--by-value]
+    .venv/bin/python bench/execute_overhead.py [--runs 20] [--same-process] [--by-value] [--quick]
 """
 
 from __future__ import annotations
@@ -61,6 +61,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dags_examples"))
 
+# --quick: a smoke run (the same lines, figures of no weight): two samples of each side
+QUICK = {"runs": 2}
+QUICK_HELP = f"a smoke run of a few seconds: {QUICK}; the figures mean nothing"
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -71,7 +75,11 @@ def main() -> None:
         action="store_true",
         help="a step function defined in the DAG (as @task.local_step ones are): pickled",
     )
+    parser.add_argument("--quick", action="store_true", help=QUICK_HELP)
     options = parser.parse_args()
+    if options.quick:  # its sizes become the defaults: an argument given still wins
+        parser.set_defaults(**QUICK)
+        options = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="stepop-bench-"))
     # Bytecode caches, as an installed Airflow and provider have (private; the parent's imports

@@ -6,7 +6,7 @@ created, that no artifact was lost, and that the job was stopped when the task w
 script runs those tests (``pytest``) and prints the table with each row's outcome.
 
     make cloud-up            # the cloud rows need the engine's registry and the emulators
-    .venv/bin/python bench/fault_matrix.py [--backend local|sagemaker|vertex|azureml]
+    .venv/bin/python bench/fault_matrix.py [--backend local|sagemaker|vertex|azureml] [--quick]
 """
 
 from __future__ import annotations
@@ -28,6 +28,12 @@ VERTEX = "tests/integration/vertex/test_vertex_steps.py"
 AZUREML = "tests/integration/azureml/test_azureml_steps.py"
 RESUMED = "test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_stopped"
 BACKENDS = ("local", "sagemaker", "vertex", "azureml")
+# --quick: a smoke run of the real machinery, two faults of the local backend by default (each
+# test takes about a second: a failure after the submit under dag.test(), a user's kill of a
+# running job through its trigger); --backend picks another backend's rows of these faults
+QUICK_FAULTS = ("failure in execute() after submit, no retry left", "user kill")
+QUICK = {"backend": "local"}
+QUICK_HELP = f"a smoke run of a few seconds: the rows of {QUICK_FAULTS} of --backend (local)"
 
 
 @dataclass(frozen=True)
@@ -156,8 +162,14 @@ def run(rows: list[Row]) -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=BACKENDS, default=None)
+    parser.add_argument("--quick", action="store_true", help=QUICK_HELP)
     args = parser.parse_args()
+    if args.quick:  # its backend becomes the default: --backend given still wins
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args()
     rows = [r for r in ROWS if args.backend in (None, r.backend) or r.backend == "any"]
+    if args.quick:
+        rows = [r for r in rows if r.fault in QUICK_FAULTS]
     outcomes = run(rows)
     print(f"\n{'fault':52s} {'backend':10s} {'outcome':9s} {'jobs':30s} {'lost':5s} stopped")
     for row in rows:

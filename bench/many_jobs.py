@@ -31,6 +31,7 @@ fired.
     make cloud-up   # S3/CloudWatch Logs (moto), GCS, Azurite; the bench starts its own fakes
     .venv/bin/python bench/many_jobs.py [--backend all|sagemaker|vertex|azureml|local]
     .venv/bin/python bench/many_jobs.py --backend vertex --steps 200   # a quicker look
+    .venv/bin/python bench/many_jobs.py --backend local --quick        # does it still run?
 """
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ from bench.airflow_rig import (  # noqa: E402 - after the repository joined sys.
     write_dag,
 )
 from bench.many_jobs_services import SERVICES, Service  # noqa: E402
+
+# --quick: a smoke run (the same lines, figures of no weight): 4 steps, a 4 s steady state at a
+# poll interval of 1 s (the cloud backends poll at most every 5 s: their figures per interval
+# mean nothing then)
+QUICK = {"steps": 4, "steady": 4.0, "poll": 1.0, "ramp": 1.0}
+QUICK_HELP = f"a smoke run of about half a minute per backend: {QUICK}; the figures mean nothing"
 
 
 def step(i: int) -> int:
@@ -121,11 +128,11 @@ def bench(service: Service, env: dict[str, str], args: argparse.Namespace, work:
         print(f"[{kind}] deferred in {deferred - began:.0f} s; waiting for the triggerer to run "
               "them all...", flush=True)  # fmt: skip
         wait("the triggerer to take every trigger", lambda: assigned_triggers() >= n,
-              timeout=600, every=2.0)  # fmt: skip
+              timeout=600, every=min(2.0, args.poll))  # fmt: skip
         # Taken is not started: each trigger first reads its connection and builds its clients.
         logs = Path(env["AIRFLOW_HOME"]) / "logs" / f"dag_id={dag_id}"
         wait("every trigger to watch its job", lambda: watching(logs) >= n,
-              timeout=600, every=2.0)  # fmt: skip
+              timeout=600, every=min(2.0, args.poll))  # fmt: skip
         running = time.time()
         end = running + args.ramp * args.poll + args.steady
         service.release(end)  # every job ends then
@@ -133,7 +140,7 @@ def bench(service: Service, env: dict[str, str], args: argparse.Namespace, work:
               f"every job ends in {end - running:.0f} s; waiting for every trigger to fire...",
               flush=True)  # fmt: skip
         wait("every trigger to fire", lambda: still_deferred(dag_id, run_id) == 0,
-              timeout=end - time.time() + 900, every=5.0)  # fmt: skip
+              timeout=end - time.time() + 900, every=min(5.0, args.poll))  # fmt: skip
         fired = time.time()
         time.sleep(1.5)  # one more sample
     finally:
@@ -237,7 +244,11 @@ def main() -> None:
                         help="poll intervals after the last trigger started before the steady "
                              "state (the first polls come sooner)")  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--quick", action="store_true", help=QUICK_HELP)
     args = parser.parse_args()
+    if args.quick:  # its sizes become the defaults: an argument given still wins
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # cleanup runs on SIGTERM
     work = Path(tempfile.mkdtemp(prefix="stepop-many-jobs-"))
     work.chmod(0o755)  # the PostgreSQL server (user postgres when run as root) lives inside

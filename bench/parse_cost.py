@@ -14,6 +14,7 @@ each time instead. ``--step`` measures another step decorator (a cloud's, given 
 argument it requires and no cloud call): the target is set for ``local_step``.
 
     .venv/bin/python bench/parse_cost.py [--samples 15] [--no-bytecode] [--step sagemaker_step]
+        [--quick]
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ STEP_ARGUMENTS = {
     "azureml_step": 'image_uri="myregistry.azurecr.io/train:1.0", ',
 }
 
+# --quick: a smoke run (the same lines, figures of no weight): two samples each side
+QUICK = {"samples": 2}
+QUICK_HELP = f"a smoke run of a few seconds: {QUICK}; the figures mean nothing"
+
 
 def write_dags(directory: Path, step: str = "local_step") -> dict[str, Path]:
     files = {}
@@ -103,7 +108,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=15)
     parser.add_argument("--no-bytecode", action="store_true")
     parser.add_argument("--step", choices=sorted(STEP_ARGUMENTS), default="local_step")
+    parser.add_argument("--quick", action="store_true", help=QUICK_HELP)
     options = parser.parse_args()
+    if options.quick:  # its sizes become the defaults: an argument given still wins
+        parser.set_defaults(**QUICK)
+        options = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ)
         if options.no_bytecode:

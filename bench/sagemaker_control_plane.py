@@ -11,10 +11,11 @@ caches (the image and code bundle already exist; the hooks' connection lookup is
 across executes), median of a few runs.
 
     make cloud-up
-    .venv/bin/python bench/sagemaker_control_plane.py [--seconds 30] [--poll 5]
+    .venv/bin/python bench/sagemaker_control_plane.py [--seconds 30] [--poll 5] [--quick]
 
 Airflow's operator: ``SageMakerTrainingOperator(deferrable=True)`` with its defaults
-(``check_interval=30``, ``print_log=True``). Ours: ``poll_interval`` from ``--poll`` (the
+(``check_interval=30``, ``print_log=True``; ``--equal-poll`` sets its ``check_interval`` and our
+poll interval of the equal-interval runs). Ours: ``poll_interval`` from ``--poll`` (the
 provider's default is 5 s; the trigger polls faster during the first seconds).
 """
 
@@ -41,6 +42,9 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="stepop-bench-"))
 
 CALLS: collections.Counter[tuple[str, str]] = collections.Counter()
 ROLE = "arn:aws:iam::123456789012:role/stepop-bench"
+# --quick: a smoke run (the same lines, figures of no weight): 1 s jobs polled every second
+QUICK = {"seconds": 1.0, "poll": 1.0, "equal_poll": 1.0, "timing_runs": 1}
+QUICK_HELP = f"a smoke run of about half a minute: {QUICK}; the figures mean nothing"
 
 
 def _count_calls() -> None:
@@ -124,7 +128,7 @@ def _ours(image: str, seconds: float, poll: float) -> Any:
     )
 
 
-def _theirs(image: str, seconds: float, bucket: str, print_log: bool) -> Any:
+def _theirs(image: str, seconds: float, bucket: str, print_log: bool, check_interval: float) -> Any:
     from airflow.providers.amazon.aws.operators.sagemaker import SageMakerTrainingOperator
 
     name = f"airflow-bench-{uuid.uuid4().hex[:10]}"
@@ -145,8 +149,9 @@ def _theirs(image: str, seconds: float, bucket: str, print_log: bool) -> Any:
         "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
     }
     return SageMakerTrainingOperator(
-        task_id="theirs", config=config, deferrable=True, print_log=print_log
-    )
+        task_id="theirs", config=config, deferrable=True, print_log=print_log,
+        check_interval=check_interval,
+    )  # fmt: skip
 
 
 def _delta(before: collections.Counter) -> collections.Counter:
@@ -163,8 +168,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0, help="job duration")
     parser.add_argument("--poll", type=float, default=5.0, help="our poll_interval")
+    parser.add_argument("--equal-poll", type=float, default=30.0,
+                        help="the poll interval of the equal-interval runs: Airflow's operator's "
+                             "check_interval (its default: 30) and ours")  # fmt: skip
     parser.add_argument("--timing-runs", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help=QUICK_HELP)
     args = parser.parse_args()
+    if args.quick:  # its sizes become the defaults: an argument given still wins
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args()
 
     from cloud import stack
 
@@ -200,15 +212,16 @@ def main() -> None:
     _count_calls()
     try:
         print(f"One job of {args.seconds:g} s on the SageMaker fake, deferrable mode")
+        equal = args.equal_poll
         runs = [
             (f"SageMakerStepOperator, poll_interval={args.poll:g}",
              lambda: _ours(image, args.seconds, args.poll)),
-            ("SageMakerStepOperator, poll_interval=30",
-             lambda: _ours(image, args.seconds, 30.0)),
-            ("SageMakerTrainingOperator, check_interval=30, print_log=True (its default)",
-             lambda: _theirs(image, args.seconds, bucket, print_log=True)),
-            ("SageMakerTrainingOperator, check_interval=30, print_log=False",
-             lambda: _theirs(image, args.seconds, bucket, print_log=False)),
+            (f"SageMakerStepOperator, poll_interval={equal:g}",
+             lambda: _ours(image, args.seconds, equal)),
+            (f"SageMakerTrainingOperator, check_interval={equal:g}, print_log=True (its default)",
+             lambda: _theirs(image, args.seconds, bucket, print_log=True, check_interval=equal)),
+            (f"SageMakerTrainingOperator, check_interval={equal:g}, print_log=False",
+             lambda: _theirs(image, args.seconds, bucket, print_log=False, check_interval=equal)),
         ]  # fmt: skip
         measured = []
         for title, make in runs:
@@ -225,10 +238,18 @@ def main() -> None:
         def control(calls: collections.Counter) -> int:
             return sum(n for (service, _), n in calls.items() if service == "sagemaker")
 
-        ours_default, ours_30, theirs_logs, theirs_quiet = (m[1] for m in measured)
+        ours_default, ours_equal, theirs_logs, theirs_quiet = (m[1] for m in measured)
         for label, ours, theirs in (
-            ("at equal poll intervals (30 s), vs theirs without logs", ours_30, theirs_quiet),
-            ("at equal poll intervals (30 s), vs theirs with print_log", ours_30, theirs_logs),
+            (
+                f"at equal poll intervals ({equal:g} s), vs theirs without logs",
+                ours_equal,
+                theirs_quiet,
+            ),
+            (
+                f"at equal poll intervals ({equal:g} s), vs theirs with print_log",
+                ours_equal,
+                theirs_logs,
+            ),
             (f"ours at {args.poll:g} s vs theirs with print_log", ours_default, theirs_logs),
         ):
             ratio = control(ours) / max(1, control(theirs))
