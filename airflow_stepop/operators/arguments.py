@@ -190,8 +190,18 @@ def refuse_unknown_arguments(cls: type, kwargs: Mapping[str, Any]) -> None:
         meant = _meant(argument, known) or [f"{name}=" for name in close]
         hints.append(f"{argument}= (did you mean {meant[0]}?)" if meant else f"{argument}=")
     raise TypeError(
-        f"{name} got arguments it does not take: {', '.join(hints)}. See the operator's "
-        "arguments in the docs (README.md, docs/<service>.md)."
+        f"{name} got arguments it does not take: {', '.join(hints)}. {_where_documented(cls)}"
+    )
+
+
+def _where_documented(cls: type) -> str:
+    """Where a user reads the operator's arguments: our docs for ours, its docstring for a
+    step operator of another package (a backend of one's own)."""
+    if cls.__module__.startswith("airflow_stepop."):
+        return "See the operator's arguments in the docs (README.md, docs/<service>.md)."
+    return (
+        f"See the arguments of {cls.__name__} (help({cls.__name__}) in {cls.__module__}) and "
+        "those every step operator takes (README.md of airflow-stepop)."
     )
 
 

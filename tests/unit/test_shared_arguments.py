@@ -351,6 +351,23 @@ def test_another_tool_s_name_for_an_argument_is_named_with_ours(kind, written, m
     assert f"got arguments it does not take: {written}= (did you mean {meant}?)" in str(err.value)
 
 
+def test_an_unknown_argument_of_an_operator_of_another_package_points_at_its_own_docs():
+    """A backend of one's own (docs/write-a-backend.md) has no page in our docs: the error
+    names where its arguments are said instead."""
+    from airflow_stepop import LocalStepOperator
+
+    class SpoolStepOperator(LocalStepOperator):
+        pass
+
+    SpoolStepOperator.__module__ = "spooljobs"
+    with pytest.raises(TypeError) as err:
+        SpoolStepOperator(task_id="t", python_callable=print, spool_dirr="/x")
+    assert "help(SpoolStepOperator) in spooljobs" in str(err.value)
+    assert "docs/<service>.md" not in str(err.value)
+    with pytest.raises(TypeError, match=r"docs/<service>\.md"):
+        LocalStepOperator(task_id="t", python_callable=print, spool_dirr="/x")
+
+
 def test_errors_in_a_task_group_name_the_task_id_airflow_shows():
     """Airflow prefixes a grouped task's id with its group's; the errors say the same id."""
     from airflow.sdk import TaskGroup
