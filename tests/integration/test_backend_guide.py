@@ -1,11 +1,13 @@
 """docs/write-a-backend.md as a new user tries it: its service, backend, operator, decorator,
-DAG and provider entry point, taken from the page (never copied) and run under ``dag.test()``.
+DAG and provider entry point, taken from the page (never copied) and run under ``dag.test()``,
+and the page's own test of a kill and a re-attach, run with pytest as a user runs it.
 
 The page's service runs in this process (a thread), so the test sees its jobs; the steps' jobs
 are real processes that it starts. Faults are provoked as tests/e2e does: a worker lost after
 the submit, after or before the task state store's record (a retry then finds the job through
-``status`` or through ``find_active``), and a user's kill as a triggerer delivers it (the
-trigger cancelled, then its ``on_kill`` awaited).
+``status`` or through ``find_active``), a user's kill as a triggerer delivers it (the trigger
+cancelled, then its ``on_kill`` awaited), and a ``max_runtime`` that the step's runtime enforces
+on itself (tinyjobs has no runtime limit of its own).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from airflow_stepop.runtime.spec import MAX_RUNTIME_EXIT_CODE
 from tests.doc_blocks import REPO, python_block
 from tests.waiting import wait_for
 
@@ -32,6 +35,7 @@ PAGE = "docs/write-a-backend.md"
 SERVICE_BLOCK = "class JobService("
 BACKEND_BLOCK = "class TinyJobsBackend("
 DAG_BLOCK = 'with DAG("tinyjobs_demo"'
+TEST_BLOCK = "def test_a_users_kill_stops_the_job("
 MODULES = ("tinyjobs_service", "tinyjobs", "tinyjobs_provider", "tinyjobs_dag", "guide_faults")
 
 
@@ -66,18 +70,15 @@ def guide(saved, monkeypatch, airflow_db, artifact_root):
 
 
 def _run(tmp_path, monkeypatch, module: str, source: str, dag_name: str):
-    """Save ``source`` as a DAG file of its own DAG bundle and run its DAG with dag.test()
-    (Airflow 3.3 runs a DAG as its bundle has it), as tests/doc_blocks.run_dag_block does for
-    the README's ``@dag`` blocks; the page's DAG is a ``with DAG(...)`` file."""
+    """Save ``source`` as a DAG file of its own DAG bundle, the page's bundle list, and run its
+    DAG with dag.test() (Airflow 3.3 runs a DAG as its bundle has it)."""
     dags = tmp_path / "dags"
     dags.mkdir(exist_ok=True)
     (dags / f"{module}.py").write_text(source)
     monkeypatch.syspath_prepend(str(dags))
-    local = "airflow.dag_processing.bundles.local.LocalDagBundle"
-    bundles = [
-        {"name": "dags-folder", "classpath": local, "kwargs": {}},
-        {"name": "guide", "classpath": local, "kwargs": {"path": str(dags)}},
-    ]
+    shown = re.search(r"```json\n(.*?)```", (REPO / PAGE).read_text(), re.S).group(1)
+    bundles = json.loads(shown.replace("/path/to/the/folder", str(dags)))
+    assert [b["kwargs"].get("path") for b in bundles] == [None, str(dags)]
     monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps(bundles))
     sys.modules.pop(module, None)
     return getattr(importlib.import_module(module), dag_name).test()
@@ -161,13 +162,23 @@ FAULT_DAGS = textwrap.dedent(
             retries=1,
             retry_delay=timedelta(0),
         )
+
+    with DAG("guide_timed", schedule=None) as guide_timed:  # never released: max_runtime ends it
+        TinyJobsStepOperator(
+            task_id="timed",
+            python_callable=held,
+            op_args=[f"{HERE}/release", f"{HERE}/started"],
+            service_url=SERVICE,
+            max_runtime=1,
+            execution_timeout=timedelta(seconds=30),  # a backend that ignores it fails sooner
+        )
     """
 )
 
 
-def _run_held(tmp_path, monkeypatch):
+def _run_held(tmp_path, monkeypatch, dag_name: str = "guide_held"):
     monkeypatch.setenv("GUIDE_TEST_DIR", str(tmp_path))
-    return _run(tmp_path, monkeypatch, "guide_faults", FAULT_DAGS, "guide_held")
+    return _run(tmp_path, monkeypatch, "guide_faults", FAULT_DAGS, dag_name)
 
 
 @pytest.mark.parametrize("lost", ["after its record", "before its record"])
@@ -293,3 +304,92 @@ def test_a_provider_registers_the_decorator_as_a_task_attribute(saved):
         [sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_max_runtime_ends_the_job_by_its_runtime(guide, tmp_path, monkeypatch, capfd):
+    """tinyjobs has no runtime limit: the backend gives the job ``STEPOP_MAX_RUNTIME_S`` (the
+    operator's ``max_runtime``) and the step's runtime ends itself past it, with its own exit
+    code and ``StepTimedOut`` raised in the step."""
+    run = _run_held(tmp_path, monkeypatch, "guide_timed")
+    logged = capfd.readouterr().out
+    assert run.state == "failed", logged[-4000:]
+    [job] = _jobs(guide.service, "timed")
+    assert (job.state, job.exit_code) == ("failed", MAX_RUNTIME_EXIT_CODE)  # the runtime's 124
+    assert not (tmp_path / "release").exists()  # nothing else ended it
+    # the task's error: the service's end (the backend's reason), then the step's exception
+    assert f"Step job {job.name} failed: the job exited with code 124\n" in logged
+    assert "The step raised StepTimedOut: the job ran past its max_runtime of 1 s" in logged
+    assert f"[{job.name}] saving my work on the way out" in logged  # its finally: ran
+
+
+def _operator(tinyjobs, **kwargs):
+    return tinyjobs.TinyJobsStepOperator(
+        task_id="t",
+        python_callable=len,
+        op_args=[[1]],
+        service_url="http://127.0.0.1:8765",
+        **kwargs,
+    )
+
+
+def test_max_runtime_is_checked_at_parse_and_reaches_the_triggers_backend(saved):
+    from datetime import timedelta
+
+    from airflow_stepop.settings import SettingsError
+
+    tinyjobs = importlib.import_module("tinyjobs")
+
+    def limit(**kwargs):
+        backend = _operator(tinyjobs, **kwargs).make_backend()
+        rebuilt = type(backend)(**backend.serialize())  # as the triggerer rebuilds it
+        assert rebuilt.max_runtime_s == backend.max_runtime_s
+        return backend.max_runtime_s
+
+    assert limit() is None  # no execution_timeout either: no limit
+    assert limit(execution_timeout=timedelta(minutes=1)) == 60 + 300  # plus RUNTIME_GRACE
+    assert limit(max_runtime=timedelta(seconds=90), execution_timeout=timedelta(hours=1)) == 90
+    assert limit(max_runtime=7200) == 7200
+    for wrong in (0, "1h", True, timedelta(days=400)):
+        with pytest.raises(
+            SettingsError, match=r"TinyJobsStepOperator\(task_id='t'\)\.max_runtime"
+        ):
+            _operator(tinyjobs, max_runtime=wrong)
+
+
+def test_local_artifact_roots_are_file_urls_or_absolute_paths(saved):
+    """The page's rule, the local backend's: ``file://`` URLs and absolute paths, in the
+    operator's ``artifact_root=`` at parse and in a configured root before anything is staged."""
+    from airflow_stepop.settings import SettingsError
+
+    tinyjobs = importlib.import_module("tinyjobs")
+    backend = tinyjobs.TinyJobsBackend("http://127.0.0.1:8765")
+    for root in ("file:///data/stepop", "/data/stepop", "file://localhost/data/stepop"):
+        assert _operator(tinyjobs, artifact_root=root).artifact_root == root
+        assert backend.artifact_root(root) == root
+        assert tinyjobs.local_path(root) == "/data/stepop"
+    rule = "use a file:// URL or an absolute path, e.g. 'file:///data/stepop' or '/data/stepop'"
+    for root in ("s3://bucket/stepop", "data/stepop", "file://data/stepop"):
+        with pytest.raises(SettingsError) as refused:
+            _operator(tinyjobs, artifact_root=root)
+        assert str(refused.value).startswith(
+            f"TinyJobsStepOperator(task_id='t').artifact_root={root!r} is not on the worker's disk"
+        )
+        assert rule in str(refused.value)
+        with pytest.raises(SettingsError, match=re.escape(rule)):
+            backend.artifact_root(root)  # [stepop] artifact_root, checked when the task runs
+
+
+def test_the_guides_test_of_a_kill_and_a_re_attach_passes(saved):
+    """The page's test_tinyjobs.py, saved beside the page's modules and run with pytest as a
+    user runs it: a kill through the trigger and through the operator, and a retry that
+    re-attaches through ``status`` and through ``find_active``, without a DAG."""
+    (saved / "test_tinyjobs.py").write_text(python_block(PAGE, TEST_BLOCK))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "test_tinyjobs.py", "-q", "-p", "no:cacheprovider"],
+        cwd=saved,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert "4 passed" in done.stdout
