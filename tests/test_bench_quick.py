@@ -126,8 +126,12 @@ def runs(
     if any(SCRIPTS[name].cloud for name in selected):
         request.getfixturevalue("registry_image")  # the image every fake's job names
         clouds = request.getfixturevalue("cloud_stack")
-    # conftest.py's DAG folder is the test session's, not a benchmark's
-    base = {k: v for k, v in os.environ.items() if k != "AIRFLOW__CORE__DAGS_FOLDER"}
+    # conftest.py's DAG folder is the test session's, not a benchmark's; and an MLClient built
+    # by an earlier test records its cloud in this process's environment (azure-ai-ml's
+    # AZUREML_CURRENT_CLOUD), an emulated one that only this process knows: a script that
+    # imports azure.ai.ml with it set fails, as no user's shell would
+    left_by_the_session = {"AIRFLOW__CORE__DAGS_FOLDER", "AZUREML_CURRENT_CLOUD"}
+    base = {k: v for k, v in os.environ.items() if k not in left_by_the_session}
     pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="bench-quick")
     futures = {}
     for name in sorted(selected, key=lambda name: -SCRIPTS[name].seconds):
