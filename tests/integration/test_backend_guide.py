@@ -23,6 +23,9 @@ import sys
 import textwrap
 import threading
 import tomllib
+import urllib.error
+import urllib.request
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -393,3 +396,53 @@ def test_the_guides_test_of_a_kill_and_a_re_attach_passes(saved):
     )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert "4 passed" in done.stdout
+
+
+def test_the_pages_try_it_steps_run_as_pasted_and_stop_the_service(tmp_path):
+    """The page's shell steps, in a folder holding its three files as a user saves them, in a
+    shell without this session's settings: the DAG runs, and nothing is left running."""
+    from tests.test_docs_blocks import SESSION_ONLY
+
+    steps = re.search(r"```shell\n(.*?)```", (REPO / PAGE).read_text(), re.S).group(1)
+    folder = tmp_path / "try"
+    folder.mkdir()
+    (folder / "tinyjobs_service.py").write_text(python_block(PAGE, SERVICE_BLOCK))
+    (folder / "tinyjobs.py").write_text(python_block(PAGE, BACKEND_BLOCK))
+    (folder / "tinyjobs_dag.py").write_text(python_block(PAGE, DAG_BLOCK))
+    env = {k: v for k, v in os.environ.items() if not SESSION_ONLY.match(k)}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    done = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-e", "-o", "pipefail", "-c", steps],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    assert re.search(r"\] epoch 2: loss 0\.333", output), output[-6000:]  # relayed lines
+    assert f"{256 * 3} 6" in output, output[-6000:]  # what report printed
+    wait_for(lambda: not _answers("http://127.0.0.1:8765/jobs"), timeout=10)  # it stopped
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def test_an_answer_larger_than_the_bound_is_refused_not_read_whole(saved):
+    """Every read on the triggerer is bounded: the example's client reads at most
+    MAX_ANSWER_BYTES of an answer (a job that printed one endless line)."""
+    import io
+
+    tinyjobs = importlib.import_module("tinyjobs")
+    limit = tinyjobs.MAX_ANSWER_BYTES
+    assert tinyjobs._bounded(io.BytesIO(b"x" * limit), "/jobs") == b"x" * limit
+    endless = io.BytesIO(b"x" * (limit + 10))
+    with pytest.raises(ValueError, match="more than"):
+        tinyjobs._bounded(endless, "/jobs/j/logs")
+    assert endless.tell() == limit + 1  # it stopped reading there
