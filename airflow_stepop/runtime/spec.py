@@ -44,6 +44,11 @@ BUNDLE_SOURCES = "sources.json"  # with it, the lines of its code, for traceback
 MAX_RUNTIME_ENV = "STEPOP_MAX_RUNTIME_S"
 MAX_RUNTIME_EXIT_CODE = 124  # as coreutils' timeout; the runtime exits 0, 1 or 143 otherwise
 
+# The sha256 (hex) of spec.json's bytes as the worker wrote them, set by every backend in the
+# job's environment, which the service stores with the job: a spec rewritten in the bucket after
+# submit no longer matches it, and the runtime refuses to run it.
+SPEC_SHA256_ENV = "STEPOP_SPEC_SHA256"
+
 
 class SpecError(ValueError):
     """A spec this runtime cannot run."""
