@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
-from airflow_stepop.backends.local import supervisor
+from airflow_stepop.backends.local import process_logs, supervisor
 from airflow_stepop.backends.local.job import (
     CHECKPOINT_ENV,
     behind_bundle,
@@ -278,19 +278,9 @@ class LocalBackend(StepBackend):
             from airflow_stepop.backends.local import container as container
 
             return container.logs(self._engine_client(), handle, cursor)
-        cursor = cursor or 0
-        path = Path(handle["job_dir"]) / supervisor.OUTPUT_LOG
-        try:
-            if path.stat().st_size <= cursor:  # nothing new: no open, no read
-                return [], cursor
-        except FileNotFoundError:
-            return [], cursor
-        with open(path, "rb") as handle_file:
-            handle_file.seek(cursor)
-            data = handle_file.read()
-        complete = data.rfind(b"\n") + 1  # hold back a partial last line
-        lines = data[:complete].decode("utf-8", "replace").splitlines()
-        return lines, cursor + complete
+        job_dir = Path(handle["job_dir"])
+        ended = (job_dir / supervisor.EXIT_CODE).exists()  # first: then the log read is whole
+        return process_logs.read(job_dir / supervisor.OUTPUT_LOG, cursor, ended=ended)
 
     async def astatus(self, handle: dict[str, Any]) -> JobStatus:
         return await asyncio.to_thread(self._status, handle)
