@@ -58,6 +58,27 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "A JSON result at most this large comes back as a plain XCom value; larger or "
         "non-JSON results come back as ArtifactRef.",
     ),
+    "artifact_cache_max_bytes": (
+        "integer",
+        "10737418240",
+        "Bytes the worker's cache of downloaded artifacts (a plain task's ArtifactRef.load()) "
+        "may hold before the least recently used entries not in use are removed; a local step's "
+        "job bounds its own caches with it too. 0 keeps nothing once it has been used.",
+    ),
+    "bundle_cache_max_bytes": (
+        "integer",
+        "536870912",
+        "Bytes of code bundles the worker keeps under $AIRFLOW_HOME/stepop-cache/bundles for "
+        "later tasks before the least recently used are removed.",
+    ),
+    "worker_unpickle": (
+        "boolean",
+        "False",
+        "Let ArtifactRef.load() in a plain task unpickle a step's pickled result. A step's job "
+        "writes it, and so may anyone who can write the artifact root: unpickling runs code. "
+        "False: only load(allow_pickle=True) does. Steps given the reference load it anyway, "
+        "inside their own job.",
+    ),
     "local_jobs_dir": (
         "string",
         "",
@@ -146,6 +167,16 @@ def _conf() -> Any:
 def get(name: str) -> str:
     _, default, _ = OPTIONS[name]
     return _conf().get(SECTION, name, fallback=default) or default
+
+
+def get_bool(name: str) -> bool:
+    value = get(name).strip().lower()
+    if value not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        raise ValueError(
+            f"[{SECTION}] {name}={get(name)!r} (AIRFLOW__{SECTION.upper()}__{name.upper()}) must "
+            f"be True or False; the default is {OPTIONS[name][1]}."
+        )
+    return value in ("true", "1", "yes", "on")
 
 
 def get_float(name: str) -> float:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
+PICKLED = "cloudpickle"  # runtime.materializers.CloudpickleMaterializer.name
 
-def _cache_dir() -> Path:
-    root = os.environ.get("STEPOP_CACHE_DIR") or os.path.expanduser("~/.cache/airflow-stepop")
-    return Path(root) / "artifacts"
+
+class UnpicklingRefusedError(PermissionError):
+    """A plain task asked for a step's pickled result without allowing unpickling."""
 
 
 @dataclass(frozen=True, repr=False)
@@ -27,9 +26,16 @@ class ArtifactRef:
     references written by releases before the field existed (their XComs have no such field).
     A directory's digest is taken over its files' relative paths, sizes and digests.
 
-    ``conn_id`` names the Airflow connection the step that wrote it reached its artifact root
-    with (a name, never a credential): ``load()`` uses it, so a plain task downstream of a cloud
-    step reads the artifact with the same credentials, without saying which.
+    ``conn_id`` names the Airflow connection of the step operator that read the step's result
+    (its ``storage_conn_id``: a name, never a credential, and never one the job chose):
+    ``load()`` uses it, so a plain task downstream of a cloud step reads the artifact with the
+    same credentials, without saying which.
+
+    A pickled result (``materializer == "cloudpickle"``) was written by the step's job, and can
+    be rewritten by anyone who may write the artifact root, together with the digest it is
+    checked against: unpickling it runs their code. ``load()`` in a plain task refuses it
+    unless ``load(allow_pickle=True)`` or ``[stepop] worker_unpickle = True`` says to trust
+    the job and the root. A step given the reference loads it inside its own job, as ever.
     """
 
     # 2: digest_kind; 3: conn_id. Airflow's XCom deserializer rebuilds records of an earlier
@@ -45,16 +51,32 @@ class ArtifactRef:
     digest_kind: str = "sha256"  # runtime.digest.LEGACY_KIND (not imported at parse time)
     conn_id: str | None = None
 
-    def load(self, conn_id: str | None = None) -> Any:
+    def load(self, conn_id: str | None = None, *, allow_pickle: bool | None = None) -> Any:
         """The artifact's value (a local ``Path`` for directories), after checking its digest.
 
-        ``conn_id``: another Airflow connection to read it with (default: the writer's).
+        ``conn_id``: another Airflow connection to read it with (default: the step's).
+        ``allow_pickle``: unpickle a pickled result (default: ``[stepop] worker_unpickle``).
         """
+        from airflow_stepop import config
+        from airflow_stepop.artifacts.caches import artifact_cache
         from airflow_stepop.artifacts.storage import worker_storage
         from airflow_stepop.runtime import values
 
+        if self.materializer == PICKLED:
+            if allow_pickle is None:
+                allow_pickle = config.get_bool("worker_unpickle")
+            if not allow_pickle:
+                raise UnpicklingRefusedError(
+                    f"{self} is a pickled {self.type_name}, written by the step's job: "
+                    "unpickling it runs whatever code its bytes name, and whoever may write the "
+                    "artifact root can replace them and the digest they are checked against. "
+                    "If you trust the job and everyone who may write that root, call "
+                    "ref.load(allow_pickle=True), or set [stepop] worker_unpickle = True "
+                    "(AIRFLOW__STEPOP__WORKER_UNPICKLE); else return JSON, a numpy array, a "
+                    "DataFrame or a Path from the step, or load it in another step."
+                )
         storage = worker_storage(conn_id or self.conn_id)
-        return values.read_artifact(self.to_record(), storage, _cache_dir())
+        return values.read_artifact(self.to_record(), storage, artifact_cache())
 
     def to_record(self) -> dict[str, Any]:
         """The artifact as a job's runtime knows it (a job reads with its own credentials)."""
@@ -66,8 +88,22 @@ class ArtifactRef:
 
     @classmethod
     def from_record(cls, record: dict[str, Any], conn_id: str | None = None) -> ArtifactRef:
-        """``conn_id`` for a record that names none (a job's result manifest)."""
-        return cls(**{"conn_id": conn_id, **record})
+        """A reference to a record of a job's result manifest, read with ``conn_id`` (the
+        operator's connection). The job writes the manifest: a ``conn_id`` in the record is
+        ignored, and a field this release does not know is refused."""
+        from airflow_stepop.runtime.verified import check_ref
+
+        known = {field.name for field in fields(cls)} - {"conn_id"}
+        unknown = sorted(set(record) - known - {"conn_id"})
+        if unknown:
+            raise ValueError(
+                f"The artifact record of {record.get('uri')!r} has the fields {unknown}, which "
+                f"this airflow-stepop does not know (it knows {sorted(known)}): the job ran a "
+                "newer release, or the result manifest was changed. Upgrade the worker or "
+                "re-run the task."
+            )
+        check_ref(record)
+        return cls(**{k: v for k, v in record.items() if k in known}, conn_id=conn_id)
 
     def __str__(self) -> str:
         return f"ArtifactRef({self.type_name}, {self.size} bytes, {self.uri})"

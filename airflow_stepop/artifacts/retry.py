@@ -102,7 +102,5 @@ class RetryingStorage(Storage):
     def put(self, source: Path, uri: str) -> None:
         self._remote(uri, lambda: super(RetryingStorage, self).put(source, uri), "Uploading")
 
-    def fetch(self, uri: str, cache_dir: Path) -> Path:
-        return self._remote(
-            uri, lambda: super(RetryingStorage, self).fetch(uri, cache_dir), "Downloading"
-        )
+    def download(self, uri: str, target: Path) -> None:
+        self._remote(uri, lambda: super(RetryingStorage, self).download(uri, target), "Downloading")

@@ -76,8 +76,9 @@ def _as_airflow_does(error: dict[str, Any], message: str) -> Exception | None:
 _AIRFLOW_LOOKUP = r"VARIABLE_NOT_FOUND|CONNECTION_NOT_FOUND|conn_id `[^`]*` isn't defined"
 
 
-# Where a job unpacks the code bundle (runtime/main.py: <cache>/airflow-stepop-cache/code/<sha>)
-_IN_THE_BUNDLE = "airflow-stepop-cache/code/"
+# Where a job unpacks the code bundle (runtime/code_tree.py): <cache>/airflow-stepop-cache-<uid>/
+# code/<sha>/bundle/, and <cache>/airflow-stepop-cache/code/<sha>/ in earlier releases
+_IN_THE_BUNDLE = re.compile(r"airflow-stepop-cache[^/]*/code/")
 # The Task SDK's get_current_context() outside a task
 _NO_CONTEXT = "Current context was requested but no context was found"
 
@@ -97,7 +98,7 @@ def _hint_for(error: dict[str, Any]) -> str | None:
         from airflow_stepop.operators.missing_module import missing_module_hint
 
         return missing_module_hint(message)
-    if error["type"] == "FileNotFoundError" and _IN_THE_BUNDLE in message:
+    if error["type"] == "FileNotFoundError" and _IN_THE_BUNDLE.search(message):
         return (
             "Only .py files travel in a step's code bundle: a data file beside your modules "
             "(read from Path(__file__).parent) is not in the job. Pass its content as an "
@@ -146,9 +147,10 @@ def read_result(
     *,
     check_artifacts: bool = False,
 ) -> Any:
-    """The step's result from its manifest; its references carry ``conn_id``, the connection
-    that reaches them. ``check_artifacts``: every artifact it names must still be there (a
-    result reused from an earlier try; a fresh one was just written)."""
+    """The step's result from its manifest; its references carry ``conn_id``, the operator's
+    connection (the manifest is the job's: a connection named in it is never used).
+    ``check_artifacts``: every artifact it names must still be there (a result reused from an
+    earlier try; a fresh one was just written)."""
     from airflow_stepop.runtime import spec as specs
     from airflow_stepop.runtime import values
     from airflow_stepop.runtime.storage import join

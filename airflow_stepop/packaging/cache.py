@@ -15,15 +15,21 @@ file system's timestamp granularity without changing its mtime, so no entry is w
 
 Entries and zips are written to a temporary name and renamed into place, so concurrent tasks
 never see half an entry; an entry that cannot be read, or a zip whose sha256 is not its name,
-is ignored. The cache never fails a step: an unwritable directory only means no caching.
+is ignored. An entry says which zip a task uploads as a step's code, so the directory must be
+this user's alone (``runtime/private.py``): one that another user owns or may write to is not
+used (a warning says why). Zips past ``[stepop] bundle_cache_max_bytes`` are removed, the least
+recently used first (a task reads a zip whole, so removing one never breaks a reader). The
+cache never fails a step: an unwritable or unsafe directory only means no caching.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import time
@@ -33,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_stepop import config
+from airflow_stepop.runtime.private import PrivateDirectoryError, private_dir
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +65,35 @@ class CodeBundle:
 
 
 class BundleCache:
-    def __init__(self, root: Path, settle_seconds: float = 2.0) -> None:
+    def __init__(
+        self, root: Path, settle_seconds: float = 2.0, max_bytes: int | None = None
+    ) -> None:
         self.root = root
         self.settle_ns = int(settle_seconds * 1e9)
+        self.max_bytes = max_bytes
+        self._private: bool | None = None
 
     @classmethod
     def default(cls) -> BundleCache:
         """``$AIRFLOW_HOME/stepop-cache/bundles``: on the worker, beside its other state."""
-        return cls(config.worker_cache_dir() / "bundles")
+        return cls(
+            config.worker_cache_dir() / "bundles",
+            max_bytes=config.get_int("bundle_cache_max_bytes"),
+        )
+
+    def _usable(self) -> bool:
+        """Whether the directory is (or was made) this user's alone; said once when not."""
+        if self._private is None:
+            try:
+                private_dir(self.root)
+                self._private = True
+            except PrivateDirectoryError as exc:
+                log.warning("Not using the code bundle cache: %s", exc)
+                self._private = False
+            except OSError as exc:
+                log.debug("Not caching code bundles in %s: %s", self.root, exc)
+                self._private = False
+        return self._private
 
     def find(self, function: Callable[..., Any], rebuild: Callable[[], bytes]) -> CodeBundle | None:
         """The callable's bundle if an earlier task built it from sources still unchanged.
@@ -73,7 +101,7 @@ class BundleCache:
         ``rebuild`` makes the zip anew, for a hit whose zip is gone or damaged: the caller's, so
         that this module needs nothing of the builder (which imports it)."""
         where = _entry_of(function)
-        if where is None:
+        if where is None or not self._usable():
             return None
         key, context = where
         entry = self._load(key, context)
@@ -115,7 +143,7 @@ class BundleCache:
     ) -> None:
         """Keep ``entry`` (``sha256``: the zip's) for a bundle built from ``files``/``dirs``."""
         where = _entry_of(function)
-        if where is None:
+        if where is None or not self._usable():
             return
         key, context = where
         try:
@@ -128,6 +156,7 @@ class BundleCache:
             zip_path = self.root / f"{entry['sha256']}.zip"
             if not zip_path.exists():
                 self._write(zip_path, data)
+                self._evict(keep=zip_path)
             record = {**entry, "format": FORMAT, "context": context, "stats": stats}
             self._write(self.root / f"{key}.json", json.dumps(record).encode())
         except OSError as exc:
@@ -135,11 +164,33 @@ class BundleCache:
 
     def read_zip(self, sha256: str) -> bytes | None:
         """The cached zip named ``sha256``, or None when it is missing or not that content."""
+        if not re.fullmatch(r"[0-9a-f]{64}", sha256) or not self._usable():
+            return None
+        path = self.root / f"{sha256}.zip"
         try:
-            data = (self.root / f"{sha256}.zip").read_bytes()
+            data = path.read_bytes()
+            os.utime(path)  # its last use, for eviction
         except OSError:
             return None
         return data if hashlib.sha256(data).hexdigest() == sha256 else None
+
+    def _evict(self, keep: Path) -> None:
+        """Remove the least recently used zips until they fit in ``max_bytes``."""
+        if self.max_bytes is None:
+            return
+        zips = []
+        for path in self.root.glob("*.zip"):
+            with contextlib.suppress(OSError):
+                info = path.stat()
+                zips.append((info.st_mtime, info.st_size, path))
+        total = sum(size for _, size, _ in zips)
+        for _, size, path in sorted(zips):
+            if total <= self.max_bytes:
+                break
+            if path != keep:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    total -= size
 
     def _load(self, key: str, context: dict[str, Any]) -> dict[str, Any] | None:
         try:

@@ -19,7 +19,7 @@ it is about to load and refuses them when the two differ. The kinds:
 A directory's digest is the sha256 of one line per file,
 ``<path relative to the directory>\\0<size>\\0<the file's digest of the same kind>\\n``, in
 ``iter_tree`` order: a directory's files by name, then its subdirectories by name, each the
-same way.
+same way; a symbolic link to a directory counts as the directory it points to.
 """
 
 from __future__ import annotations
@@ -221,12 +221,41 @@ def file_digest(path: Path, kind: str) -> tuple[str, int]:
         return digest.hexdigest(), size
 
 
+class SymlinkLoopError(ValueError):
+    """A directory tree with a symbolic link to a directory that holds the link."""
+
+
 def iter_tree(root: Path) -> Iterator[Path]:
-    """Files under a directory, in a stable order."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            yield Path(dirpath) / name
+    """Files under a directory, in a stable order: a directory's files by name, then its
+    subdirectories by name, each the same way. A symbolic link to a directory is followed (a
+    returned checkpoint's ``latest -> step-100`` keeps its files); one that leads back into
+    a directory above it is refused, as the tree would have no end."""
+    yield from _walk(Path(root), [_identity(root)])
+
+
+def _identity(path: Path | str) -> tuple[int, int]:
+    info = os.stat(path)
+    return info.st_dev, info.st_ino
+
+
+def _walk(directory: Path, above: list[tuple[int, int]]) -> Iterator[Path]:
+    with os.scandir(directory) as scan:
+        entries = sorted(scan, key=lambda entry: entry.name)
+    subdirectories = []
+    for entry in entries:
+        if entry.is_dir():  # follows a link
+            subdirectories.append(entry)
+        else:
+            yield directory / entry.name
+    for entry in subdirectories:
+        identity = _identity(entry.path)
+        if identity in above:
+            raise SymlinkLoopError(
+                f"{entry.path} is a symbolic link to {os.path.realpath(entry.path)}, a directory "
+                "that holds it: its files would repeat without end. Remove the link, or make it "
+                "point outside the directory."
+            )
+        yield from _walk(directory / entry.name, [*above, identity])
 
 
 class TreeDigest:

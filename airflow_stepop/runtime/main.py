@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import importlib
 import inspect
 import json
 import os
 import signal
 import sys
-import tempfile
 import time
 import traceback
-import zipfile
 from pathlib import Path
 from typing import Any
 
-from airflow_stepop.runtime import source_lines, values
+from airflow_stepop.runtime import code_tree, source_lines, values
 from airflow_stepop.runtime import spec as specs
+from airflow_stepop.runtime.cache import DiskCache, max_bytes_from_env
+from airflow_stepop.runtime.private import job_cache_root
 from airflow_stepop.runtime.spec import (
     BUNDLE_CALLABLE,
     BUNDLE_CODE_DIR,
@@ -27,7 +28,7 @@ from airflow_stepop.runtime.spec import (
     MAX_RUNTIME_ENV,
     MAX_RUNTIME_EXIT_CODE,
 )
-from airflow_stepop.runtime.storage import Storage, join, sha256_file
+from airflow_stepop.runtime.storage import Storage, join
 
 OUTPUT_URI_ENV = "STEPOP_OUTPUT_URI"
 # After its limit, how long a step that swallows StepTimedOut (or never returns to Python)
@@ -124,14 +125,13 @@ class StepRun:
         # backend names another place (e.g. a prefix the service uploads at the end).
         self.output_uri = output_uri or spec_uri.rsplit("/", 1)[0]
         self.storage = storage
-        self.cache_dir = Path(os.environ.get("STEPOP_CACHE_DIR") or tempfile.gettempdir())
-        self.cache_dir = self.cache_dir / "airflow-stepop-cache"
         self.spec: dict[str, Any] = {}
         self.bundle: Path | None = None
+        self._artifacts: DiskCache | None = None
 
     def run(self) -> dict[str, Any]:
         started = time.monotonic()
-        self.spec = specs.check(self.storage.read_json(self.spec_uri))
+        self.spec = specs.check(json.loads(self._spec_bytes()))
         step = self.spec["step"]
         print(
             f"[stepop] step {step['dag_id']}.{step['task_id']} map_index={step['map_index']} "
@@ -183,28 +183,38 @@ class StepRun:
                 "in a module that does not import Airflow so it is imported by name."
             )
 
+    def _spec_bytes(self) -> bytes:
+        """The spec's bytes, read once and, when the job's environment names their sha256 (the
+        service stores it with the job), checked against it before anything parses them."""
+        data = self.storage.read_bytes(self.spec_uri)
+        expected = os.environ.get(specs.SPEC_SHA256_ENV, "").strip().lower()
+        found = hashlib.sha256(data).hexdigest()
+        if expected and found != expected:
+            raise specs.SpecTamperedError(
+                f"The step spec {self.spec_uri} has sha256 {found}, but the job was submitted "
+                f"with {specs.SPEC_SHA256_ENV}={expected}: the spec was rewritten in the "
+                "artifact root after the step was submitted. Refusing to run it; check who "
+                "may write the artifact root, then run the task again."
+            )
+        return data
+
     def _install_code(self) -> None:
+        """Extract the code bundle from the bytes that were verified (read once: a mounted
+        bucket could change the file between a check and a second read) and put it on
+        ``sys.path``."""
         code = self.spec["code"]
         try:
-            path = self.storage.fetch(code["uri"], self.cache_dir / "bundles")
+            data = self.storage.read_bytes(code["uri"])
         except FileNotFoundError:
-            path = None
-        if path is None or not path.exists():
-            raise CodeBundleError(f"Code bundle {code['uri']} does not exist.")
-        digest = sha256_file(path)
+            raise CodeBundleError(f"Code bundle {code['uri']} does not exist.") from None
+        digest = hashlib.sha256(data).hexdigest()
         if digest != code["sha256"]:
             raise CodeBundleError(
                 f"Code bundle {code['uri']} has sha256 {digest}, but the spec expects "
                 f"{code['sha256']}: it was modified after the step was submitted."
             )
-        target = self.cache_dir / "code" / digest
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(dir=target.parent))
-            with zipfile.ZipFile(path) as bundle:
-                bundle.extractall(staging)
-            with contextlib.suppress(OSError):  # a concurrent node extracted it first
-                os.replace(staging, target)
+        cache = DiskCache(job_cache_root() / "code", max_bytes_from_env())
+        target = code_tree.install(data, digest, cache)
         self.bundle = target
         for sub in (BUNDLE_CODE_DIR, BUNDLE_DEPS_DIR):
             directory = target / sub
@@ -226,7 +236,9 @@ class StepRun:
         return cloudpickle.loads((self.bundle / BUNDLE_CALLABLE).read_bytes())
 
     def _load_ref(self, ref: dict[str, Any]) -> Any:
-        return values.read_artifact(ref, self.storage, self.cache_dir / "artifacts")
+        if self._artifacts is None:
+            self._artifacts = DiskCache(job_cache_root() / "artifacts", max_bytes_from_env())
+        return values.read_artifact(ref, self.storage, self._artifacts)
 
     def _write(self, value: Any, name: str) -> dict[str, Any]:
         uri = join(self.output_uri, specs.OUTPUTS_DIR, name)

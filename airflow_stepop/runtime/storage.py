@@ -23,11 +23,9 @@ from urllib.parse import unquote, urlsplit
 
 from airflow_stepop.runtime.digest import (
     CHUNK_SIZE,
-    SHA256,
     THREAD_MIN,
     WRITTEN_KIND,
     TreeDigest,
-    file_digest,
     iter_tree,
     new_digest,
 )
@@ -63,11 +61,6 @@ def temporary_beside(path: Path) -> Path:
     reader sees the old content or the new, never part. (``mkstemp`` would make the file private
     to this user, and re-seeds its name generator in every forked task process.)"""
     return path.parent / f".tmp-{secrets.token_hex(8)}"
-
-
-def sha256_file(path: Path) -> str:
-    """The plain sha256 of a file (code bundles are named by it)."""
-    return file_digest(path, SHA256)[0]
 
 
 class HashingWriter(io.RawIOBase):
@@ -269,16 +262,41 @@ class Storage:
         else:
             fs.put_file(str(source), path)
 
-    def fetch(self, uri: str, cache_dir: Path) -> Path:
-        """A local path with the object or tree at ``uri``: itself when local, else a download."""
-        local = self.local_path(uri)
-        if local is not None:
-            return local
+    def download(self, uri: str, target: Path) -> None:
+        """Copy the remote object or tree at ``uri`` to ``target`` (a new path). A tree's keys
+        are listed first and each must name a file under it (``unsafe_key``), whatever checks
+        the installed fsspec makes; a retried call overwrites what an earlier one wrote."""
         fs, path = self.resolver(uri)
-        target = cache_dir / Path(path).name
-        if fs.isdir(path):
-            fs.get(path.rstrip("/") + "/", str(target), recursive=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
+        if not fs.isdir(path):
             fs.get_file(path, str(target))
-        return target
+            return
+        prefix = path.rstrip("/") + "/"
+        files: list[tuple[str, str]] = []
+        for key in sorted(fs.find(path.rstrip("/"))):
+            if key.endswith("/"):  # a folder marker some tools write: no file
+                continue
+            relative = key.removeprefix(prefix)
+            problem = unsafe_key(relative) if key.startswith(prefix) else "is not under it"
+            if problem:
+                raise ValueError(
+                    f"The directory artifact {uri} holds the key {key!r}, which {problem}: it "
+                    "would be written outside the artifact's directory. Refusing to download it; "
+                    "re-run the task that produced it, and check who else writes that root."
+                )
+            files.append((key, relative))
+        target.mkdir(parents=True, exist_ok=True)
+        for key, relative in files:
+            destination = target.joinpath(*relative.split("/"))
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            fs.get_file(key, str(destination))
+
+
+def unsafe_key(relative: str) -> str | None:
+    """Why an object key below a directory artifact cannot name a file in it, or None."""
+    if not relative or relative.startswith("/"):
+        return "is absolute"
+    if "\\" in relative or "\0" in relative:
+        return "has a backslash or a NUL in it"
+    if any(part in ("", ".", "..") for part in relative.split("/")):
+        return "has an empty, '.' or '..' segment"
+    return None

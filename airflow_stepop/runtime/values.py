@@ -25,23 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from airflow_stepop.runtime import materializers
-from airflow_stepop.runtime.digest import (
-    EMPTY_TREE,
-    LEGACY_KIND,
-    WRITTEN_KIND,
-    digest_of,
-    require_kind,
-)
+from airflow_stepop.runtime.cache import DiskCache
+from airflow_stepop.runtime.digest import WRITTEN_KIND
 from airflow_stepop.runtime.spec import python_version
-from airflow_stepop.runtime.storage import HashingWriter, Storage, read_hashed, temporary_beside
+from airflow_stepop.runtime.storage import HashingWriter, Storage, temporary_beside
+from airflow_stepop.runtime.verified import (  # the errors are raised to callers of this module
+    ArtifactIntegrityError,
+    ArtifactMissingError,
+    verified_bytes,
+    verified_path,
+)
 
-
-class ArtifactMissingError(FileNotFoundError):
-    """An artifact that a reference points to is gone."""
-
-
-class ArtifactIntegrityError(ValueError):
-    """An artifact whose bytes no longer match the digest recorded when it was written."""
+__all__ = ["ArtifactIntegrityError", "ArtifactMissingError", "read_artifact", "verified_path"]
 
 
 class PythonVersionMismatchError(RuntimeError):
@@ -311,72 +306,9 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _fetch(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> Path:
-    uri = ref["uri"]
-    path, cause = None, None
-    try:
-        path = storage.fetch(uri, cache_dir / ref["sha256"])
-    except FileNotFoundError as exc:
-        cause = exc
-    if path is not None and path.exists():
-        return path
-    if _empty_tree(ref):  # named as a fetched tree is: after the artifact
-        return _empty_directory(cache_dir / ref["sha256"] / uri.rstrip("/").rsplit("/", 1)[-1])
-    raise ArtifactMissingError(_missing(uri)) from cause
-
-
-def _empty_tree(ref: dict[str, Any]) -> bool:
-    """A returned directory with no file in it: an object store kept nothing of it."""
-    return (
-        ref.get("materializer") == "path" and ref.get("size") == 0 and ref["sha256"] == EMPTY_TREE
-    )
-
-
-def _empty_directory(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def digest_kind(ref: dict[str, Any]) -> str:
-    """How the reference's digest was taken (a known kind, else a clear error)."""
-    return require_kind(ref.get("digest_kind", LEGACY_KIND))
-
-
-def _check(ref: dict[str, Any], found: str) -> None:
-    if found != ref["sha256"]:
-        raise ArtifactIntegrityError(
-            f"Artifact {ref['uri']} does not match the digest recorded when it was written "
-            f"({digest_kind(ref)}: expected {ref['sha256']}, found {found}): it was modified or "
-            "replaced after the step wrote it. Refusing to deserialize it; re-run the task "
-            "that produced it."
-        )
-
-
-def verified_path(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> Path:
-    """A local path with the artifact's file or tree, checked against its recorded digest."""
-    kind = digest_kind(ref)
-    path = _fetch(ref, storage, cache_dir)
-    _check(ref, digest_of(path, kind)[0])
-    return path
-
-
-def verified_bytes(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> memoryview:
-    """The artifact's bytes, read once and checked against its recorded digest and size."""
-    kind = digest_kind(ref)
-    path = _fetch(ref, storage, cache_dir)
-    with open(path, "rb", buffering=0) as file:
-        try:
-            data, found = read_hashed(file, ref["size"], kind)
-            if file.read(1):
-                found = "a longer file"
-        except EOFError:
-            data, found = memoryview(b""), "a shorter file"
-    _check(ref, found)
-    return data
-
-
-def read_artifact(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> Any:
-    """The artifact's value; its bytes are verified before any of them is deserialized."""
+def read_artifact(ref: dict[str, Any], storage: Storage, cache: DiskCache | Path) -> Any:
+    """The artifact's value; its bytes are verified before any of them is deserialized. A
+    remote artifact is read through ``cache`` (a ``DiskCache``, or a directory for one)."""
     written_by = ref.get("python")
     if written_by and written_by != python_version():
         raise PythonVersionMismatchError(
@@ -387,12 +319,5 @@ def read_artifact(ref: dict[str, Any], storage: Storage, cache_dir: Path) -> Any
         )
     materializer = materializers.by_name(ref["materializer"])
     if materializer.on_disk:
-        return materializer.open(verified_path(ref, storage, cache_dir))
-    return materializer.load(verified_bytes(ref, storage, cache_dir))
-
-
-def _missing(uri: str) -> str:
-    return (
-        f"Artifact {uri} does not exist (deleted, expired by a lifecycle rule, or written to "
-        "another artifact_root). Re-run the task that produced it."
-    )
+        return materializer.open(verified_path(ref, storage, cache))
+    return materializer.load(verified_bytes(ref, storage, cache))
