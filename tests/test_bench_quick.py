@@ -72,6 +72,9 @@ SCRIPTS = {
         r"^log calls \(.*\): .* \(\[stepop\] log_calls_per_second\)$",
         r"^triggerer CPU, steady state: .* \(target < 10%\)",
     ], arguments=("--backend", "sagemaker"), cloud=True, seconds=40),
+    "log_relay": Script([
+        r"^relay memory growth: .* \(bound .* MiB\); every byte once, in order: yes$",
+    ], seconds=4),
     # the local backend's rows of two faults, through the suite's own tests
     "fault_matrix": Script([
         r"^failure in execute\(\) after submit, no retry left +local +survived ",
