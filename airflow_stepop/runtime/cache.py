@@ -25,6 +25,7 @@ import os
 import re
 import secrets
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,6 +88,8 @@ class Entry:
 
     def open(self) -> Entry:
         """Take the entry's shared lock; an entry evicted meanwhile is made anew."""
+        if self._fd is not None:
+            return self
         for _ in range(100):  # each turn loses only to an eviction, which is rare
             self.path.mkdir(mode=0o700, exist_ok=True)
             try:
@@ -103,7 +106,8 @@ class Entry:
                 same = False
             if same:
                 self._fd = fd
-                os.utime(self.path)  # its last use, for eviction
+                now = time.time_ns()  # not the file system's coarser clock: uses in a row
+                os.utime(self.path, ns=(now, now))  # keep their order, for eviction
                 return self
             os.close(fd)  # its entry was renamed away while we waited: start again
         raise RuntimeError(f"Could not open the cache entry {self.path}: evicted 100 times over")

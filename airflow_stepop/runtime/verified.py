@@ -130,7 +130,7 @@ def verified_bytes(ref: dict[str, Any], storage: Storage, cache: DiskCache | Pat
         _check(ref, found)
         return data
     cache = as_cache(cache)
-    with cache.entry(ref["sha256"]).open() as entry:
+    with cache.entry(ref["sha256"]) as entry:
         data = _cached_bytes(ref, entry, name, kind)
         if data is None:
             with entry.fetching():

@@ -244,7 +244,7 @@ def sm_gpu_step_v1():
 
     @task
     def check(result):
-        value = result.load()
+        value = result.load(allow_pickle=True)  # a dict holding an array: pickled
         _remember("v1", {"sum": float(value["weights"].sum()), "six": value["six"]})
 
     check(fit(1000))
@@ -266,7 +266,7 @@ def sm_gpu_step_v2():
 
     @task
     def check(result):
-        value = result.load()
+        value = result.load(allow_pickle=True)  # a dict holding an array: pickled
         _remember("v2", {"sum": float(value["weights"].sum()), "six": value["six"]})
 
     check(fit(1000))
