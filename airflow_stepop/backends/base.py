@@ -45,12 +45,43 @@ class JobRequest:
     docker: DockerSettings | None = None
     environment: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    # What the job checks before it runs anything from the artifact store (``bootstrap``):
+    # the spec's and the code bundle's sha256 as the worker staged them.
+    spec_sha256: str = ""
+    code_sha256: str = ""
+    # Airflow's id of this try (``ti.id``, new for every try and every re-created run): the
+    # job carries it, so a job of the same name is only ever taken for this try's own.
+    try_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.code_sha256:  # a bundle's name is its digest (``<sha256>.zip``)
+            name = self.code_uri.rstrip("/").rsplit("/", 1)[-1].removesuffix(".zip")
+            if len(name) == 64 and all(c in "0123456789abcdef" for c in name):
+                object.__setattr__(self, "code_sha256", name)
+
+    def owns(self, job_try_id: str | None) -> bool:
+        """Whether a job of this request's name that carries ``job_try_id`` is this try's own
+        (its create's answer was lost): one that another try started never is."""
+        return not self.try_id or job_try_id == self.try_id
 
     @property
     def checkpoint_uri(self) -> str:
         """The task instance's checkpoints, beside its tries' run directories: shared by every
         try, so a retry (or a restarted spot job) resumes from them (``$STEPOP_CHECKPOINT_DIR``)."""
         return self.run_uri.rstrip("/").rsplit("/", 1)[0] + "/checkpoints"
+
+
+class JobNameTakenError(RuntimeError):
+    """``submit`` found a job of the request's name that another try started (another run of
+    the same run_id, another Airflow on the same account): never this try's to attach to."""
+
+    def __init__(self, job_name: str, owner: str | None) -> None:
+        self.job_name = job_name
+        self.owner = owner  # that job's try id, when the service told it
+        super().__init__(
+            f"A job named {job_name} exists already and belongs to another try "
+            f"(Airflow task instance id {owner or 'unknown'}), not this one"
+        )
 
 
 @dataclass(frozen=True)
@@ -86,7 +117,11 @@ class StepBackend(abc.ABC):
     @abc.abstractmethod
     def submit(self, request: JobRequest) -> dict[str, Any]:
         """Start the job; return its handle: ``job_id`` (what the service's API calls take),
-        and ``display_name`` where users know the job by another name (``naming.shown_job``)."""
+        and ``display_name`` where users know the job by another name (``naming.shown_job``).
+
+        A job of the same name may exist already: this try's own, whose create answer was lost
+        (it carries ``request.try_id``: return its handle), or another try's (raise
+        ``JobNameTakenError``; the operator submits again under another name)."""
 
     @abc.abstractmethod
     def find_active(self, task_key: str) -> dict[str, Any] | None:

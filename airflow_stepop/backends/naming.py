@@ -7,22 +7,28 @@ import re
 from typing import Any
 
 
-def task_key(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
-    """Identifies one task instance across all its tries."""
-    return f"{dag_id}/{run_id}/{task_id}/{map_index}"
+def task_key(dag_id: str, run_id: str, task_id: str, map_index: int, instance: str = "") -> str:
+    """Identifies one task instance across all its tries; ``instance`` tells it from one of a
+    deleted run of the same run_id (``operators.task_identity``)."""
+    key = f"{dag_id}/{run_id}/{task_id}/{map_index}"
+    return f"{key}/{instance}" if instance else key
 
 
 TRY_DIGITS = 4  # room kept for the try number, so a task's names share one prefix up to try 9999
 
 
-def job_name(key: str, try_number: int, *, max_length: int = 63) -> str:
+def job_name(key: str, try_number: int, *, max_length: int = 63, salt: str = "") -> str:
     """A readable, unique name: a slug of the task, a hash of the full key, and the try.
 
     The result matches ``^[a-zA-Z0-9](-*[a-zA-Z0-9])*$`` (SageMaker's rule; also valid for
     containers, Vertex labels after lowercasing, and Azure ML) and is at most ``max_length``.
-    Every try of one task instance starts with the same ``key_prefix``.
+    Every try of one task instance starts with the same ``key_prefix``. ``salt`` (a few
+    alphanumerics) makes another name for the same try, when its own is taken by a job that
+    is not its own (``base.JobNameTakenError``).
     """
-    return f"{key_prefix(key, max_length=max_length)}-t{try_number}"
+    if not salt:
+        return f"{key_prefix(key, max_length=max_length)}-t{try_number}"
+    return f"{key_prefix(key, max_length=max_length - len(salt) - 1)}-t{try_number}-{salt}"
 
 
 def key_prefix(key: str, *, max_length: int = 63) -> str:

@@ -39,6 +39,7 @@ from airflow_stepop.operators.arguments import (
 
 if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
     from airflow_stepop.backends.base import JobRequest, StepBackend
+    from airflow_stepop.operators.task_identity import TaskIdentity
     from airflow_stepop.settings import DockerSettings, ResourceSettings
     from airflow_stepop.triggers.deferral import StepJobDeferral
 
@@ -144,20 +145,20 @@ class BaseStepOperator(BaseOperator):
     # ---- execute ---------------------------------------------------------------------------
 
     def execute(self, context: Any) -> Any:
-        from airflow_stepop.backends.naming import task_key
         from airflow_stepop.operators.earlier_try import EarlierJobUnknownError, earlier_job
         from airflow_stepop.operators.job_links import store_links
+        from airflow_stepop.operators.task_identity import task_identity
 
         self._started = time.time()  # execution_timeout counts from here, as Airflow's does
         self.stored_link_kinds = frozenset()  # none yet: a failure before submit stored none
         self._check_run_time_arguments()
         backend = self.make_backend()
         ti = context["ti"]
-        key = task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+        identity = task_identity(context)
         store = context.get("task_state_store")
         try:
             decision = earlier_job(
-                backend, store, ti.try_number, key, self.storage_conn_id, self.log
+                backend, store, ti.try_number, identity.key, self.storage_conn_id, self.log
             )
         except EarlierJobUnknownError as exc:  # it may still run: the last try stops it
             self._left_to_retry(backend, exc.handle, ti)
@@ -173,7 +174,7 @@ class BaseStepOperator(BaseOperator):
             )
             handle = {**handle, "earlier_try": True}
         else:
-            handle = self._submit(context, key, backend)
+            handle = self._submit(context, identity, backend)
         return self._follow(context, backend, handle)
 
     def _check_run_time_arguments(self) -> None:
@@ -188,7 +189,7 @@ class BaseStepOperator(BaseOperator):
         services = [f for f in self.template_fields if f not in BaseStepOperator.template_fields]
         refuse_empty_renders(self.argument_owner, {f: getattr(self, f, None) for f in services})
 
-    def _submit(self, context: Any, key: str, backend: StepBackend) -> dict[str, Any]:
+    def _submit(self, context: Any, identity: TaskIdentity, backend: StepBackend) -> dict[str, Any]:
         """Submit the step's job, unless the task was killed while it was being prepared.
 
         Airflow's task runner answers SIGTERM (a user's mark or clear) by calling ``on_kill``
@@ -197,17 +198,37 @@ class BaseStepOperator(BaseOperator):
         # the [stepop] numbers this task and its trigger read: a wrong one starts no job (read
         # only now, so a try that finds an earlier job still re-attaches to it or stops it)
         config.check_numbers()
-        request = self._prepare(context, key, backend)
+        request = self._prepare(context, identity, backend)
         if self._killed:
             from airflow_stepop.operators.outcome import StepKilledError
 
             raise StepKilledError("The task was killed before its job was submitted: no job ran")
-        handle = {**backend.submit(request), "submitted_at": time.time()}
+        try_number = context["ti"].try_number
+        handle = {**self._submit_named(backend, request, try_number), "submitted_at": time.time()}
         self._handle = (backend, handle)  # from now on, on_kill stops it
         self.log.info("Submitted job %s", shown_job(handle))
         if self._killed:  # the kill came while the submit was on its way
             self._stop_killed(backend, handle)
         return handle
+
+    def _submit_named(
+        self, backend: StepBackend, request: JobRequest, try_number: int
+    ) -> dict[str, Any]:
+        """Submit under the request's name; where another try's job holds it, under another
+        with this try's id in it (the run directory is this try's already)."""
+        from airflow_stepop.backends.base import JobNameTakenError
+
+        try:
+            return backend.submit(request)
+        except JobNameTakenError as taken:
+            import dataclasses
+
+            from airflow_stepop.backends.naming import job_name
+
+            salt = "".join(c for c in request.try_id if c.isalnum())[-6:] or "x"
+            name = job_name(request.task_key, try_number, salt=salt)
+            self.log.warning("%s: submitting this try's job as %s", taken, name)
+            return backend.submit(dataclasses.replace(request, job_name=name))
 
     def _stop_killed(self, backend: StepBackend, handle: dict[str, Any]) -> None:
         from airflow_stepop.operators.outcome import StepKilledError
@@ -261,17 +282,17 @@ class BaseStepOperator(BaseOperator):
         or marked by a user, and its trigger stopped the job after the scheduler had started
         this try (a triggerer notices a clear a moment later). Its result will never come, so
         this try runs the step again, as for any earlier job that was stopped."""
-        from airflow_stepop.backends.naming import task_key
-
         self.log.warning(
             "Job %s of an earlier try was stopped (that try was cleared or killed): running "
             "the step again as a new job",
             shown_job(handle),
         )
         self._release(backend, handle)
-        ti = context["ti"]
-        key = task_key(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
-        return self._follow(context, backend, self._submit(context, key, backend))
+        from airflow_stepop.operators.task_identity import task_identity
+
+        return self._follow(
+            context, backend, self._submit(context, task_identity(context), backend)
+        )
 
     def _trigger(self, backend: StepBackend, handle: dict[str, Any]) -> StepJobDeferral:
         """The job's trigger as Airflow stores it (building it would cost the worker ~10 ms)."""
@@ -283,7 +304,7 @@ class BaseStepOperator(BaseOperator):
             backend_kwargs=backend.serialize(),
             handle=handle,
             poll_interval=self.poll_interval or config.get_float("poll_interval"),
-            deadline=self._deadline(),
+            time_left=self._time_left(),
             storage_conn_id=self.storage_conn_id,
             resume_hold=config.get_int("resume_hold_seconds"),
             deferred_by=this_process(),
@@ -309,23 +330,25 @@ class BaseStepOperator(BaseOperator):
         """The operator's artifact_root, else the service's [stepop] option, else the default."""
         return self.artifact_root or config.artifact_root(self.service)
 
-    def _deadline(self) -> float | None:
-        """execution_timeout as a wall-clock deadline, counted like Airflow's: from execute()."""
+    def _time_left(self) -> float | None:
+        """What is left of execution_timeout, counted like Airflow's: from execute(). A duration
+        on this worker's clock alone: the triggerer's clock may differ (``triggers/deadline``)."""
         if not isinstance(self.execution_timeout, timedelta):
             return None
-        started = getattr(self, "_started", None) or time.time()
-        return started + self.execution_timeout.total_seconds()
+        now = time.time()
+        started = getattr(self, "_started", None) or now
+        return max(0.0, started + self.execution_timeout.total_seconds() - now)
 
     def _mapped_over(self) -> bool:
         """Whether a task maps over this one's result: Airflow maps over a list or dict XCom
         only, never over a reference to one, so such a result is kept a list or dict."""
         return self.has_dag() and next(self.iter_mapped_dependants(), None) is not None
 
-    def _prepare(self, context: Any, key: str, backend: StepBackend) -> JobRequest:
+    def _prepare(self, context: Any, identity: TaskIdentity, backend: StepBackend) -> JobRequest:
         """Upload code and inputs, write the spec (``job_request``)."""
         from airflow_stepop.operators.job_request import job_request
 
-        return job_request(self, context, key, backend)
+        return job_request(self, context, identity, backend)
 
     # ---- completion ------------------------------------------------------------------------
 

@@ -9,19 +9,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop import config
-from airflow_stepop.operators.arguments import (
+from airflow_stepop.operators.arguments import rendered_environment
+from airflow_stepop.packaging.secret_checks import (
     refuse_secret_arguments,
+    refuse_secret_settings,
     refuse_secrets,
-    rendered_environment,
 )
 from airflow_stepop.setting_values import SettingsError
 
 if TYPE_CHECKING:
     from airflow_stepop.backends.base import JobRequest, StepBackend
     from airflow_stepop.operators.base import BaseStepOperator
+    from airflow_stepop.operators.task_identity import TaskIdentity
 
 
-def job_request(op: BaseStepOperator, context: Any, key: str, backend: StepBackend) -> JobRequest:
+def job_request(
+    op: BaseStepOperator, context: Any, identity: TaskIdentity, backend: StepBackend
+) -> JobRequest:
     """Upload code and inputs, write the spec: everything the job reads, as the request the
     backend submits. The operator's ``environment`` is rendered and checked for secrets first."""
     from airflow_stepop.artifacts.storage import missing_store, worker_storage
@@ -32,6 +36,7 @@ def job_request(op: BaseStepOperator, context: Any, key: str, backend: StepBacke
 
     op.environment = rendered_environment(op.argument_owner, op.environment)
     refuse_secrets(op.argument_owner, op.environment)
+    refuse_secret_settings(op.argument_owner, op.docker_settings)  # before a build or a push
     function, args, kwargs = op.python_callable, op.op_args, op.op_kwargs
     kwargs = {
         **context_arguments(op.argument_owner, function, args, kwargs, context),
@@ -48,7 +53,9 @@ def job_request(op: BaseStepOperator, context: Any, key: str, backend: StepBacke
             args,
             kwargs,
             root=root,
-            step=StepIdentity(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number),
+            step=StepIdentity(
+                ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number, identity.instance
+            ),
             storage=storage,
             multiple_outputs=bool(op.multiple_outputs),
             inline_limit=config.get_int("inline_result_max_bytes"),
@@ -65,11 +72,14 @@ def job_request(op: BaseStepOperator, context: Any, key: str, backend: StepBacke
             "that exists."
         ) from exc
     return JobRequest(
-        job_name=job_name(key, ti.try_number),
-        task_key=key,
+        job_name=job_name(identity.key, ti.try_number),
+        task_key=identity.key,
         spec_uri=staged.spec_uri,
         run_uri=staged.run_uri,
         code_uri=staged.code_uri,
+        spec_sha256=staged.spec_sha256,
+        code_sha256=staged.code_sha256,
+        try_id=identity.try_id,
         resources=op.resource_settings,
         docker=op.docker_settings,
         environment=op.environment,

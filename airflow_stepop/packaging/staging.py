@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import string
 from collections.abc import Callable, Mapping, Sequence
@@ -23,14 +24,20 @@ class StepIdentity(NamedTuple):  # named tuples: a dataclass costs each task ~1 
     task_id: str
     map_index: int
     try_number: int
+    # This task instance's existence in its DAG run (``operators.task_identity``): a run
+    # deleted and triggered again with the same run_id stages into another directory.
+    instance: str = ""
 
 
 class StagedStep(NamedTuple):
-    """Where the staged step's spec, run directory and code bundle are."""
+    """Where the staged step's spec, run directory and code bundle are, and the digests the
+    job checks them against before it runs anything of them (``backends.bootstrap``)."""
 
     spec_uri: str
     run_uri: str
     code_uri: str
+    spec_sha256: str
+    code_sha256: str
 
 
 _SAFE = frozenset(string.ascii_letters + string.digits + "._=-")
@@ -43,7 +50,10 @@ def _segment(value: object) -> str:
     if not _SAFE.issuperset(text):
         kept = "".join(c if c in _SAFE else "\0" for c in text)
         text = "_".join(part for part in kept.split("\0") if part)
-    return text.strip("_") or "_"
+    text = text.strip("_") or "_"
+    # "." and ".." name the directory itself and its parent on a file system and in fsspec's
+    # paths: a run_id of ".." must not stage the step beside another run's files
+    return "_" * len(text) if not text.strip(".") else text
 
 
 def as_function(target: Callable[..., Any]) -> Callable[..., Any]:
@@ -83,9 +93,10 @@ def _argument_label(function: Callable[..., Any], name: str) -> str:
 
 
 def run_uri_for(root: str, step: StepIdentity) -> str:
-    """The run directory of one attempt: <root>/<dag>/<run>/<task>/<map_index>/<try>."""
-    parts = (step.dag_id, step.run_id, step.task_id, step.map_index, step.try_number)
-    return join(root, *map(_segment, parts))
+    """The run directory of one attempt:
+    <root>/<dag>/<run>/<task>/<map_index>[/<instance>]/<try>."""
+    parts = (step.dag_id, step.run_id, step.task_id, step.map_index, step.instance)
+    return join(root, *(_segment(p) for p in parts if p != ""), _segment(step.try_number))
 
 
 def stage_step(
@@ -143,6 +154,7 @@ def stage_step(
             "task_id": step.task_id,
             "map_index": step.map_index,
             "try_number": step.try_number,
+            "instance": step.instance,
         },
         "code": {"uri": code_uri, "sha256": bundle.sha256},
         "callable": bundle.callable_entry,
@@ -155,8 +167,15 @@ def stage_step(
     spec_uri = join(run_uri, specs.SPEC_NAME)
     # On one line: json's C encoder writes it (indented, the pure-Python one: ~0.2 ms a step).
     # Keys keep their order: a dict argument reaches the step as a plain XCom gives it.
-    storage.write_bytes(spec_uri, json.dumps(spec).encode())
-    return StagedStep(spec_uri=spec_uri, run_uri=run_uri, code_uri=code_uri)
+    spec_bytes = json.dumps(spec).encode()
+    storage.write_bytes(spec_uri, spec_bytes)
+    return StagedStep(
+        spec_uri=spec_uri,
+        run_uri=run_uri,
+        code_uri=code_uri,
+        spec_sha256=hashlib.sha256(spec_bytes).hexdigest(),
+        code_sha256=bundle.sha256,
+    )
 
 
 def _scheme(uri: str) -> str:

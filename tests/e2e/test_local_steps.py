@@ -47,8 +47,8 @@ def test_a_large_array_passes_by_reference_and_a_dict_inline(results, artifact_r
         "n": size,
         "sum": float(size * (size - 1) / 2),
     }
-    # the bytes live under the artifact root, laid out by dag/run/task/map_index/try
-    npy = list(artifact_root.glob("pass_big_array/*/prepare/-1/1/outputs/return_value.npy"))
+    # the bytes live under the artifact root, laid out by dag/run/task/map_index/instance/try
+    npy = list(artifact_root.glob("pass_big_array/*/prepare/-1/*/1/outputs/return_value.npy"))
     assert len(npy) == 1 and npy[0].stat().st_size > 50 * 2**20
 
 

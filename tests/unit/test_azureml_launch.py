@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import shlex
+
 import pytest
 
 from airflow_stepop.backends.azureml.backend import AzureMLBackend, is_transient_error
@@ -13,10 +16,13 @@ from airflow_stepop.backends.azureml.launch import (
     blob_url,
     build_launch,
     job_body,
+    launch_bytes,
     map_status,
 )
 from airflow_stepop.backends.base import JobRequest
+from airflow_stepop.backends.bootstrap import BOOTSTRAP, LOADER
 
+ENTRY = b"print('the entry script')\n"
 ROOT = "abfs://data/stepop"
 RUN = f"{ROOT}/dag/run/task/-1/1"
 
@@ -29,6 +35,7 @@ def request(**kwargs) -> JobRequest:
         run_uri=RUN,
         code_uri=f"{ROOT}/code/abc.zip",
         labels={"dag_id": "dag", "task_id": "task"},
+        code_sha256="abc",
         **kwargs,
     )
 
@@ -60,7 +67,9 @@ def test_the_launch_maps_code_run_upstream_inputs_and_the_result_output():
         "kwargs": {"model": ref(f"{ROOT}/dag/run/fit/-1/1/fit-job/result/outputs/model"),
                    "staged": ref(f"{RUN}/inputs/x.pkl")},
     }  # fmt: skip
-    inputs, outputs, launch, command, output_uri = build_launch(request(), spec, "acct")
+    inputs, outputs, launch, command, output_uri = build_launch(
+        request(), spec, "acct", entry_source=ENTRY
+    )
     blob = "https://acct.blob.core.windows.net/data/stepop"
     assert inputs["code"] == {"jobInputType": "uri_file", "uri": f"{blob}/code/abc.zip",
                               "mode": "Download"}  # fmt: skip
@@ -74,15 +83,26 @@ def test_the_launch_maps_code_run_upstream_inputs_and_the_result_output():
     assert outputs["result"] == {"jobOutputType": "uri_folder", "mode": "Upload", "uri": result}
     assert launch["path_map"][f"{ROOT}/code/abc.zip"] == "code"
     assert launch["path_map"][output_uri] == "result"
-    assert command.startswith('python3 "${{inputs.run}}/stepop_entry.py" "code=${{inputs.code}}"')
-    assert '"result=${{outputs.result}}"' in command
+    # the bootstrap checks the entry script, launch document and bundle, then runs the entry
+    words = shlex.split(command)
+    assert words[:3] == ["python3", "-c", LOADER]
+    assert words[3:12] == [
+        "stepop_entry.py", "${{inputs.run}}/stepop_entry.py", hashlib.sha256(ENTRY).hexdigest(),
+        "stepop_launch.json", "${{inputs.run}}/stepop_launch.json",
+        hashlib.sha256(launch_bytes(launch)).hexdigest(),
+        "code.zip", "${{inputs.code}}", "abc",
+    ]  # fmt: skip
+    assert words[12:16] == ["--", "stepop_entry.py", "stepop_launch.json", "code=${{inputs.code}}"]
+    assert "result=${{outputs.result}}" in words
 
 
 def test_under_a_datastore_root_the_job_names_its_data_as_datastore_paths():
     spec = {"args": [ref(f"{ROOT}/dag/run/up/-1/1/up-job/result/outputs/return_value.npy")],
             "kwargs": {"other": ref("abfs://elsewhere/x/result/outputs/v.npy")}}  # fmt: skip
     datastore = ("abfs://data", "azureml://datastores/workspaceblobstore/paths")
-    inputs, outputs, launch, _, output_uri = build_launch(request(), spec, "acct", datastore)
+    inputs, outputs, launch, _, output_uri = build_launch(
+        request(), spec, "acct", datastore, entry_source=ENTRY
+    )
     paths = "azureml://datastores/workspaceblobstore/paths/stepop"
     assert inputs["code"]["uri"] == f"{paths}/code/abc.zip"
     assert inputs["run"]["uri"] == f"{paths}/dag/run/task/-1/1/"
@@ -99,7 +119,7 @@ def test_under_a_datastore_root_the_job_names_its_data_as_datastore_paths():
 def test_every_job_mounts_the_checkpoints_shared_by_every_try():
     """Not only a Spot job's: a retry resumes too, and a step reads $STEPOP_CHECKPOINT_DIR on
     every cloud (it was unset here without spot, and set on Vertex AI)."""
-    _, outputs, launch, command, _ = build_launch(request(), {}, "acct")
+    _, outputs, launch, command, _ = build_launch(request(), {}, "acct", entry_source=ENTRY)
     assert outputs["checkpoints"] == {
         "jobOutputType": "uri_folder",
         "uri": "https://acct.blob.core.windows.net/data/stepop/dag/run/task/-1/checkpoints/",
@@ -126,7 +146,9 @@ def test_the_job_body_carries_every_setting():
     assert body["queueSettings"] == {"jobTier": "Spot"}
     assert body["limits"] == {"jobLimitsType": "Command", "timeout": "PT3600S"}
     assert body["identity"] == {"identityType": "UserIdentity"}
-    assert body["environmentVariables"] == {"A": "1", "PYTHONUNBUFFERED": "1"}
+    assert body["environmentVariables"] == {
+        "A": "1", "PYTHONUNBUFFERED": "1", "STEPOP_BOOTSTRAP": BOOTSTRAP, "STEPOP_SPEC_SHA256": "",
+    }  # fmt: skip
     assert body["experimentName"] == "exp" and body["displayName"] == "task"
     single = job_body(
         request(), AzureMLJobConfig(), environment_id="env", compute_id="c", inputs={},
@@ -233,7 +255,7 @@ def gov_backend(monkeypatch):
 
 def test_a_sovereign_workspaces_jobs_read_its_clouds_blob_storage(gov_backend):
     suffix = gov_backend.workspace.cloud.storage_suffix
-    inputs, outputs, *_ = build_launch(request(), {}, "acct", None, suffix)
+    inputs, outputs, *_ = build_launch(request(), {}, "acct", None, suffix, entry_source=ENTRY)
     urls = [v["uri"] for v in (*inputs.values(), *outputs.values())]
     gov_blob = "https://acct.blob.core.usgovcloudapi.net/data/"
     assert urls and all(u.startswith(gov_blob) for u in urls)

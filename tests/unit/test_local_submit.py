@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,9 @@ from airflow_stepop import ResourceSettings
 from airflow_stepop.backends.base import JobRequest
 from airflow_stepop.backends.local.backend import _job_environment
 from tests.waiting import wait_for
+
+
+SCRATCH = Path("/jobs/job-t1/tmp")
 
 
 def _request(**kwargs):
@@ -29,32 +33,32 @@ def test_the_job_gets_the_workers_environment_without_airflows_own_plus_the_step
     monkeypatch.setenv("STEPOP_MAX_RUNTIME_S", "5")  # e.g. a worker that runs in a step
 
     request = _request(environment={"GREETING": "grüß dich"})
-    env = _job_environment(request, "/bundles/abc.zip", "/ckpt", None)
+    env = _job_environment(request, "/ckpt", None, SCRATCH)
 
     assert not [key for key in env if key.startswith(b"AIRFLOW")]
     assert env[b"STEPOP_TEST_KEPT"] == b"kept"
     assert env[b"GREETING"] == os.fsencode("grüß dich")
-    assert env[b"PYTHONPATH"] == b"/bundles/abc.zip"  # the bundle, not the worker's path
+    # not the worker's path: the bootstrap puts the checked bundle in front of the step's own
+    assert b"PYTHONPATH" not in env
     assert env[b"PYTHONUNBUFFERED"] == b"1"
     assert env[b"STEPOP_CHECKPOINT_DIR"] == b"/ckpt"
+    assert env[b"TMPDIR"] == b"/jobs/job-t1/tmp"  # removed by the supervisor when it ends
     assert all(isinstance(key, bytes) and isinstance(value, bytes) for key, value in env.items())
     assert b"STEPOP_MAX_RUNTIME_S" not in env  # no limit: none inherited either
-    assert _job_environment(request, "/b.zip", "/ckpt", 900)[b"STEPOP_MAX_RUNTIME_S"] == b"900"
+    assert _job_environment(request, "/ckpt", 900, SCRATCH)[b"STEPOP_MAX_RUNTIME_S"] == b"900"
 
 
-def test_the_steps_own_pythonpath_comes_after_the_bundle(monkeypatch):
+def test_the_steps_own_pythonpath_is_kept(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/the/workers/path")
     request = _request(environment={"PYTHONPATH": f"/opt/lib{os.pathsep}/opt/more"})
-    env = _job_environment(request, "/bundles/abc.zip", "/ckpt", None)
-    assert env[b"PYTHONPATH"].split(os.pathsep.encode()) == [
-        b"/bundles/abc.zip", b"/opt/lib", b"/opt/more"
-    ]  # fmt: skip
+    env = _job_environment(request, "/ckpt", None, SCRATCH)
+    assert env[b"PYTHONPATH"] == os.fsencode(f"/opt/lib{os.pathsep}/opt/more")
 
 
 def test_the_steps_environment_wins_over_the_workers(monkeypatch):
     monkeypatch.setenv("STEPOP_TEST_MODE", "worker")
     request = _request(environment={"STEPOP_TEST_MODE": "step"})
-    env = _job_environment(request, "/b.zip", "/ckpt", None)
+    env = _job_environment(request, "/ckpt", None, SCRATCH)
     assert env[b"STEPOP_TEST_MODE"] == b"step"
 
 

@@ -16,12 +16,15 @@ from pathlib import Path
 import pytest
 
 from airflow_stepop.backends.base import JobRequest
+from airflow_stepop.backends.bootstrap import bootstrap_environment
 from airflow_stepop.backends.naming import job_name, key_prefix, task_key
 from airflow_stepop.backends.sagemaker import backend as sm
 from airflow_stepop.backends.sagemaker import job as sagemaker_job
+from airflow_stepop.backends.sagemaker import launch as launch_module
 from airflow_stepop.backends.sagemaker import launch as sagemaker_launch
 from airflow_stepop.packaging.staging import StepIdentity, stage_step
 from airflow_stepop.runtime.storage import Storage
+from tests.step_modules import step_module
 
 ROOT = "s3://bucket/stepop"
 RUN = f"{ROOT}/dag/manual__2026-01-01T00_00_00_00_00/train/-1/1"
@@ -60,7 +63,7 @@ def test_channels_carry_code_run_dir_and_upstream_prefixes_with_a_path_map():
         output: "model",
         up: "input/data/in1",
     }
-    assert launch["code_path"] == f"input/data/code/{'a' * 64}.zip"
+    assert launch_module.code_path(_request()) == f"input/data/code/{'a' * 64}.zip"
     assert "PYTHONPATH" not in env  # the image's own PYTHONPATH stays; the entry script prepends
     # the runtime maps a ref URI to the channel's file
     storage = Storage(path_map={k: f"/opt/ml/{v}" for k, v in launch["path_map"].items()})
@@ -167,14 +170,26 @@ def test_throttling_and_5xx_are_transient_a_validation_error_is_not():
 # ---- the entry script, as the service runs it ---------------------------------------------
 
 
-def _step(x):
-    path = os.environ["PYTHONPATH"].split(os.pathsep)
-    kept = path[0].endswith(".zip") and path[-1].endswith("image-site")
-    return {"x": x, "rank": os.environ["RANK"], "world": os.environ["WORLD_SIZE"], "path": kept}
+@pytest.fixture
+def steps(tmp_path, monkeypatch):
+    """The steps, in a module of their own: the job imports them by name from the bundle."""
+    yield from step_module(
+        tmp_path,
+        monkeypatch,
+        "sagemaker_entry_steps",
+        """
+        import os
 
+        def step(x):
+            path = os.environ["PYTHONPATH"].split(os.pathsep)
+            kept = path[0].endswith(".zip") and path[-1].endswith("image-site")
+            return {"x": x, "rank": os.environ["RANK"], "world": os.environ["WORLD_SIZE"],
+                    "path": kept}
 
-def _fail(x):
-    raise ValueError(f"bad {x}")
+        def fail(x):
+            raise ValueError(f"bad {x}")
+        """,
+    )
 
 
 def _job_tree(tmp_path: Path, function, host: str) -> tuple[Path, dict]:
@@ -195,41 +210,94 @@ def _job_tree(tmp_path: Path, function, host: str) -> tuple[Path, dict]:
     (code_dir / bundle.name).write_bytes(bundle.read_bytes())
     (run_dir / "spec.json").write_bytes(Storage().local_path(staged.spec_uri).read_bytes())
     entry = Path(sm.__file__).parent / "entry.py"
-    (run_dir / sm.ENTRY_FILE).write_bytes(entry.read_bytes())
+    (run_dir / launch_module.ENTRY_FILE).write_bytes(entry.read_bytes())
     (ml / "input" / "config" / "resourceconfig.json").write_text(
         json.dumps({"current_host": host, "hosts": ["algo-1", "algo-2"]})
     )
-    request = JobRequest("j", "k", staged.spec_uri, staged.run_uri, staged.code_uri)
+    request = JobRequest(
+        "j", "k", staged.spec_uri, staged.run_uri, staged.code_uri,
+        spec_sha256=staged.spec_sha256, code_sha256=staged.code_sha256,
+    )  # fmt: skip
     _, launch, env, _ = sm.build_launch(request, {}, "j")
-    (run_dir / sm.LAUNCH_FILE).write_text(json.dumps(launch))
+    launch_bytes = json.dumps(launch).encode()
+    (run_dir / launch_module.LAUNCH_FILE).write_bytes(launch_bytes)
+    env.update(bootstrap_environment(request.spec_sha256, request.try_id))
     env["PYTHONPATH"] = str(tmp_path / "image-site")  # an image's own path is kept
+    entry_point = launch_module.entrypoint(request, entry.read_bytes(), launch_bytes)
+    # the job's own command line, with /opt/ml where this test lays it out
+    env["COMMAND"] = json.dumps(
+        [sys.executable, *(a.replace(launch_module.ML_ROOT, str(ml)) for a in entry_point[1:])]
+    )
     return ml, env
 
 
 def _run_entry(ml: Path, env: dict) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(ml / "input/data/run" / sm.ENTRY_FILE), str(ml)]
+    env = dict(env)
+    command = json.loads(env.pop("COMMAND"))
     clean = {"PATH": os.environ["PATH"], "HOME": str(ml), **env}
-    return subprocess.run(command, env=clean, capture_output=True, text=True, timeout=60)
+    return subprocess.run(  # in the job's working directory: not this checkout, whose
+        command, env=clean, cwd=ml, capture_output=True, text=True, timeout=60
+    )  # airflow_stepop would come before the checked bundle on sys.path
 
 
-def test_rank_zero_writes_the_result_into_the_model_dir(tmp_path):
-    ml, env = _job_tree(tmp_path, _step, "algo-1")
+def test_rank_zero_writes_the_result_into_the_model_dir(tmp_path, steps):
+    ml, env = _job_tree(tmp_path, steps.step, "algo-1")
     done = _run_entry(ml, env)
     assert done.returncode == 0, done.stderr
     result = json.loads((ml / "model" / "result.json").read_text())
     assert result["outputs"] == {"inline": {"x": 7, "rank": "0", "world": "2", "path": True}}
 
 
-def test_other_ranks_run_the_step_but_write_no_result(tmp_path):
-    ml, env = _job_tree(tmp_path, _step, "algo-2")
+def test_other_ranks_run_the_step_but_write_no_result(tmp_path, steps):
+    ml, env = _job_tree(tmp_path, steps.step, "algo-2")
     done = _run_entry(ml, env)
     assert done.returncode == 0, done.stderr
     assert list((ml / "model").iterdir()) == []
 
 
-def test_a_raising_step_leaves_its_exception_as_the_failure_reason(tmp_path):
-    ml, env = _job_tree(tmp_path, _fail, "algo-1")
+def test_a_raising_step_leaves_its_exception_as_the_failure_reason(tmp_path, steps):
+    ml, env = _job_tree(tmp_path, steps.fail, "algo-1")
     done = _run_entry(ml, env)
     assert done.returncode == 1
     assert (ml / "output" / "failure").read_text() == "ValueError: bad 7"
     assert "Traceback" in done.stderr
+
+
+def _evil_bundle(marker: Path) -> bytes:
+    """A code bundle whose step runtime writes ``marker`` as soon as it is imported."""
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as bundle:
+        evil = f"open({str(marker)!r}, 'w').write('ran')\n"
+        bundle.writestr("airflow_stepop/__init__.py", evil)
+        bundle.writestr("airflow_stepop/runtime/__init__.py", evil)
+        bundle.writestr("airflow_stepop/runtime/__main__.py", evil)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("replaced", ["code bundle", "entry script", "launch document"])
+def test_a_file_rewritten_in_the_bucket_after_submit_never_runs(tmp_path, steps, replaced):
+    """Whoever may write the artifact root cannot change what a submitted job runs: the job's
+    command carries the digests, and nothing of a rewritten file runs."""
+    ml, env = _job_tree(tmp_path, steps.step, "algo-1")
+    marker = tmp_path / "attacker-code-ran"
+    run_dir = ml / "input" / "data" / "run"
+    if replaced == "code bundle":
+        (bundle,) = (ml / "input" / "data" / "code").iterdir()
+        bundle.write_bytes(_evil_bundle(marker))
+        target = bundle
+    elif replaced == "entry script":
+        target = run_dir / launch_module.ENTRY_FILE
+        target.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    else:
+        target = run_dir / launch_module.LAUNCH_FILE
+        launch = json.loads(target.read_text())
+        launch["environment"]["PYTHONSTARTUP"] = str(marker)
+        target.write_text(json.dumps(launch))
+    done = _run_entry(ml, env)
+    assert done.returncode != 0
+    assert f"{target} is not the file this job was submitted with" in done.stderr
+    assert not marker.exists()
+    assert list((ml / "model").iterdir()) == []  # no result: the worker sees a failed job

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
 
 from airflow_stepop.backends.base import JobRequest
+from airflow_stepop.backends.bootstrap import LOADER
 from airflow_stepop.backends.vertex import entry as vertex_entry
 from airflow_stepop.backends.vertex.api import is_transient_error, map_state
 from airflow_stepop.backends.vertex.config import VertexJobConfig
@@ -23,8 +25,11 @@ REQUEST = JobRequest(
     run_uri=RUN,
     code_uri="gs://bucket/root/code/abc.zip",
     environment={"MY_SETTING": "x"},
+    spec_sha256="f" * 64,
+    code_sha256="abc",
     labels={"dag_id": "My_Dag", "task_id": "task", "run_id": "run", "map_index": "-1"},
 )
+ENTRY = b"print('the entry script')\n"
 SPEC = {"args": [{"ref": {"uri": "gs://other/data/x.npy"}}], "kwargs": {}}
 
 
@@ -33,20 +38,30 @@ def _job(**kwargs):
 
 
 def test_the_job_reads_every_bucket_through_the_gcs_mount_and_passes_vertex_checks():
-    body = build_job(REQUEST, SPEC, _job(spot=True, replica_count=3), "img", "p", "us-central1")
+    body = build_job(
+        REQUEST, SPEC, _job(spot=True, replica_count=3), "img", "p", "us-central1", ENTRY
+    )
     pools = body["job_spec"]["worker_pool_specs"]
     assert [p["replica_count"] for p in pools] == [1, 2]  # Vertex: pool 0 has exactly one
     container = pools[0]["container_spec"]
-    assert container["command"] == [
-        "python3",
+    # the bootstrap checks the entry script and the code bundle, read through the FUSE mount
+    assert container["command"][:3] == ["python3", "-c", LOADER]
+    assert container["command"][3:] == [
+        "stepop_vertex_entry.py",
         "/gcs/bucket/root/dag/run/task/-1/1/stepop_vertex_entry.py",
+        hashlib.sha256(ENTRY).hexdigest(),
+        "code.zip",
+        "/gcs/bucket/root/code/abc.zip",
+        "abc",
+        "--",
+        "stepop_vertex_entry.py",
     ]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert json.loads(env["STEPOP_PATH_MAP"]) == {
         "gs://bucket": "/gcs/bucket",
         "gs://other": "/gcs/other",
     }
-    assert env["STEPOP_CODE_PATH"] == "/gcs/bucket/root/code/abc.zip" and env["MY_SETTING"] == "x"
+    assert env["STEPOP_SPEC_SHA256"] == "f" * 64 and env["MY_SETTING"] == "x"
     # checkpoints (AIP_CHECKPOINT_DIR) live under the task instance, shared by its tries
     assert body["job_spec"]["base_output_directory"]["output_uri_prefix"] == RUN.rsplit("/", 1)[0]
     assert body["job_spec"]["scheduling"]["strategy"] == "SPOT"
@@ -69,11 +84,11 @@ def test_the_users_labels_never_replace_ours_and_all_of_them_fit_vertexs_64():
 
     # a config made without the parse-time check still cannot take our keys
     body = build_job(REQUEST, SPEC, _job(labels={"stepop_task": "x", "airflow_dag_id": "y",
-                                                 "team": "ml"}), "img", "p", "l")  # fmt: skip
+                                                 "team": "ml"}), "img", "p", "l", ENTRY)  # fmt: skip
     assert body["labels"]["stepop_task"] != "x" and body["labels"]["airflow_dag_id"] == "my_dag"
     assert body["labels"]["team"] == "ml"
     most = {f"k{i}": "v" for i in range(USER_LABELS_MAX)}
-    body = build_job(REQUEST, SPEC, _job(labels=most), "img", "p", "l")
+    body = build_job(REQUEST, SPEC, _job(labels=most), "img", "p", "l", ENTRY)
     assert len(body["labels"]) == 64  # the most Vertex takes, which the fake checks
     validate_custom_job(
         json.loads(
@@ -82,13 +97,13 @@ def test_the_users_labels_never_replace_ours_and_all_of_them_fit_vertexs_64():
         )
     )  # fmt: skip
     with pytest.raises(VertexConfigError, match="65 labels, 7 of them ours.*at most 57"):
-        build_job(REQUEST, SPEC, _job(labels={**most, "one_more": "v"}), "img", "p", "l")
+        build_job(REQUEST, SPEC, _job(labels={**most, "one_more": "v"}), "img", "p", "l", ENTRY)
 
 
 def test_a_step_input_outside_gcs_is_refused_before_submitting():
     spec = {"args": [{"ref": {"uri": "s3://bucket/x.npy"}}]}
     with pytest.raises(VertexConfigError, match="gs:// artifact_root"):
-        build_job(REQUEST, spec, _job(), "img", "p", "us-central1")
+        build_job(REQUEST, spec, _job(), "img", "p", "us-central1", ENTRY)
 
 
 def test_experiment_and_options_reach_the_request():
@@ -104,7 +119,7 @@ def test_experiment_and_options_reach_the_request():
         max_runtime_s=600,
         restart_on_worker_restart=True,
     )
-    body = build_job(REQUEST, SPEC, job, "img", "p", "us-central1")
+    body = build_job(REQUEST, SPEC, job, "img", "p", "us-central1", ENTRY)
     spec = body["job_spec"]
     assert (
         spec["experiment"]

@@ -35,9 +35,11 @@ from airflow_stepop.backends.azureml.config import (
 from airflow_stepop.backends.azureml.launch import (
     ENTRY_FILE,
     LAUNCH_FILE,
+    TRY_PROPERTY,
     billing_facts,
     build_launch,
     job_body,
+    launch_bytes,
     low_priority,
     map_status,
     studio_links,
@@ -52,12 +54,14 @@ from airflow_stepop.backends.azureml.roots import (
     storage_account,
 )
 from airflow_stepop.backends.base import (
+    JobNameTakenError,
     JobRequest,
     JobStatus,
     StepBackend,
     billing_record,
     service_refusal,
 )
+from airflow_stepop.backends.bootstrap import read_staged_spec
 from airflow_stepop.backends.list_pages import WatchedPages
 from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
@@ -118,25 +122,27 @@ class AzureMLBackend(StepBackend):
         from airflow_stepop.artifacts.storage import worker_storage
 
         storage = worker_storage(None)
-        spec = storage.read_json(request.spec_uri)
+        spec = read_staged_spec(storage, request)
         job, compute_id, priority = named_cluster(self.arm, self.workspace, self.job)
         datastore = None
         found = parse_datastore(job.artifact_root or "")
         if found is not None:  # the job names the data as datastore paths, as Azure ML does
             store = self._datastore(found)
             datastore = (f"abfs://{store.container}", f"azureml://datastores/{found.name}/paths")
+        entry = (Path(__file__).parent / "entry.py").read_bytes()
         inputs, outputs, launch, command, output_uri = build_launch(
             request, spec, storage_account(storage, request.run_uri), datastore,
-            self.workspace.cloud.storage_suffix,
+            self.workspace.cloud.storage_suffix, entry_source=entry,
         )  # fmt: skip
-        entry = (Path(__file__).parent / "entry.py").read_bytes()
         storage.write_bytes(join(request.run_uri, ENTRY_FILE), entry)
-        storage.write_json(join(request.run_uri, LAUNCH_FILE), launch)
+        storage.write_bytes(join(request.run_uri, LAUNCH_FILE), launch_bytes(launch))
         environment_id = self._environment(request, storage)
         tags = {f"airflow_{k}": str(v)[:256] for k, v in request.labels.items()}
         tags.update(job.tags)
         tags[TASK_TAG] = task_digest(request.task_key)
         properties = {"stepop_run_uri": request.run_uri, "stepop_output_uri": output_uri}
+        if request.try_id:
+            properties[TRY_PROPERTY] = request.try_id
         if job.instance_type:
             properties["stepop_vm_size"] = job.instance_type
         if priority:  # a named cluster's Dedicated or LowPriority VMs: the price to bill
@@ -152,6 +158,9 @@ class AzureMLBackend(StepBackend):
             if getattr(exc, "status_code", None) == 400:  # a VM size Azure ML lacks, say
                 raise self._refusal(exc, job) from exc
             raise
+        owner = ((answer.get("properties") or {}).get("properties") or {}).get(TRY_PROPERTY)
+        if not request.owns(owner):  # another run's or try's job of this name
+            raise JobNameTakenError(request.job_name, owner)
         log.info("Azure ML job %s: %s, experiment %s", request.job_name, job.machine(),
                  job.experiment_name)  # fmt: skip
         return self._handle(answer, request.task_key, job)

@@ -1,13 +1,15 @@
 """The Azure ML job's entry point: sets the step's environment, then runs the step runtime.
 
-Standard library only; the backend uploads this file into the run directory (the job's ``run``
-input) and the job's command is ``python3 <run>/stepop_entry.py name=<path> ...``, one
-argument per job input and output, with the paths Azure ML mounted or downloaded them to. It
-reads ``stepop_launch.json`` beside it:
+Standard library only; the backend uploads this file and ``stepop_launch.json`` into the run
+directory (the job's ``run`` input), and the job's command is the bootstrap
+(``backends/bootstrap.py``), which checks both and the code bundle against the digests the
+command carries, puts the bundle in front of ``PYTHONPATH`` and runs
+``python3 <checked copy of this file> <checked launch file> name=<path> ...``, one argument per
+job input and output, with the paths Azure ML mounted or downloaded them to. The launch
+document holds:
 
 * ``path_map``: URI prefix -> input/output name, exported as ``STEPOP_PATH_MAP`` (prefix ->
   local path) so the runtime reads and writes those URIs as local files;
-* ``code``: the input holding the code bundle, put in front of ``PYTHONPATH``;
 * ``spec_uri``, ``output_uri`` and ``checkpoints`` (the output shared by a task's tries).
 
 Azure ML's PyTorch distribution sets RANK, LOCAL_RANK, WORLD_SIZE, NODE_RANK, MASTER_ADDR and
@@ -25,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 
-LAUNCH_FILE = "stepop_launch.json"
 SINGLE = {"RANK": "0", "LOCAL_RANK": "0", "NODE_RANK": "0", "WORLD_SIZE": "1",
           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}  # fmt: skip
 
@@ -36,16 +37,13 @@ def parse_paths(args: list) -> dict:
 
 
 def main(argv: list) -> int:
-    paths = parse_paths(argv[1:])
-    here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, LAUNCH_FILE)) as handle:
+    paths = parse_paths(argv[2:])
+    with open(argv[1]) as handle:
         launch = json.load(handle)
     env = dict(os.environ)
     env.update(launch.get("environment", {}))
     for key, value in SINGLE.items():
         env.setdefault(key, value)
-    code = paths[launch["code"]]
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (code, env.get("PYTHONPATH")) if p)
     path_map = {prefix: paths[name] for prefix, name in launch["path_map"].items()}
     if launch.get("checkpoints"):
         env["STEPOP_CHECKPOINT_DIR"] = paths[launch["checkpoints"]]

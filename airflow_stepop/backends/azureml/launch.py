@@ -8,8 +8,9 @@ How a step becomes a command job:
 * outputs: ``result`` (uploaded when the job ends) = ``<run_uri>/<job>/result``, where result
   refs point (the handle's output_uri); ``checkpoints`` (read-write mount) =
   the task instance's checkpoint directory, shared by its tries;
-* the command: ``python3 ${{inputs.run}}/stepop_entry.py code=${{inputs.code}} ...``
-  (``entry.py``).
+* the command: the bootstrap (``backends/bootstrap.py``), which checks the entry script and
+  launch document (in ``run``) and the code bundle (``code``) against the digests the command
+  carries, then runs ``python3 <checked entry.py> <checked launch> code=${{inputs.code}} ...``.
 
 Artifact URIs are ``abfs[s]://`` or ``az://`` (what the worker writes through fsspec); the job
 sees the same data as ``https://<account>.blob.<suffix>/<container>/<path>`` (the suffix of the
@@ -20,18 +21,27 @@ and outputs, or, under a datastore root, as
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import shlex
 from typing import Any
 
 from airflow_stepop.backends.azureml.config import AzureMLJobConfig
 from airflow_stepop.backends.azureml.errors import AzureMLConfigError
 from airflow_stepop.backends.base import JobRequest, JobStatus
+from airflow_stepop.backends.bootstrap import (
+    CheckedFile,
+    bootstrap_arguments,
+    bootstrap_environment,
+    sha256_of,
+)
 from airflow_stepop.hooks.azureml_rest import epoch
 from airflow_stepop.runtime.values import input_uris
 
 ENTRY_FILE = "stepop_entry.py"
 LAUNCH_FILE = "stepop_launch.json"
+TRY_PROPERTY = "stepop_try_id"  # the job's property naming the try that created it
 PENDING = frozenset({"NotStarted", "Starting", "Provisioning", "Preparing", "Queued"})
 RUNNING = frozenset({"Running", "Finalizing", "CancelRequested"})
 # abfs://container/path, abfs://<conn id>@container/path (Airflow's form: the connection's
@@ -92,9 +102,11 @@ def build_launch(
     account: str | None,
     datastore: tuple[str, str] | None = None,
     suffix: str = "core.windows.net",
+    *,
+    entry_source: bytes,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], str, str]:
     """(inputs, outputs, launch document, command, output_uri) of one job; ``datastore`` and
-    ``suffix`` as in ``job_uri``."""
+    ``suffix`` as in ``job_uri``; ``entry_source``, the entry script the command checks."""
 
     def locate(uri: str) -> str:
         return job_uri(uri, account, datastore, suffix)
@@ -125,7 +137,6 @@ def build_launch(
         "spec_uri": request.spec_uri,
         "output_uri": output_uri,
         "path_map": path_map,
-        "code": "code",
     }
     # every job's, shared by the task instance's tries: a retry resumes as a spot job does
     outputs["checkpoints"] = {
@@ -136,8 +147,28 @@ def build_launch(
     launch["checkpoints"] = "checkpoints"
     names = [*(f"{n}=${{{{inputs.{n}}}}}" for n in inputs),
              *(f"{n}=${{{{outputs.{n}}}}}" for n in outputs)]  # fmt: skip
-    command = " ".join(['python3 "${{inputs.run}}/' + ENTRY_FILE + '"', *(f'"{n}"' for n in names)])
+    checked = [
+        CheckedFile(ENTRY_FILE, f"${{{{inputs.run}}}}/{ENTRY_FILE}", sha256_of(entry_source)),
+        CheckedFile(
+            LAUNCH_FILE, f"${{{{inputs.run}}}}/{LAUNCH_FILE}", sha256_of(launch_bytes(launch))
+        ),
+        CheckedFile("code.zip", "${{inputs.code}}", request.code_sha256),
+    ]
+    arguments = bootstrap_arguments(checked, [ENTRY_FILE, LAUNCH_FILE, *names])
+    # a shell runs it: each argument quoted, the ${{...}} paths Azure ML fills in double quotes
+    command = " ".join(["python3", *map(_shell_word, arguments)])
     return inputs, outputs, launch, command, output_uri
+
+
+def launch_bytes(launch: dict[str, Any]) -> bytes:
+    """The launch document as the run directory holds it (and the bootstrap checks it)."""
+    return json.dumps(launch).encode()
+
+
+def _shell_word(argument: str) -> str:
+    if "${{" in argument:  # Azure ML's placeholder, replaced by a path before the shell runs
+        return f'"{argument}"'
+    return shlex.quote(argument)
 
 
 def job_body(
@@ -155,6 +186,7 @@ def job_body(
     """The ARM body of ``PUT .../jobs/{name}`` for a command job."""
     environment = dict(request.environment)
     environment["PYTHONUNBUFFERED"] = "1"
+    environment.update(bootstrap_environment(request.spec_sha256, request.try_id))
     resources: dict[str, Any] = {"instanceCount": job.instance_count}
     if job.instance_type:
         resources["instanceType"] = job.instance_type

@@ -25,14 +25,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend
+from airflow_stepop.backends.base import JobNameTakenError, JobRequest, JobStatus, StepBackend
+from airflow_stepop.backends.bootstrap import bootstrap_environment
 from airflow_stepop.backends.local import process_logs, supervisor
 from airflow_stepop.backends.local.job import (
     CHECKPOINT_ENV,
-    behind_bundle,
     checkpoint_dir,
     exit_status,
     local_bundle,
+    runtime_arguments,
 )
 from airflow_stepop.backends.naming import key_prefix
 from airflow_stepop.runtime.spec import MAX_RUNTIME_ENV, RESULT_NAME
@@ -47,20 +48,26 @@ _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
 
 def _job_environment(
-    request: JobRequest, bundle_path: str, checkpoints: str, max_runtime_s: int | None
+    request: JobRequest, checkpoints: str, max_runtime_s: int | None, scratch: Path
 ) -> dict[bytes, bytes]:
     """The worker's environment minus Airflow's own (connections, secrets), plus the step's.
 
-    ``PYTHONPATH`` is the code bundle, then the one ``environment`` gives, never the worker's:
-    a module the bundle lacks fails here as it would in a cloud job.
+    ``PYTHONPATH`` is the one ``environment`` gives, never the worker's (the bootstrap puts the
+    checked code bundle in front of it): a module the bundle lacks fails here as it would in a
+    cloud job.
+
+    ``TMPDIR`` is the job's own scratch directory, which the supervisor removes when the step
+    ends (the bootstrap's checked copy of the bundle goes there), unless ``environment`` sets it.
 
     As bytes, the form the process is started with: no decoding and encoding of every variable.
     """
     env = {k: v for k, v in os.environb.items() if not k.startswith(b"AIRFLOW")}
+    env.pop(b"PYTHONPATH", None)
+    env[b"TMPDIR"] = os.fsencode(scratch)
     for key, value in request.environment.items():
         env[os.fsencode(key)] = os.fsencode(value)
-    pythonpath = request.environment.get("PYTHONPATH")
-    env[b"PYTHONPATH"] = os.fsencode(behind_bundle(bundle_path, pythonpath))
+    for key, value in bootstrap_environment(request.spec_sha256, request.try_id).items():
+        env[key.encode()] = value.encode()
     env[b"PYTHONUNBUFFERED"] = b"1"
     env[CHECKPOINT_ENV.encode()] = os.fsencode(checkpoints)
     env.pop(MAX_RUNTIME_ENV.encode(), None)  # the backend's limit, never an inherited one
@@ -119,7 +126,11 @@ class LocalBackend(StepBackend):
     def submit(self, request: JobRequest) -> dict[str, Any]:
         bundle = local_bundle(request)
         job_dir = self.jobs_dir / request.job_name
-        job_dir.mkdir(parents=True, exist_ok=False)
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            job_dir.mkdir()
+        except FileExistsError:  # a job of this name: this try's own, or another's
+            return self._existing(request, job_dir)
         # Creating a container copies its image's files on some storage drivers (vfs): tens of
         # seconds on a busy host, so the worker's submit waits longer than the trigger's calls.
         if request.docker is not None and (client := _engine(timeout=120)) is not None:
@@ -134,8 +145,20 @@ class LocalBackend(StepBackend):
                 log.warning("docker= is set but no container engine answers: running as a process")
             _warn_unapplied_resources(request)
             handle = self._submit_process(request, job_dir, bundle)
-        (job_dir / JOB_RECORD).write_bytes(json.dumps(handle).encode())
+        record = {**handle, "try_id": request.try_id} if request.try_id else handle
+        (job_dir / JOB_RECORD).write_bytes(json.dumps(record).encode())
         return handle
+
+    @staticmethod
+    def _existing(request: JobRequest, job_dir: Path) -> dict[str, Any]:
+        """The handle of this try's own job of the request's name; another's is never taken."""
+        try:
+            record = json.loads((job_dir / JOB_RECORD).read_bytes())
+        except (OSError, ValueError):  # being submitted, or left half-made: not this try's
+            record = {}
+        if record and request.owns(record.get("try_id")):
+            return {k: v for k, v in record.items() if k != "try_id"}
+        raise JobNameTakenError(request.job_name, record.get("try_id"))
 
     def _submit_process(self, request: JobRequest, job_dir: Path, bundle: Path) -> dict[str, Any]:
         command = [
@@ -144,12 +167,12 @@ class LocalBackend(StepBackend):
             str(job_dir),
             "--",
             self.python,
-            "-m",
-            "airflow_stepop.runtime",
-            request.spec_uri,
+            *runtime_arguments(request, bundle),
         ]
         # The supervisor inherits a held lock on job_dir/lock: while any process holds it, the
         # job is alive; the kernel releases it however the supervisor ends (even SIGKILL).
+        scratch = job_dir / supervisor.SCRATCH
+        scratch.mkdir(mode=0o700)
         lock = os.open(job_dir / LOCK_FILE, os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -159,7 +182,7 @@ class LocalBackend(StepBackend):
                 process = subprocess.Popen(
                     command,
                     env=_job_environment(
-                        request, str(bundle), checkpoint_dir(request), self.max_runtime_s
+                        request, checkpoint_dir(request), self.max_runtime_s, scratch
                     ),
                     cwd=job_dir,
                     stdin=subprocess.DEVNULL,

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from airflow_stepop.backends.base import JobRequest, JobStatus
+from airflow_stepop.backends.bootstrap import bootstrap_environment
 from airflow_stepop.backends.local import container_logs
 from airflow_stepop.backends.local.job import (
     CHECKPOINT_ENV,
-    behind_bundle,
     checkpoint_dir,
     exit_status,
     local_bundle,
+    runtime_arguments,
 )
 from airflow_stepop.backends.naming import key_prefix
 from airflow_stepop.runtime.spec import MAX_RUNTIME_ENV
@@ -74,9 +75,11 @@ def submit(
     image_env = _image_environment(client, image)
     env = dict(request.environment)
     pythonpath = env.get("PYTHONPATH", image_env.get("PYTHONPATH"))
+    if pythonpath:  # the bootstrap puts the checked bundle in front of it
+        env["PYTHONPATH"] = pythonpath
     env.update(
         {
-            "PYTHONPATH": behind_bundle(str(bundle), pythonpath),
+            **bootstrap_environment(request.spec_sha256, request.try_id),
             "PYTHONUNBUFFERED": "1",
             "HOME": env.get("HOME", "/tmp"),  # the worker's uid may not write the image's home
             CHECKPOINT_ENV: checkpoint_dir(request),  # the artifact root is mounted as is
@@ -89,7 +92,7 @@ def submit(
         client,
         request,
         image,
-        command=["python3", "-m", "airflow_stepop.runtime", request.spec_uri],
+        command=["python3", *runtime_arguments(request, bundle)],
         name=request.job_name,
         detach=True,
         environment=env,

@@ -7,11 +7,11 @@ code the same way.
 
 from __future__ import annotations
 
-import os
 import signal
 from pathlib import Path
 
 from airflow_stepop.backends.base import JobRequest, JobStatus
+from airflow_stepop.backends.bootstrap import CheckedFile, bootstrap_arguments
 from airflow_stepop.runtime.spec import MAX_RUNTIME_EXIT_CODE
 from airflow_stepop.runtime.storage import Storage
 
@@ -27,9 +27,12 @@ def checkpoint_dir(request: JobRequest) -> str:
     return str(path)
 
 
-def behind_bundle(bundle: str, pythonpath: str | None) -> str:
-    """``PYTHONPATH`` with the code bundle in front of what it held (nothing is dropped)."""
-    return os.pathsep.join(p for p in (bundle, pythonpath) if p)
+def runtime_arguments(request: JobRequest, bundle: Path) -> list[str]:
+    """The interpreter's arguments that run the step: the bootstrap, which checks the code
+    bundle against the digest the worker staged (the artifact root may be shared, and a file
+    there rewritten) and runs the step runtime from its checked copy."""
+    checked = [CheckedFile("code.zip", str(bundle), request.code_sha256)]
+    return bootstrap_arguments(checked, ["-m", "airflow_stepop.runtime", request.spec_uri])
 
 
 def local_bundle(request: JobRequest) -> Path:

@@ -6,18 +6,22 @@ code in JOB_DIR/exit_code when it ends. It runs detached from the worker (its ow
 the job outlives the task process that started it; the exit code survives the worker too.
 It records the step's pid and start time in JOB_DIR/child.pid, so that a step that outlived its
 supervisor (killed with SIGKILL) can still be found and stopped, and a reused pid is not.
+The step's temporary directory (JOB_DIR/tmp, its ``TMPDIR``: the bootstrap's checked copy of the
+code bundle, the step's own scratch files) is removed when it ends, as a container's would be.
 Standard library only: it starts in a few milliseconds.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 OUTPUT_LOG = "output.log"
+SCRATCH = "tmp"
 EXIT_CODE = "exit_code"
 CHILD_PID = "child.pid"
 FORWARDED = (signal.SIGTERM, signal.SIGINT)
@@ -43,6 +47,7 @@ def main(argv: list[str]) -> int:
             signal.signal(signum, forward)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)  # a pending stop goes out now
         code = child.wait()
+    shutil.rmtree(job_dir / SCRATCH, ignore_errors=True)
     _write(job_dir, EXIT_CODE, str(code))
     return 0
 

@@ -24,13 +24,25 @@ request's shape in ``launch.py``. How a step becomes a job:
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend, service_refusal
+from airflow_stepop.backends.base import (
+    JobNameTakenError,
+    JobRequest,
+    JobStatus,
+    StepBackend,
+    service_refusal,
+)
+from airflow_stepop.backends.bootstrap import (
+    TRY_ID_ENV,
+    bootstrap_environment,
+    read_staged_spec,
+)
 from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.ratelimit import list_limiter
 from airflow_stepop.backends.sagemaker.clients import Clients
@@ -46,7 +58,10 @@ from airflow_stepop.backends.sagemaker.job import (
     map_status,
 )
 from airflow_stepop.backends.sagemaker.launch import (
+    ENTRY_FILE,
+    LAUNCH_FILE,
     build_launch,
+    entrypoint,
     sanitize_tag,
 )
 from airflow_stepop.backends.sagemaker.logs import read_new_lines
@@ -56,10 +71,7 @@ from airflow_stepop.setting_values import SettingsError
 
 log = logging.getLogger(__name__)
 
-ENTRY_FILE = "stepop_entry.py"
-LAUNCH_FILE = "stepop_launch.json"
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
-ML_ROOT = "/opt/ml"
 # ListTrainingJobs asks from the oldest watched job's submit time, less this margin (clock skew).
 LIST_WINDOW_SLACK = 300.0
 LIST_MAX_PAGES = 50  # 5000 jobs in progress in the window; any beyond are described
@@ -105,14 +117,16 @@ class SageMakerBackend(StepBackend):
             raise RuntimeError("SageMakerBackend.submit needs a job configuration")
         job = self.job
         storage = self._storage()
-        spec = storage.read_json(request.spec_uri)
+        spec = read_staged_spec(storage, request)
         channels, launch, environment, output_uri = build_launch(request, spec, request.job_name)
         environment["STEPOP_CHECKPOINT_DIR"] = CHECKPOINT_LOCAL_PATH
+        environment.update(bootstrap_environment(request.spec_sha256, request.try_id))
         role = self._role_arn(job.role)  # before the image: a build takes minutes
         image, built = self._image(request)
         entry_source = (Path(__file__).parent / "entry.py").read_bytes()
+        launch_bytes = json.dumps(launch).encode()
         storage.write_bytes(join(request.run_uri, ENTRY_FILE), entry_source)
-        storage.write_json(join(request.run_uri, LAUNCH_FILE), launch)
+        storage.write_bytes(join(request.run_uri, LAUNCH_FILE), launch_bytes)
 
         body: dict[str, Any] = {
             "TrainingJobName": request.job_name,
@@ -120,8 +134,7 @@ class SageMakerBackend(StepBackend):
             "AlgorithmSpecification": {
                 "TrainingImage": image,
                 "TrainingInputMode": "File",
-                "ContainerEntrypoint": ["python3", f"{ML_ROOT}/input/data/run/{ENTRY_FILE}"],
-                "ContainerArguments": [ML_ROOT],
+                "ContainerEntrypoint": entrypoint(request, entry_source, launch_bytes),
             },
             "InputDataConfig": channels,
             "OutputDataConfig": {"S3OutputPath": request.run_uri, "CompressionType": "NONE"},
@@ -162,7 +175,12 @@ class SageMakerBackend(StepBackend):
                 raise service_refusal("SageMaker", reason) from exc
             if error_code(exc) != "ResourceInUse":
                 raise
-            # A retried create whose first answer was lost: the name is this attempt's own.
+            existing = client.describe_training_job(TrainingJobName=request.job_name)
+            if not request.owns((existing.get("Environment") or {}).get(TRY_ID_ENV)):
+                raise JobNameTakenError(
+                    request.job_name, (existing.get("Environment") or {}).get(TRY_ID_ENV)
+                ) from None
+            # A retried create whose first answer was lost: the job is this try's own.
             log.info("Training job %s exists already; attaching to it", request.job_name)
         log.info(
             "Training job %s: %d x %s, image %s", request.job_name, job.instance_count,

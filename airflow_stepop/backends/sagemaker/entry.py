@@ -1,12 +1,14 @@
 """The SageMaker job's entry point: sets the step's environment, then runs the step runtime.
 
-Standard library only; the backend uploads this file into the job's run channel and runs
-``python3 <run channel>/stepop_entry.py /opt/ml``. It reads ``stepop_launch.json`` beside it:
+Standard library only; the backend uploads this file and ``stepop_launch.json`` into the job's
+run channel, and the job's command is the bootstrap (``backends/bootstrap.py``), which checks
+both and the code bundle against the digests the command carries, puts the bundle in front of
+``PYTHONPATH`` and runs ``python3 <checked copy of this file> <checked launch file> /opt/ml``.
+The launch document holds:
 
 * ``environment``: values the service's Environment cannot carry (longer than 512 characters);
 * ``path_map``: URI prefix -> path relative to /opt/ml (channels, the model directory), exported
   as ``STEPOP_PATH_MAP`` so the runtime reads and writes those URIs as local files;
-* ``code_path``: the code bundle (relative to /opt/ml), put in front of ``PYTHONPATH``;
 * ``spec_uri`` and ``output_uri``.
 
 From ``/opt/ml/input/config/resourceconfig.json`` it exports torch-style MASTER_ADDR,
@@ -25,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 
-LAUNCH_FILE = "stepop_launch.json"
 DEFAULT_MASTER_PORT = "29500"
 
 
@@ -44,9 +45,8 @@ def rank_environment(resource_config: dict) -> dict:
 
 
 def main(argv: list) -> int:
-    ml = argv[1] if len(argv) > 1 else "/opt/ml"
-    here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, LAUNCH_FILE)) as handle:
+    launch_file, ml = argv[1], argv[2]
+    with open(launch_file) as handle:
         launch = json.load(handle)
     env = dict(os.environ)
     env.update(launch.get("environment", {}))
@@ -56,8 +56,6 @@ def main(argv: list) -> int:
         with open(config_file) as handle:
             resource_config = json.load(handle)
     env.update(rank_environment(resource_config))
-    code = os.path.join(ml, launch["code_path"])  # the bundle: the runtime and the step's code
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (code, env.get("PYTHONPATH")) if p)
     path_map = {prefix: os.path.join(ml, rel) for prefix, rel in launch["path_map"].items()}
     output_dir = os.path.join(ml, "model")
     if env["RANK"] == "0":

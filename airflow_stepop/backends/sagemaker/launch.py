@@ -12,8 +12,12 @@ import re
 from typing import Any
 
 from airflow_stepop.backends.base import JobRequest
+from airflow_stepop.backends.bootstrap import CheckedFile, bootstrap_arguments, sha256_of
 from airflow_stepop.runtime.values import input_uris
 
+ML_ROOT = "/opt/ml"
+ENTRY_FILE = "stepop_entry.py"  # entry.py, as the run channel has it
+LAUNCH_FILE = "stepop_launch.json"
 MAX_CHANNELS = 20
 ENV_VALUE_MAX = 512
 ENV_ENTRIES_MAX = 100
@@ -80,6 +84,24 @@ def _channel(name: str, s3_uri: str) -> dict[str, Any]:
     }
 
 
+def code_path(request: JobRequest) -> str:
+    """Where the code channel puts the bundle, relative to /opt/ml."""
+    return f"input/data/code/{request.code_uri.rsplit('/', 1)[1]}"
+
+
+def entrypoint(request: JobRequest, entry_source: bytes, launch: bytes) -> list[str]:
+    """The job's ContainerEntrypoint: the bootstrap, which checks the entry script and launch
+    document (in the run channel) and the code bundle (in the code channel) against the
+    digests it carries, then runs the entry script's checked copy."""
+    run_channel = f"{ML_ROOT}/input/data/run"
+    checked = [
+        CheckedFile(ENTRY_FILE, f"{run_channel}/{ENTRY_FILE}", sha256_of(entry_source)),
+        CheckedFile(LAUNCH_FILE, f"{run_channel}/{LAUNCH_FILE}", sha256_of(launch)),
+        CheckedFile("code.zip", f"{ML_ROOT}/{code_path(request)}", request.code_sha256),
+    ]
+    return ["python3", *bootstrap_arguments(checked, [ENTRY_FILE, LAUNCH_FILE, ML_ROOT])]
+
+
 def build_launch(
     request: JobRequest, spec: dict[str, Any], job_name: str
 ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, str], str]:
@@ -89,10 +111,9 @@ def build_launch(
     """
     run_uri = request.run_uri.rstrip("/")
     output_uri = f"{run_uri}/{job_name}/output/model"
-    code_name = request.code_uri.rsplit("/", 1)[1]
     channels = [_channel("code", request.code_uri), _channel("run", run_uri + "/")]
     path_map = {
-        request.code_uri: f"input/data/code/{code_name}",
+        request.code_uri: code_path(request),
         run_uri: "input/data/run",
         output_uri: "model",
     }
@@ -113,7 +134,8 @@ def build_launch(
 
     environment: dict[str, str] = {}
     launch_env: dict[str, str] = {}
-    reserved = 3  # PYTHONUNBUFFERED, STEPOP_CHECKPOINT_DIR, one spare
+    # PYTHONUNBUFFERED, STEPOP_CHECKPOINT_DIR, the bootstrap's three (bootstrap.py), one spare
+    reserved = 6
     for key, value in request.environment.items():
         if len(value) > ENV_VALUE_MAX or len(environment) >= ENV_ENTRIES_MAX - reserved:
             launch_env[key] = value  # travels in the launch document, never chunked
@@ -125,7 +147,5 @@ def build_launch(
         "output_uri": output_uri,
         "path_map": path_map,
         "environment": launch_env,
-        # put in front of the image's own PYTHONPATH by the entry script, not replacing it
-        "code_path": f"input/data/code/{code_name}",
     }
     return channels, launch, environment, output_uri

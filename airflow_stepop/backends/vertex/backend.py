@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend, service_refusal
+from airflow_stepop.backends.bootstrap import TRY_ID_ENV, read_staged_spec
 from airflow_stepop.backends.list_pages import WatchedPages
 from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
@@ -33,6 +34,7 @@ from airflow_stepop.backends.vertex.job import (
     VertexConfigError,
     billing,
     build_job,
+    container_env,
     epoch,
     job_details,
     rfc3339,
@@ -113,22 +115,26 @@ class VertexBackend(StepBackend):
         from airflow_stepop.artifacts.storage import worker_storage
 
         storage = worker_storage(self.gcp_conn_id)
-        spec = storage.read_json(request.spec_uri)
+        spec = read_staged_spec(storage, request)
         image, built = self._image(request)
         access = self.access
-        body = build_job(request, spec, self.job, image, access.project, access.region)
-        storage.write_bytes(
-            join(request.run_uri, ENTRY_FILE),
-            (Path(__file__).parent / "entry.py").read_bytes(),
+        entry_source = (Path(__file__).parent / "entry.py").read_bytes()
+        body = build_job(
+            request, spec, self.job, image, access.project, access.region, entry_source
         )
-        created = self._create(body)
+        storage.write_bytes(join(request.run_uri, ENTRY_FILE), entry_source)
+        created = self._create(body, request)
         handle = self.handle_of(created, request.task_key)
         log.info("CustomJob %s (%s): %s, image %s", handle["job_id"], request.job_name,
                  handle["machine"], image)  # fmt: skip
         return {**handle, "image": image, "image_built": built}
 
-    def _create(self, body: dict[str, Any]) -> Any:
-        """CreateCustomJob, retried on throttling and 5xx; never twice for one display name."""
+    def _create(self, body: dict[str, Any], request: JobRequest) -> Any:
+        """CreateCustomJob, retried on throttling and 5xx; never twice for one try.
+
+        A create whose answer was lost may have made the job: one of this display name that
+        carries this try's id is it. Display names need not be unique on Vertex AI: one of
+        another run's or try's is no answer, and the create is retried."""
         for attempt in range(CREATE_ATTEMPTS):
             try:
                 return self.access.jobs.create_custom_job(
@@ -141,9 +147,9 @@ class VertexBackend(StepBackend):
                     raise
                 if getattr(exc, "code", None) != 429:  # a lost answer may have created it
                     name = body["display_name"]
-                    found = self._list(f'display_name="{name}"')
-                    if found:
-                        return found[0]
+                    for found in self._list(f'display_name="{name}"'):
+                        if request.owns(container_env(found).get(TRY_ID_ENV)):
+                            return found
                 delay = min(30.0, 0.5 * 2**attempt) * random.uniform(0.5, 1.0)
                 log.warning("CreateCustomJob failed (%s); retrying in %.1fs", exc, delay)
                 time.sleep(delay)
@@ -158,7 +164,7 @@ class VertexBackend(StepBackend):
 
     def handle_of(self, job: Any, task_key: str) -> dict[str, Any]:
         details = job_details(job)
-        env = {e.name: e.value for e in job.job_spec.worker_pool_specs[0].container_spec.env}
+        env = container_env(job)
         run_uri = env.get("STEPOP_SPEC_URI", "").rsplit("/", 1)[0]
         price = self.job.price_per_hour if self.job is not None else None
         replicas = details["replica_count"]

@@ -1,12 +1,14 @@
 """The Vertex job's entry point: sets the step's environment, then runs the step runtime.
 
-Standard library only; the backend uploads this file into the attempt's run directory and the
-worker pool runs ``python3 /gcs/<bucket>/<run>/stepop_vertex_entry.py``. Everything comes from
-the environment the CustomJob sets (paths under /gcs travel in environment values):
+Standard library only; the backend uploads this file into the attempt's run directory, and the
+worker pool's command is the bootstrap (``backends/bootstrap.py``), which checks this file and
+the code bundle against the digests the command carries, puts the bundle in front of
+``PYTHONPATH`` and runs this file's checked copy. Everything else comes from the environment
+the CustomJob sets (paths under /gcs travel in environment values):
 
 * ``STEPOP_PATH_MAP``: ``{"gs://<bucket>": "/gcs/<bucket>"}`` for every bucket the step reads or
   writes, so the runtime uses Cloud Storage FUSE files and the image needs no Google SDK;
-* ``STEPOP_SPEC_URI`` and ``STEPOP_CODE_PATH`` (the code bundle, put in front of PYTHONPATH);
+* ``STEPOP_SPEC_URI``;
 * ``AIP_CHECKPOINT_DIR`` (from the job's baseOutputDirectory, shared by the task's tries) ->
   ``STEPOP_CHECKPOINT_DIR`` as a local directory;
 * ``CLUSTER_SPEC`` -> torch-style MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, NODE_RANK and
@@ -66,9 +68,6 @@ def main() -> int:
     env = dict(os.environ)
     path_map = json.loads(env["STEPOP_PATH_MAP"])
     env.update(rank_environment(env))
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (env["STEPOP_CODE_PATH"], env.get("PYTHONPATH")) if p
-    )
     checkpoints = local_path(env.get("AIP_CHECKPOINT_DIR", ""), path_map)
     if checkpoints:
         os.makedirs(checkpoints, exist_ok=True)

@@ -4,9 +4,11 @@ Pure functions (no API call), so the request shape and the billing arithmetic ar
 How a step becomes a job:
 
 * one worker pool (two for ``replica_count > 1``: Vertex's first pool has exactly one replica)
-  runs ``python3 /gcs/<bucket>/<run>/stepop_vertex_entry.py`` (``entry.py``), which
-  reads code, spec and inputs through the Cloud Storage FUSE mount and writes the results into
-  the attempt's run directory: the image needs no Google SDK;
+  runs the bootstrap (``backends/bootstrap.py``), which checks
+  ``/gcs/<bucket>/<run>/stepop_vertex_entry.py`` (``entry.py``) and the code bundle against
+  the digests in the job's command, then runs the entry script, which reads spec and inputs
+  through the Cloud Storage FUSE mount and writes the results into the attempt's run
+  directory: the image needs no Google SDK;
 * ``baseOutputDirectory`` is the task instance's directory (the parent of every try's run
   directory), so ``AIP_CHECKPOINT_DIR`` - the step's ``$STEPOP_CHECKPOINT_DIR`` - is shared by
   all tries and survives a spot preemption;
@@ -25,6 +27,12 @@ from datetime import datetime
 from typing import Any
 
 from airflow_stepop.backends.base import JobRequest, billing_record
+from airflow_stepop.backends.bootstrap import (
+    CheckedFile,
+    bootstrap_arguments,
+    bootstrap_environment,
+    sha256_of,
+)
 from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.vertex.config import (
     AIRFLOW_LABEL_PREFIX,
@@ -76,9 +84,27 @@ def job_labels(request: JobRequest, job: VertexJobConfig) -> dict[str, str]:
     return labels
 
 
+def command(request: JobRequest, entry_source: bytes) -> list[str]:
+    """The container's command: the bootstrap, which checks the entry script and the code
+    bundle (read through the FUSE mount, a live view of the bucket) against the digests it
+    carries, then runs the entry script's checked copy."""
+    checked = [
+        CheckedFile(
+            ENTRY_FILE, gcs_path(join(request.run_uri, ENTRY_FILE)), sha256_of(entry_source)
+        ),
+        CheckedFile("code.zip", gcs_path(request.code_uri), request.code_sha256),
+    ]
+    return ["python3", *bootstrap_arguments(checked, [ENTRY_FILE])]
+
+
+def container_env(job: Any) -> dict[str, str]:
+    """A CustomJob's container environment, as the service stores it with the job."""
+    return {e.name: e.value for e in job.job_spec.worker_pool_specs[0].container_spec.env}
+
+
 def build_job(
     request: JobRequest, spec: dict[str, Any], job: VertexJobConfig, image: str, project: str,
-    location: str,
+    location: str, entry_source: bytes,
 ) -> dict[str, Any]:  # fmt: skip
     """The CustomJob body (proto field names) for one attempt. Pure: no API call."""
     run_uri = request.run_uri.rstrip("/")
@@ -92,12 +118,13 @@ def build_job(
         "PYTHONUNBUFFERED": "1",
         "STEPOP_PATH_MAP": json.dumps(path_map),
         "STEPOP_SPEC_URI": request.spec_uri,
-        "STEPOP_CODE_PATH": gcs_path(request.code_uri),
+        **bootstrap_environment(request.spec_sha256, request.try_id),
     }
     if len(env) > ENV_MAX:
+        ours = len(env.keys() - request.environment.keys())
         raise VertexConfigError(
             f"The step has {len(request.environment)} environment entries; a Vertex container "
-            f"takes {ENV_MAX} in all, {ENV_MAX - 4} of them the step's. Pass fewer."
+            f"takes {ENV_MAX} in all, {ENV_MAX - ours} of them the step's. Pass fewer."
         )
     machine: dict[str, Any] = {"machine_type": job.machine_type}
     if job.accelerator_type:
@@ -109,7 +136,7 @@ def build_job(
         "disk_spec": {"boot_disk_type": "pd-ssd", "boot_disk_size_gb": job.boot_disk_size_gb},
         "container_spec": {
             "image_uri": image,
-            "command": ["python3", gcs_path(join(run_uri, ENTRY_FILE))],
+            "command": command(request, entry_source),
             "env": [{"name": k, "value": v} for k, v in env.items()],
         },
     }

@@ -58,7 +58,7 @@ def test_arrays_and_a_model_directory_pass_between_vertex_steps(gcp, ctl, capfd)
             e["name"] for e in job["job_spec"]["worker_pool_specs"][0]["container_spec"]["env"]
         }
         assert names <= {"SETTING", "PYTHONUNBUFFERED", "STEPOP_PATH_MAP", "STEPOP_SPEC_URI",
-                         "STEPOP_CODE_PATH"}, names  # fmt: skip
+                         "STEPOP_BOOTSTRAP", "STEPOP_SPEC_SHA256", "STEPOP_TRY_ID"}, names  # fmt: skip
 
 
 def test_a_machine_type_vertex_refuses_names_the_argument_and_the_closest_types(gcp, ctl):
