@@ -101,6 +101,33 @@ ROWS = [
     Row("object-store 5xx on write and read (every first call)", "any",
         "tests/unit/test_storage_retry.py::test_staging_a_step_and_reading_back_survive_a_503_on_"
         "every_first_call", "n/a (staging, result, load)", "n/a"),
+    Row("tasks on one worker loading one artifact at once", "any",
+        "tests/unit/test_artifact_cache.py::test_many_processes_loading_one_artifact_at_once_"
+        "download_it_once", "n/a (one download, every load verified)", "n/a"),
+    Row("worker's artifact cache past its bound, an entry in use", "any",
+        "tests/unit/test_artifact_cache.py::test_an_artifact_another_task_is_using_is_never_"
+        "evicted", "n/a (LRU eviction, the used entry kept)", "n/a"),
+    Row("artifact changed in the store after the step wrote it", "any",
+        "tests/unit/test_artifact_cache.py::test_a_changed_artifact_in_the_store_never_takes_its_"
+        "place_in_the_cache", "n/a (refused, nothing cached)", "n/a"),
+    Row("directory artifact with a key outside it ('..', absolute, backslash)", "any",
+        "tests/unit/test_artifact_cache.py::test_keys_a_directory_artifact_may_not_hold_are_"
+        "refused_before_any_download", "n/a (refused, nothing written)", "n/a"),
+    Row("step spec rewritten in the bucket after submit", "any",
+        "tests/unit/test_job_trust.py::test_a_spec_rewritten_after_submit_fails_the_step_before_"
+        "it_runs", "1 (fails before the step runs)", "n/a"),
+    Row("code bundle changed on a mounted bucket between its check and its read", "any",
+        "tests/unit/test_job_trust.py::test_a_bundle_changed_between_its_check_and_its_"
+        "extraction_never_runs", "1 (runs the verified code)", "n/a"),
+    Row("extracted code in the job's cache changed after an earlier job", "local",
+        "tests/unit/test_job_trust.py::test_code_extracted_by_an_earlier_job_is_reused_only_"
+        "while_it_matches", "1 (extracted afresh)", "n/a"),
+    Row("job cache directory others may write", "local",
+        "tests/unit/test_job_trust.py::test_a_cache_directory_others_may_write_is_refused_naming_"
+        "it", "1 (fails, naming it)", "n/a"),
+    Row("result.json and its pickle rewritten in the bucket", "any",
+        "tests/unit/test_worker_unpickle.py::test_a_plain_task_does_not_unpickle_a_steps_pickle_"
+        "by_default", "n/a (not unpickled on the worker)", "n/a"),
     Row("job failure (the step raises)", "local",
         f"{LOCAL}::test_a_raising_step_fails_the_task_with_the_remote_exception", "1", "n/a"),
     Row("job failure (the step raises)", "sagemaker",
