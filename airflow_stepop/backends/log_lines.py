@@ -99,6 +99,22 @@ def take_lines(data: bytes, *, ended: bool) -> tuple[list[str], int]:
     return records, end + take
 
 
+def all_lines(data: bytes, *, continues: bool) -> list[str]:
+    """The records for every byte of ``data``: its unfinished last line too, marked when
+    ``continues`` (its rest comes later), as is when not (nothing follows)."""
+    parts = _LINE_END.split(data.decode("utf-8", "replace"))
+    last = parts.pop()  # "" when data ends with a line end
+    records = [record for part in parts for record in pieces(part)]
+    if last:
+        records.extend(pieces(last, continues=continues))
+    return records
+
+
+def whole_characters(data: bytes) -> bool:
+    """Whether ``data`` does not end inside a UTF-8 character."""
+    return _utf8_boundary(data, len(data)) == len(data)
+
+
 def more_waiting(cursor: Any) -> bool:
     """Whether a relay's cursor says more of the log already waits past it."""
     return isinstance(cursor, dict) and cursor.get(MORE) is True

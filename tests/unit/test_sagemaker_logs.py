@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from airflow_stepop.backends.sagemaker import logs as sagemaker_logs
+from airflow_stepop.triggers.log_drain import relay_round
 
 
 class _CloudWatch:
@@ -23,17 +24,24 @@ class _CloudWatch:
 
 
 def _final_read(pages: int) -> list[str]:
+    """A finished job's last read, as a trigger's relay round makes it: reads while more waits."""
     client = _CloudWatch(pages)
+    shown: list[str] = []
 
     async def open_client():
         return client
 
-    lines, _ = asyncio.run(
-        sagemaker_logs.read_new_lines(
-            open_client, "job-1", None, final=True, phase="Completed", allowed=lambda: True
+    async def read(cursor):
+        return await sagemaker_logs.read_new_lines(
+            open_client, "job-1", cursor, final=True, phase="Completed", allowed=lambda: True
         )
-    )
-    return lines
+
+    async def show(lines, cursor):
+        assert len(lines) <= sagemaker_logs.PAGES_PER_READ + 1  # a read's pages at most
+        shown.extend(lines)
+
+    asyncio.run(relay_round(read, show, None, final=True))
+    return shown
 
 
 def test_a_finished_job_s_stream_is_read_to_its_end():
