@@ -13,6 +13,11 @@ end: the first to attach prepares the shared backend (``prepare_async``, once pe
 backend built only to find its poll group opens no client), the last trigger watching a job
 lets the backend ``forget`` it, and the last to detach closes the backend's clients and retires
 the poller. Several triggers may watch one job (a cleared try's and the retry that re-attached).
+
+The loop is shared by every deferred task, so the poller's waits are finite whatever it is
+given (``waits.py``): a ``due`` that is NaN or infinite is clamped to now .. an hour ahead, the
+gap between rounds is at least ``ROUND_GAP_RANGE[0]``, and only triggers still waiting for an
+answer keep it running, so it always waits on the loop between two rounds.
 """
 
 from __future__ import annotations
@@ -20,12 +25,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_stepop.backends.base import JobStatus, StepBackend
+from airflow_stepop.triggers.waits import (
+    DEFAULT_ROUND_GAP,
+    POLL_INTERVAL_RANGE,
+    ROUND_GAP_RANGE,
+    bounded,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +61,11 @@ class JobPoller:
         self._prepared: asyncio.Task[None] | None = None
         self._watched: Counter[str] = Counter()  # job id -> triggers watching it
         self.users = 0
+        self.gap, note = bounded(
+            "first_poll_seconds", backend.first_poll_seconds, ROUND_GAP_RANGE, DEFAULT_ROUND_GAP
+        )
+        if note:
+            log.warning("%s of %s; rounds are spaced by that", note, key[1])
 
     async def attach(self, handle: dict[str, Any]) -> None:
         """Join the poller to watch ``handle``'s job, once its backend is ready for async calls.
@@ -84,8 +101,15 @@ class JobPoller:
             log.warning("Closing the clients of %s failed: %s", self.key[1], exc)
 
     async def status(self, handle: dict[str, Any], due: float) -> JobStatus:
-        """The job's state from the first round at or after ``due`` (a ``time.monotonic()``)."""
+        """The job's state from the first round at or after ``due`` (a ``time.monotonic()``;
+        one that is not finite means now, and none is more than the longest poll interval
+        ahead)."""
         loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        if not isinstance(due, (int, float)) or math.isnan(due) or due == -math.inf:
+            log.warning("Job %s asked for a poll at %r: polling it now", handle["job_id"], due)
+            due = now
+        due = min(due, now + POLL_INTERVAL_RANGE[1])
         waiter = _Waiter(handle, due, loop.create_future())
         self._waiting[id(waiter)] = waiter
         self._wake.set()
@@ -98,23 +122,27 @@ class JobPoller:
 
     async def _run(self) -> None:
         try:
-            while self._waiting:
+            while True:
                 self._wake.clear()
-                earliest = min(w.due for w in self._waiting.values())
-                start = max(earliest, self._last_round + self.backend.first_poll_seconds)
+                # Answered triggers leave ``_waiting`` only once their task runs again: they
+                # neither keep the poller running nor make a round due (a loop that went on
+                # for them would spin without ever letting their task run).
+                pending = [w for w in self._waiting.values() if not w.answer.done()]
+                if not pending:
+                    return
+                earliest = min(w.due for w in pending)
+                start = max(earliest, self._last_round + self.gap)
                 delay = start - time.monotonic()
                 if delay > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), delay)
                     continue  # someone new may be due sooner: look again
-                await self._round([w for w in self._waiting.values() if not w.answer.done()])
+                await self._round(pending)
         finally:
             self._task = None
 
     async def _round(self, waiters: list[_Waiter]) -> None:
         self._last_round = time.monotonic()
-        if not waiters:
-            return
         self.rounds += 1
         jobs = {w.handle["job_id"]: w.handle for w in waiters}  # each job asked about once
         try:

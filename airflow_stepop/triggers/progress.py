@@ -4,7 +4,9 @@ One line at each state change and at most once a minute otherwise: the state, th
 the job was submitted and, where the backend says so in the handle, the machine and the cost so
 far (the handle's ``price_per_hour`` for the whole job, counted from the first poll that saw the
 job running, a resumed trigger's from its predecessor's; left out of the last line of a job
-this trigger's polls never saw running).
+this trigger's polls never saw running). The times it is given come from the worker's clock
+(``submitted_at``) and from a file the job can write (``running_since``): one that is not a
+finite number is left out, never a crash of the trigger.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from airflow_stepop.backends.base import JobStatus
 from airflow_stepop.backends.naming import shown_job
+from airflow_stepop.triggers.waits import finite_or_none
 
 REPEAT_SECONDS = 60.0
 # A longer line of the job's (a progress bar with no newline, a printed array) reaches the task
@@ -39,7 +42,7 @@ def tail_line(line: str) -> str:
 
 
 def _duration(seconds: float) -> str:
-    seconds = int(seconds)
+    seconds = int(max(0.0, seconds))
     if seconds < 60:
         return f"{seconds}s"
     if seconds < 3600:
@@ -54,8 +57,8 @@ class Progress:
         """``running_since``: when an earlier trigger of this job first saw it running."""
         self.handle = handle
         self.log = log
-        self.submitted = float(handle.get("submitted_at") or time.time())
-        self.running_since = running_since
+        self.submitted = finite_or_none(handle.get("submitted_at")) or time.time()
+        self.running_since = finite_or_none(running_since)
         self.seen_running = False  # by this trigger's own polls
         self.state: str | None = None
         self.shown = 0.0

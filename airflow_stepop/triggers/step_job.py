@@ -1,9 +1,12 @@
 """StepJobTrigger: waits for a step's job in the triggerer, relaying its log into the task log.
 
 Generic over backends: it rebuilds the backend from its import path and keyword arguments and
-only calls the async half of the StepBackend contract. It holds a wall-clock deadline (the
-task's ``execution_timeout``), never an attempt counter; on the deadline it stops the job
-(within a poll round of it: no wait between polls runs past it). On a user kill (mark
+only calls the async half of the StepBackend contract. It holds a deadline (what was left of
+the task's ``execution_timeout`` when it deferred, counted on the triggerer's clock from the
+deferral's first trigger: ``deadline.py``), never an attempt counter; on the deadline it stops
+the job (within a poll round of it: no wait between polls runs past it). Every wait it computes
+is finite and within a stated range (``waits.py``): a stored number that is NaN, infinite,
+negative or huge is clamped, with a warning in the task log. On a user kill (mark
 failed/success, clear) Airflow awaits ``on_kill``, which stops the job; a triggerer restart does
 not stop it. ``run()`` has no side effect that cannot be repeated, so a second copy under
 triggerer HA is harmless.
@@ -32,10 +35,23 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_stepop.backends.base import JobStatus, StepBackend
 from airflow_stepop.backends.naming import shown_job
+from airflow_stepop.triggers.deadline import deadline_at
 from airflow_stepop.triggers.poller import JobPoller, poller_for
 from airflow_stepop.triggers.process_identity import this_process
 from airflow_stepop.triggers.progress import Progress, log_pieces, tail_line
 from airflow_stepop.triggers.relay_cursor import CursorStore
+from airflow_stepop.triggers.waits import (
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_ROUND_GAP,
+    MAX_BACKOFF_EXPONENT,
+    ON_KILL_TIMEOUT_RANGE,
+    POLL_INTERVAL_RANGE,
+    RESUME_HOLD_RANGE,
+    ROUND_GAP_RANGE,
+    TIME_LEFT_RANGE,
+    bounded,
+    finite_or_none,
+)
 
 LOG_TAIL_LINES = 40
 MAX_BACKOFF_SECONDS = 60.0
@@ -60,6 +76,12 @@ def _passed(end: float | None) -> bool:
     return end is not None and time.monotonic() >= end
 
 
+def _first_wait(backend: StepBackend) -> float:
+    """The backend's first_poll_seconds, finite and within ``ROUND_GAP_RANGE``."""
+    return bounded("first_poll_seconds", backend.first_poll_seconds, ROUND_GAP_RANGE,
+                   DEFAULT_ROUND_GAP)[0]  # fmt: skip
+
+
 def load_backend(path: str, kwargs: dict[str, Any]) -> StepBackend:
     from airflow.sdk.module_loading import import_string
 
@@ -72,40 +94,60 @@ class StepJobTrigger(BaseTrigger):
         backend_path: str,
         backend_kwargs: dict[str, Any],
         handle: dict[str, Any],
-        poll_interval: float = 5.0,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
         deadline: float | None = None,
         storage_conn_id: str | None = None,
         resume_hold: float = 0.0,
         deferred_by: str | None = None,
+        time_left: float | None = None,
     ) -> None:
+        """``time_left``: seconds of execution_timeout left when the task deferred (None: no
+        timeout). ``deadline`` is what the previous version passed instead (the worker's wall
+        clock): a trigger it stored still loads and keeps that deadline."""
         super().__init__()
         self.backend_path = backend_path
         self.backend_kwargs = backend_kwargs
         self.handle = handle
-        self.poll_interval = poll_interval
-        self.deadline = deadline
+        # Stored numbers are clamped (``waits.py``); what was changed is said in the task log
+        # when the trigger runs (Airflow routes a trigger's lines there only from then on).
+        self._clamped: list[str] = []
+        self.poll_interval = self._seconds(
+            "poll_interval", poll_interval, POLL_INTERVAL_RANGE, DEFAULT_POLL_INTERVAL
+        )
+        self.resume_hold = self._seconds("resume_hold", resume_hold, RESUME_HOLD_RANGE, 0.0)
+        self.time_left = None if time_left is None else self._seconds(
+            "time_left", time_left, TIME_LEFT_RANGE, TIME_LEFT_RANGE[0]
+        )  # fmt: skip
+        self.deadline = finite_or_none(deadline)
+        if deadline is not None and self.deadline is None:
+            self._clamped.append(f"deadline={deadline!r} is not a time: no deadline")
         self.storage_conn_id = storage_conn_id
-        self.resume_hold = resume_hold
         self.deferred_by = deferred_by
         self._log_outage = False
         self._job_ended = False
         # The relay's cursor once this trigger has followed the job: on_kill goes on from it.
         self._cursors: CursorStore | None = None
 
+    def _seconds(self, name: str, value: Any, limits: tuple[float, float], default: float) -> float:
+        seconds, note = bounded(name, value, limits, default)
+        if note:
+            self._clamped.append(note)
+        return seconds
+
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "backend_path": self.backend_path,
-                "backend_kwargs": self.backend_kwargs,
-                "handle": self.handle,
-                "poll_interval": self.poll_interval,
-                "deadline": self.deadline,
-                "storage_conn_id": self.storage_conn_id,
-                "resume_hold": self.resume_hold,
-                "deferred_by": self.deferred_by,
-            },
-        )
+        kwargs = {
+            "backend_path": self.backend_path,
+            "backend_kwargs": self.backend_kwargs,
+            "handle": self.handle,
+            "poll_interval": self.poll_interval,
+            "storage_conn_id": self.storage_conn_id,
+            "resume_hold": self.resume_hold,
+            "deferred_by": self.deferred_by,
+            "time_left": self.time_left,
+        }
+        if self.deadline is not None:  # a trigger the previous version stored
+            kwargs["deadline"] = self.deadline
+        return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     @property
     def backend(self) -> StepBackend:
@@ -125,6 +167,8 @@ class StepJobTrigger(BaseTrigger):
         # The backend's import and its poll group (it may read a connection) run in a thread:
         # the triggerer's loop serves the other triggers meanwhile. Only a new poll group's
         # backend is then prepared for async calls (see JobPoller.attach).
+        for note in self._clamped:
+            self.log.warning("Trigger of job %s: %s", shown_job(self.handle), note)
         resume_from = time.monotonic() + self._hold_seconds()
         cursors = CursorStore(self.handle, self.storage_conn_id)
         try:
@@ -203,12 +247,12 @@ class StepJobTrigger(BaseTrigger):
         backend = poller.backend  # shared by the group's triggers
         job_id = shown_job(self.handle)
         progress = Progress(self.handle, self.log, running_since=cursors.running_since)
-        wait = backend.first_poll_seconds
+        wait = _first_wait(backend)
         failures = 0
         # The deadline on the clock of the poller's rounds: a round due at ``end`` runs at or
         # after it. Only a round's own time says whether the deadline passed: a round of another
         # trigger of the poll group answers this one too, sooner than it asked.
-        end = None if self.deadline is None else time.monotonic() + self.deadline - time.time()
+        end = await self._end()
         self.log.info("Waiting for job %s", job_id)
         while True:
             # No wait runs past the deadline: the poller answers with its first round at or
@@ -244,6 +288,18 @@ class StepJobTrigger(BaseTrigger):
                 return await self._time_out(backend, tail, cursor, cursors)
             # Short jobs finish fast, long ones are polled at poll_interval.
             wait = min(self.poll_interval, wait * 2)
+
+    async def _end(self) -> float | None:
+        """The task's deadline on ``time.monotonic()``'s clock, None for none."""
+        if self.time_left is not None:
+            now = time.time()
+            at = await deadline_at(
+                self.handle, self.storage_conn_id, self.deferred_by, self.time_left, now
+            )
+            return time.monotonic() + at - now
+        if self.deadline is not None:  # stored by the previous version: the worker's clock
+            return time.monotonic() + self.deadline - time.time()
+        return None
 
     async def _time_out(
         self,
@@ -282,7 +338,7 @@ class StepJobTrigger(BaseTrigger):
         upload, so what a ``finally:`` prints comes after the stop call returns. The cursor is
         saved as in the job's life: a triggerer restarting meanwhile resumes without repeating
         them."""
-        wait = backend.first_poll_seconds
+        wait = _first_wait(backend)
         while True:
             try:
                 ended = (await backend.astatus(self.handle)).terminal
@@ -338,7 +394,8 @@ class StepJobTrigger(BaseTrigger):
         self, what: str, exc: BaseException, failures: int, limit: float | None = None
     ) -> None:
         """Pause before a retry (jittered, growing with ``failures``), at most ``limit`` s."""
-        delay = min(self.poll_interval * 2**failures, MAX_BACKOFF_SECONDS)
+        exponent = min(failures, MAX_BACKOFF_EXPONENT)
+        delay = min(self.poll_interval * 2**exponent, MAX_BACKOFF_SECONDS)
         delay *= random.uniform(0.5, 1.0)  # jitter: many triggers must not retry in step
         if limit is not None:
             delay = max(0.0, min(delay, limit))
@@ -396,7 +453,12 @@ class StepJobTrigger(BaseTrigger):
             return
         from airflow.sdk import conf
 
-        limit = conf.getfloat("triggerer", "on_kill_timeout", fallback=30.0)
+        limit, _ = bounded(
+            "[triggerer] on_kill_timeout",
+            conf.getfloat("triggerer", "on_kill_timeout", fallback=30.0),
+            ON_KILL_TIMEOUT_RANGE,
+            30.0,
+        )
         give_up = began + min(STOP_WAIT_SECONDS, limit - KILL_MARGIN_SECONDS)
         cursor, tail = cursors.latest
         tail = collections.deque(tail, maxlen=LOG_TAIL_LINES)

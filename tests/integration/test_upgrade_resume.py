@@ -54,7 +54,8 @@ def test_a_local_step_deferred_before_the_move_resumes_and_returns_its_result(
     old_classpath, old_kwargs = STORED["local"]
     # what the old version stored has the shape the new one writes and reads
     assert classpath == old_classpath
-    assert kwargs.keys() == old_kwargs.keys()
+    # ... but for the deadline: a duration now (``time_left``), the worker's wall clock then
+    assert kwargs.keys() - {"time_left"} == old_kwargs.keys() - {"deadline"}
     assert kwargs["handle"].keys() == old_kwargs["handle"].keys()
     assert kwargs["backend_kwargs"].keys() == old_kwargs["backend_kwargs"].keys()
     assert kwargs["backend_path"] != old_kwargs["backend_path"]  # the move changed it
@@ -71,6 +72,16 @@ def test_a_local_step_deferred_before_the_move_resumes_and_returns_its_result(
     assert event["status"] == "succeeded", event
     result = operator.execute_complete({"ti": ti}, event)
     assert result == "[1, 2]"
+
+
+def test_a_trigger_stored_with_a_wall_clock_deadline_still_loads_and_keeps_it():
+    """The previous version passed ``deadline`` (the worker's wall clock): its triggers load as
+    stored and serialize to the same kwargs, the deadline kept."""
+    classpath, kwargs = STORED["local"]
+    stored = {**kwargs, "deadline": 1_900_000_000.0}
+    trigger = import_string(classpath)(**stored)
+    assert trigger.deadline == 1_900_000_000.0 and trigger.time_left is None
+    assert trigger.serialize()[1] == {**stored, "time_left": None}
 
 
 def _provider_paths(info: dict) -> list[str]:

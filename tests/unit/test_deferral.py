@@ -27,7 +27,7 @@ KWARGS = {
     "backend_kwargs": {"jobs_dir": "/tmp/jobs", "python": sys.executable},
     "handle": {"job_id": "dag-task-t1", "run_uri": "file:///tmp/run", "pid": 1},
     "poll_interval": 2.0,
-    "deadline": 1_900_000_000.0,
+    "time_left": 3600.0,
     "storage_conn_id": None,
     "resume_hold": 10,
     "deferred_by": "123-0f1e2d3c4b5a6978",
