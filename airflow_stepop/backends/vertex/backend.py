@@ -315,6 +315,8 @@ class VertexBackend(StepBackend):
         return out
 
     async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
+        from airflow_stepop.backends.log_lines import relayed_lines
+
         job_id = handle["job_id"]
         cursor = dict(cursor or {"ts": None, "seen": {}})
         final = job_id in self._final
@@ -350,7 +352,8 @@ class VertexBackend(StepBackend):
                     entry.get("textPayload") or entry.get("jsonPayload", {}).get("message", "")
                 )
                 task = entry.get("resource", {}).get("labels", {}).get("task_name", "")
-                lines.append(f"{task}: {text}" if handle.get("replicas", 1) > 1 and task else text)
+                shown = f"{task}: {text}" if handle.get("replicas", 1) > 1 and task else text
+                lines.extend(relayed_lines(shown))  # no line, escape or control of the step's
 
         for _ in range(FINAL_LOG_PAGES if final else 1):
             if not final and not limiter.try_acquire():  # a last read takes no token
