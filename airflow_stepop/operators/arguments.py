@@ -5,18 +5,20 @@ A wrong value fails the DAG's import with a ``SettingsError`` that names the ope
 user wrote it, the argument, the value and a valid example; a misspelt argument is named with
 the closest one the operator takes. After rendering, the task's connection, the rendered
 environment and arguments are checked again (no empty render, no secret shipped with the job)
-before anything is uploaded. A service's own arguments are its backend's to check.
+before anything is uploaded (``packaging/secret_checks.py``). A service's own arguments are its
+backend's to check.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk import BaseOperator
 
 from airflow_stepop.backends import arguments as check
+from airflow_stepop.packaging.secret_checks import refuse_secrets
 from airflow_stepop.setting_values import MACHINE_COUNT_NAMES, SettingsError
 
 
@@ -51,12 +53,9 @@ def check_step_arguments(
             f"{name}.poll_interval={poll_interval!r} is a template, but poll_interval is not "
             "rendered: it is fixed when the DAG is parsed. Give the seconds themselves, e.g. 30."
         )
-    if poll_interval is not None and (
-        isinstance(poll_interval, bool)
-        or not isinstance(poll_interval, (int, float))
-        or poll_interval <= 0
-    ):
-        raise SettingsError(f"{name}.poll_interval={poll_interval!r} must be seconds > 0.")
+    if poll_interval is not None:
+        low, high = check.POLL_INTERVAL_S
+        check.finite_seconds(name, "poll_interval", poll_interval, low=low, high=high, example="30")
     if artifact_root is not None and (not isinstance(artifact_root, str) or not artifact_root):
         raise SettingsError(
             f"{name}.artifact_root={artifact_root!r} must be a URL such as "
@@ -319,12 +318,11 @@ def rendered_environment(name: str, environment: Mapping[str, Any]) -> dict[str,
 
     text: dict[str, str] = {}
     for key, value in (environment or {}).items():
+        if not isinstance(value, str):  # checked as it is: JSON's escapes would hide a secret
+            refuse_secrets(name, {key: value})  # from the masker, and the error shows the value
         if isinstance(value, (int, float)):  # bool too
             value = str(value)
         elif isinstance(value, (list, tuple, dict)):
-            # each text in it is checked for secrets first: JSON's escapes would hide them
-            for _, item in _texts(value, key):
-                refuse_secrets(name, {key: item})
             with contextlib.suppress(TypeError, ValueError):  # not JSON (a date in it): refused
                 value = json.dumps(value)
         if not isinstance(value, str):
@@ -335,65 +333,3 @@ def rendered_environment(name: str, environment: Mapping[str, Any]) -> dict[str,
             )
         text[key] = value
     return text
-
-
-def refuse_secrets(name: str, environment: Mapping[str, str]) -> None:
-    """After rendering: a value Airflow's secrets masker hides (a connection's password, a
-    sensitive Variable) must not reach the job's definition, where the service's console and
-    API show it to anyone who may list jobs."""
-    if not environment:
-        return
-    secret = sorted(key for key, value in environment.items() if holds_secret(value))
-    if secret:
-        raise SettingsError(
-            f"{name}.environment[{secret[0]!r}] holds a value Airflow masks as a secret (from a "
-            "connection or a sensitive Variable). A job's environment is stored in its "
-            "definition, which the service's console and API show. Read the secret inside the "
-            "step instead (e.g. from your cloud's secret store, with the job's own identity)."
-        )
-
-
-def refuse_secret_arguments(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-    """After rendering: an argument Airflow masks as a secret would be written into the step's
-    spec (or an input artifact) in object storage, which outlives the run and which everyone
-    who may read the bucket reads. Refused, as in ``environment``."""
-    texts = [*_texts(args, "op_args"), *_texts(kwargs, "op_kwargs")]
-    if not texts:
-        return
-    for label, text in texts:
-        if holds_secret(text):
-            raise SettingsError(
-                f"{name}.{label} holds a value Airflow masks as a secret (from a connection or "
-                "a sensitive Variable). A step's arguments are written to object storage with "
-                "its run, where anyone who can read the bucket reads them. Read the secret "
-                "inside the step instead (e.g. from your cloud's secret store, with the job's "
-                "own identity)."
-            )
-
-
-def _texts(value: Any, label: str) -> Iterator[tuple[str, str]]:
-    """Every string in arguments, with where it is: ``op_kwargs['db'][0]``."""
-    if isinstance(value, str):
-        yield label, value
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            yield from _texts(item, f"{label}[{key!r}]")
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            yield from _texts(item, f"{label}[{index}]")
-
-
-# Airflow's masker hides a secret of 5 characters or more wherever it appears in a string:
-# shorter than this, a masked run of characters is as likely a word of a bucket name ("prod1").
-SECRET_MIN_CHARS = 8
-
-
-def holds_secret(text: str) -> bool:
-    """Whether Airflow's secrets masker hides at least ``SECRET_MIN_CHARS`` of ``text``."""
-    from airflow.sdk.log import redact
-
-    redacted = redact(text)
-    if redacted == text or not isinstance(redacted, str):
-        return False
-    masks = redacted.count("***") - text.count("***")
-    return len(text) - (len(redacted) - 3 * masks) >= SECRET_MIN_CHARS

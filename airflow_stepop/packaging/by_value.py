@@ -1,8 +1,10 @@
 """Pickles a callable by value, keeping what a remote traceback needs: file names and lines.
 
 A function defined in a DAG file (or a closure, a lambda) travels to the job as a cloudpickle
-of its code. A traceback raised in that code names the code object's ``co_filename`` and shows
-the line read from that file. Two things stand in the way on a real cloud:
+of its code and what it captures (a pickle holding a value Airflow masks as a secret is
+refused: ``secret_checks.py``). A traceback raised in that code names the code object's
+``co_filename`` and shows the line read from that file. Two things stand in the way on a
+real cloud:
 
 - cloudpickle 3.1.3 and later pickle every code object with the file name ``<dynamic-code>``
   (for payloads that do not depend on where a function was defined). Our pickler restores the
@@ -26,6 +28,8 @@ import sys
 import types
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
+
+from airflow_stepop.packaging.secret_checks import refuse_pickled_secret
 
 _RESUME = opcode.opmap["RESUME"]  # ends the prologue of every code object (Python >= 3.11)
 # what cloudpickle >= 3.1.3 names every file; also what we pickle a code object under, so the
@@ -64,7 +68,7 @@ def pickle_by_value(function: Callable[..., Any], modules: Sequence[str] = ()) -
         buffer = io.BytesIO()
         pickler = _pickler_class()(buffer)
         pickler.dump(function)
-        return ByValue(buffer.getvalue(), pickler.source_lines())
+        pickled = ByValue(buffer.getvalue(), pickler.source_lines())
     except Exception as exc:
         culprit = _unpicklable_name(function, cloudpickle.dumps)
         raise PackagingError(
@@ -77,6 +81,10 @@ def pickle_by_value(function: Callable[..., Any], modules: Sequence[str] = ()) -
     finally:
         for module in registered:
             cloudpickle.unregister_pickle_by_value(module)
+    # checked at each pickling: a cached bundle's callable is pickled again at each lookup, and
+    # a task's masker may know a secret that the one which built the bundle did not
+    refuse_pickled_secret(function, pickled.pickle, names)
+    return pickled
 
 
 @functools.cache

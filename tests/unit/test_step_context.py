@@ -143,17 +143,3 @@ def test_a_worker_only_name_given_as_an_argument_is_the_user_s_own():
 
     assert _given(step, op_kwargs={"task": "classify"}) == {}
     assert _given(step, op_args=["classify"]) == {}
-
-
-def test_a_short_masked_word_inside_an_argument_is_not_taken_for_a_secret():
-    """Airflow masks any secret of 5 characters or more wherever it appears: a bucket named
-    after a short password is not that password."""
-    from airflow.sdk.log import mask_secret
-
-    from airflow_stepop.operators.arguments import refuse_secret_arguments
-
-    mask_secret("prod1")
-    mask_secret("PWSECRET-stepop-7731")
-    refuse_secret_arguments("LocalStepOperator", [], {"bucket": "s3://prod1-models/x"})
-    with pytest.raises(SettingsError, match=r"op_kwargs\['dsn'\] holds a value Airflow masks"):
-        refuse_secret_arguments("LocalStepOperator", [], {"dsn": "pg://a:PWSECRET-stepop-7731@h"})
