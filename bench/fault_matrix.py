@@ -161,6 +161,12 @@ ROWS = [
         "1", "yes"),
     Row("execution_timeout", "azureml", f"{AZUREML}::test_the_execution_timeout_cancels_the_job",
         "1", "yes"),
+    Row("a secret in what a step captures, its args or image", "any",
+        "tests/e2e/test_secret_steps.py::test_a_connection_read_at_module_level_is_not_uploaded_"
+        "with_the_step", "0 (refused before any upload or build)", "n/a"),
+    Row("poll_interval NaN, inf or out of its range", "any",
+        "tests/unit/test_finite_arguments.py::test_a_dag_file_with_a_nan_poll_interval_fails_its_"
+        "import_naming_it", "0 (refused at DAG parse)", "n/a"),
 ]  # fmt: skip
 
 

@@ -8,6 +8,7 @@ these (e.g. ``SageMakerJobConfig.from_arguments``); operators only declare the a
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -55,6 +56,32 @@ def whole_number(owner: str, name: str, value: Any, *, low: int, high: int) -> i
     return value
 
 
+# The seconds between two polls of a job's state an operator takes. Below: a trigger polling
+# faster than a service answers (the triggerer every deferred task shares would spend its loop
+# on one); above: an hour, what a finished job's result may wait. The trigger clamps what it is
+# given, a stored trigger included, to a range that holds this one (triggers/waits.py).
+POLL_INTERVAL_S = (0.1, 3600.0)
+
+
+def finite_seconds(
+    owner: str, name: str, value: Any, *, low: float, high: float, example: str
+) -> float:
+    """A duration given as a number of seconds (an int or a float, not a bool): finite and from
+    ``low`` to ``high``. NaN compares false with everything, so a check of ``<= 0`` alone lets
+    it through, and a wait of NaN or inf seconds never ends, or never waits."""
+    number = value if isinstance(value, numbers.Real) and not isinstance(value, bool) else None
+    try:
+        within = number is not None and math.isfinite(number) and low <= number <= high
+    except OverflowError:  # an int too large for a float
+        within = False
+    if not within:
+        raise SettingsError(
+            f"{owner}.{name}={value!r} must be a finite number of seconds from {low:g} to "
+            f"{high:g}, e.g. {example}."
+        )
+    return float(number)
+
+
 def boolean(owner: str, name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise SettingsError(f"{owner}.{name}={value!r} must be True or False.")
@@ -67,10 +94,10 @@ def seconds(owner: str, name: str, value: Any, *, low: int, high: int, service: 
         result = math.ceil(value.total_seconds())
     elif isinstance(value, int) and not isinstance(value, bool):
         result = value
-    else:
+    else:  # a float (NaN and inf among them) is refused too: the services take whole seconds
         raise SettingsError(
             f"{owner}.{name}={value!r} must be a timedelta or whole seconds, "
-            "e.g. timedelta(hours=2) or 7200."
+            f"e.g. timedelta(hours=2) or 7200; {service} takes {low}..{high} s."
         )
     if not low <= result <= high:
         raise SettingsError(
