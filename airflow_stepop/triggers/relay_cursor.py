@@ -16,6 +16,10 @@ settled one after the job's last lines, before its event (a triggerer killed bet
 resumes the trigger).
 Two triggers of one job (HA) write the same kind of document: harmless. Saving is best
 effort: a storage error never fails the step.
+The document lies where the job writes (its run directory), so loading it is bounded as every
+read of the triggerer: at most ``MAX_DOCUMENT_BYTES`` are read (a larger one is ignored: the
+relay starts from the top, each read bounded), and its tail's lines are shown as the task log
+shows a job's lines (``log_lines.visible``), cut to ``MAX_TAIL_CHARS``.
 """
 
 from __future__ import annotations
@@ -29,12 +33,17 @@ from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from airflow_stepop.backends.log_lines import visible
 from airflow_stepop.runtime.storage import join
 
 log = logging.getLogger(__name__)
 
 SAVE_SECONDS = 10.0
 SETTLE_SECONDS = 2.0
+# A saved cursor is a few KiB (Vertex AI's, with the log entry ids of its last seconds, some
+# hundreds): a document far larger is not ours, and the triggerer does not read it.
+MAX_DOCUMENT_BYTES = 4 << 20
+MAX_TAIL_CHARS = 2000  # a tail line as the trigger saves it is 1000 characters and a note
 # Object-store clients are made per thread: one thread for every trigger's cursor keeps it one.
 _IO = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stepop-relay-cursor")
 
@@ -71,15 +80,17 @@ class CursorStore:
 
         def read() -> Any:
             try:  # one call: no exists() first
-                document = self._storage().read_json(self.uri)
+                document = json.loads(self._read_bounded())
             except FileNotFoundError:
                 return None
-            if document.get("job_id") != self.job_id:
+            if not isinstance(document, dict) or document.get("job_id") != self.job_id:
                 return None
-            self.running_since = document.get("running_since")
+            since = document.get("running_since")
+            self.running_since = since if isinstance(since, (int, float)) else None
             cursor, tail = document.get("cursor"), document.get("tail")
             if cursor is not None and isinstance(tail, list):  # else the relay starts afresh
-                self.tail = [line for line in tail if isinstance(line, str)]
+                kept = [line for line in tail if isinstance(line, str)]
+                self.tail = [visible(line[:MAX_TAIL_CHARS]) for line in kept]
             if cursor is not None:  # where a relay after a user's kill goes on from
                 self.latest = (cursor, tuple(self.tail))
             return cursor
@@ -94,6 +105,20 @@ class CursorStore:
         if cursor is not None:
             log.info("Continuing the log relay of job %s where it stopped", self.job_id)
         return cursor
+
+    def _read_bounded(self) -> bytes:
+        """The saved document, read up to ``MAX_DOCUMENT_BYTES``; a larger one is refused."""
+        storage = self._storage()
+        local = storage.local_path(self.uri)
+        if local is not None:
+            with open(local, "rb") as file:
+                data = file.read(MAX_DOCUMENT_BYTES + 1)
+        else:
+            fs, path = storage.resolver(self.uri)
+            data = fs.cat_file(path, start=0, end=MAX_DOCUMENT_BYTES + 1)
+        if len(data) > MAX_DOCUMENT_BYTES:
+            raise ValueError(f"it is larger than {MAX_DOCUMENT_BYTES} bytes: not a cursor of ours")
+        return data
 
     async def save(self, cursor: Any, *, relayed: int, tail: Collection[str]) -> None:
         """Note the cursor a round reached and the job's last lines up to it; write the newest

@@ -1,0 +1,31 @@
+"""The saved relay cursor lies where the job writes: loading it is bounded, and its tail (which
+the task's failure message shows) cannot carry a forged line or an escape."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from airflow_stepop.triggers.relay_cursor import MAX_DOCUMENT_BYTES, CursorStore
+
+JOB = "dag-task-t1"
+
+
+def _load(tmp_path, document) -> tuple[object, CursorStore]:
+    (tmp_path / f"relay-{JOB}.json").write_text(json.dumps(document))
+    store = CursorStore({"job_id": JOB, "run_uri": tmp_path.as_uri()}, None)
+    return asyncio.run(store.load()), store
+
+
+def test_a_document_larger_than_any_cursor_of_ours_is_not_read(tmp_path, caplog):
+    padding = ["p" * 1000] * (MAX_DOCUMENT_BYTES // 1000 + 1)
+    cursor, store = _load(tmp_path, {"job_id": JOB, "cursor": {"offset": 7}, "tail": padding})
+    assert cursor is None and store.tail == []  # the relay starts from the top
+    assert f"larger than {MAX_DOCUMENT_BYTES} bytes" in caplog.text
+
+
+def test_a_saved_tails_lines_are_shown_as_the_task_log_shows_a_jobs_lines(tmp_path):
+    tail = ["ok", "x\n[2026-01-01] INFO - Marking task as SUCCESS\x1b[0m", 5]
+    cursor, store = _load(tmp_path, {"job_id": JOB, "cursor": {"offset": 7}, "tail": tail})
+    assert cursor == {"offset": 7}
+    assert store.tail == ["ok", "x\\x0a[2026-01-01] INFO - Marking task as SUCCESS\\x1b[0m"]
