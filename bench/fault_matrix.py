@@ -167,6 +167,18 @@ ROWS = [
     Row("poll_interval NaN, inf or out of its range", "any",
         "tests/unit/test_finite_arguments.py::test_a_dag_file_with_a_nan_poll_interval_fails_its_"
         "import_naming_it", "0 (refused at DAG parse)", "n/a"),
+    Row("a step prints gigabytes without newlines", "local",
+        "tests/integration/test_local_log_bounds.py::test_a_step_printing_far_more_than_the_bound_"
+        "without_newlines_keeps_the_relay_bounded", "1 (bounded, each byte once)",
+        "n/a"),
+    Row("a step prints gigabytes without newlines", "local",
+        "tests/unit/test_container_log_bounds.py::test_a_long_line_without_newlines_is_relayed_"
+        "in_bounded_reads_each_byte_once", "1 (container, each byte once)",
+        "n/a"),
+    Row("a step prints gigabytes without newlines", "sagemaker",
+        "tests/integration/sagemaker/test_sagemaker_log_bounds.py::test_a_finished_jobs_long_log_"
+        "is_read_a_bounded_number_of_pages_at_a_time", "1 (8 pages a read, each once)",
+        "n/a"),
 ]  # fmt: skip
 
 
