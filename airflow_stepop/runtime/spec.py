@@ -54,6 +54,10 @@ class SpecError(ValueError):
     """A spec this runtime cannot run."""
 
 
+class SpecTamperedError(SpecError):
+    """A spec whose bytes are not those the job was submitted with (``SPEC_SHA256_ENV``)."""
+
+
 def python_version() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
