@@ -74,7 +74,9 @@ def bootstrap_arguments(files: Sequence[CheckedFile], command: Sequence[str]) ->
 def bootstrap_environment(spec_sha256: str, try_id: str) -> dict[str, str]:
     """What the job's environment carries for the checks, set after the user's environment so
     a step's own variables cannot replace it."""
-    env = {BOOTSTRAP_ENV: BOOTSTRAP, SPEC_SHA256_ENV: spec_sha256}
+    env = {BOOTSTRAP_ENV: BOOTSTRAP}
+    if spec_sha256:  # every operator's request has it; a request made by hand may not
+        env[SPEC_SHA256_ENV] = spec_sha256
     if try_id:
         env[TRY_ID_ENV] = try_id
     return env

@@ -56,7 +56,7 @@ def test_example_dag_under_airflow_dags_test(tmp_path):
     metrics = json.loads(xcoms[("evaluate", "return_value")])
     assert metrics["accuracy"] > 0.8 and metrics["trained_on"] in ("numpy", "cuda")
     npy = next(
-        (home / "stepop-artifacts").glob("stepop_train_pipeline/*/prepare/-1/1/outputs/train.npy")
+        (home / "stepop-artifacts").glob("stepop_train_pipeline/*/prepare/-1/*/1/outputs/train.npy")
     )
     assert npy.stat().st_size > 50 * 10**6
 

@@ -147,7 +147,7 @@ def test_the_job_body_carries_every_setting():
     assert body["limits"] == {"jobLimitsType": "Command", "timeout": "PT3600S"}
     assert body["identity"] == {"identityType": "UserIdentity"}
     assert body["environmentVariables"] == {
-        "A": "1", "PYTHONUNBUFFERED": "1", "STEPOP_BOOTSTRAP": BOOTSTRAP, "STEPOP_SPEC_SHA256": "",
+        "A": "1", "PYTHONUNBUFFERED": "1", "STEPOP_BOOTSTRAP": BOOTSTRAP,
     }  # fmt: skip
     assert body["experimentName"] == "exp" and body["displayName"] == "task"
     single = job_body(

@@ -43,6 +43,8 @@ def test_the_job_gets_the_workers_environment_without_airflows_own_plus_the_step
     assert env[b"PYTHONUNBUFFERED"] == b"1"
     assert env[b"STEPOP_CHECKPOINT_DIR"] == b"/ckpt"
     assert env[b"TMPDIR"] == b"/jobs/job-t1/tmp"  # removed by the supervisor when it ends
+    cache = Path(os.fsdecode(env[b"STEPOP_CACHE_DIR"]))  # extracted code: private to this user
+    assert cache.stat().st_mode & 0o777 == 0o700 and cache.stat().st_uid == os.getuid()
     assert all(isinstance(key, bytes) and isinstance(value, bytes) for key, value in env.items())
     assert b"STEPOP_MAX_RUNTIME_S" not in env  # no limit: none inherited either
     assert _job_environment(request, "/ckpt", 900, SCRATCH)[b"STEPOP_MAX_RUNTIME_S"] == b"900"

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from airflow_stepop.artifacts.caches import job_cache_environment
 from airflow_stepop.backends.base import JobNameTakenError, JobRequest, JobStatus, StepBackend
 from airflow_stepop.backends.bootstrap import bootstrap_environment
 from airflow_stepop.backends.local import process_logs, supervisor
@@ -64,6 +65,9 @@ def _job_environment(
     env = {k: v for k, v in os.environb.items() if not k.startswith(b"AIRFLOW")}
     env.pop(b"PYTHONPATH", None)
     env[b"TMPDIR"] = os.fsencode(scratch)
+    # the job's caches (extracted code, inputs): private to the worker's user, and bounded
+    for key, value in job_cache_environment().items():
+        env[key.encode()] = os.fsencode(value)
     for key, value in request.environment.items():
         env[os.fsencode(key)] = os.fsencode(value)
     for key, value in bootstrap_environment(request.spec_sha256, request.try_id).items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 
 
@@ -23,8 +24,8 @@ def test_artifacts_travel_between_a_local_and_a_sagemaker_step(aws, tmp_path, mo
     assert kept["uri"].startswith(aws["root"] + "/")  # the SageMaker step's result stayed in S3
     listing = aws["s3"].list_objects_v2(Bucket=aws["bucket"], Prefix=aws["root"].split("/", 3)[3])
     names = [item["Key"] for item in listing.get("Contents", [])]
-    carried = [name for name in names if "/train/-1/1/inputs/" in name]
+    carried = [name for name in names if re.search(r"/train/-1/[0-9a-f]{12}/1/inputs/", name)]
     assert carried and carried[0].endswith("/return_value.npy"), names  # the local step's result
     # and the SageMaker step's result, read with aws_default, into the local step's run
-    evaluate_run = "mixed_local_and_sagemaker/*/evaluate/-1/1"
+    evaluate_run = "mixed_local_and_sagemaker/*/evaluate/-1/*/1"  # <instance>/<try>
     assert list((tmp_path / "artifacts").glob(f"{evaluate_run}/inputs/*/return_value.npy"))
