@@ -99,7 +99,6 @@ def read_staged_spec(storage: Any, request: JobRequest) -> dict[str, Any]:
         raise StagedFileChangedError(
             f"The step's spec {request.spec_uri} changed between the worker's write and its "
             "read back before the submit: something else writes to this run directory. No job "
-            "was started. Check who may write to the artifact root (docs/reliability.md, "
-            "Trust boundaries)."
+            "was started. Check who may write to the artifact root (docs/security.md).",
         )
     return json.loads(data)
