@@ -259,7 +259,8 @@ def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_sto
 
     def all_before_lines_saved() -> bool:  # the saved cursor is past "before 2"
         end = output.read_bytes().find(b"before 2\n") if output.exists() else -1
-        return end >= 0 and saved.exists() and json.loads(saved.read_text())["cursor"] > end
+        offset = json.loads(saved.read_text())["cursor"]["offset"] if saved.exists() else -1
+        return end >= 0 and offset > end
 
     async def relay_until_saved():
         task = asyncio.ensure_future(_first(first))
