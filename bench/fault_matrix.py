@@ -161,6 +161,12 @@ ROWS = [
         "1", "yes"),
     Row("execution_timeout", "azureml", f"{AZUREML}::test_the_execution_timeout_cancels_the_job",
         "1", "yes"),
+    Row("a job of the step's name started by another run's try", "local",
+        "tests/unit/test_job_identity.py::test_the_operator_submits_under_another_name_when_"
+        "another_try_holds_its_own", "1 (a new name, never attached)", "n/a"),
+    Row("code bundle, entry script or launch document rewritten after submit", "sagemaker",
+        "tests/unit/test_sagemaker_backend.py::test_a_file_rewritten_in_the_bucket_after_submit_"
+        "never_runs", "1 (fails, nothing of it ran)", "n/a"),
     Row("a secret in what a step captures, its args or image", "any",
         "tests/e2e/test_secret_steps.py::test_a_connection_read_at_module_level_is_not_uploaded_"
         "with_the_step", "0 (refused before any upload or build)", "n/a"),
