@@ -94,3 +94,13 @@ def test_the_operator_submits_under_another_name_when_another_try_holds_its_own(
     assert f"submitting this try's job as {handle['job_id']}" in said
     wait_for(lambda: backend._status(handle).terminal, 60, "the renamed job to end")
     assert backend._status(handle).state == "succeeded"
+
+
+@pytest.mark.parametrize("run_id", ["..", ".", "..."])
+def test_a_run_id_of_dots_is_no_path_segment_that_leaves_its_run(tmp_path, run_id):
+    """Airflow's run_id pattern allows '.', so a run named '..' once staged its step beside
+    another DAG's runs (fsspec and the file system read it as the parent directory)."""
+    from airflow_stepop.packaging.staging import run_uri_for
+
+    uri = run_uri_for(f"file://{tmp_path}/root", StepIdentity("dag", run_id, "t", -1, 1, "ab"))
+    assert uri == f"file://{tmp_path}/root/dag/{'_' * len(run_id)}/t/-1/ab/1"
