@@ -17,8 +17,8 @@ from typing import Any
 
 from airflow_stepop.backends.log_lines import more_waiting
 
-# Reads in one round of a running job: 16 MiB of a local job's log (reads of 1 MiB) per poll.
-RUNNING_READS = 16
+# Reads in one round of a running job: 16 MiB of a local job's log (reads of 256 KiB) a poll.
+RUNNING_READS = 64
 
 Read = Callable[[Any], Awaitable[tuple[list[str], Any]]]
 Show = Callable[[list[str], Any], Awaitable[None]]

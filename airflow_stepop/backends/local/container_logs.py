@@ -29,8 +29,8 @@ from airflow_stepop.backends.log_lines import MORE, PIECE_BYTES, all_lines, whol
 
 STREAMS = ("stdout", "stderr")
 # New message bytes one call reads of a stream, at most (the engine's messages are 16 KiB at
-# most): 1 MiB, as process mode's reads.
-READ_BYTES = 1 << 20
+# most): 256 KiB, as process mode's reads.
+READ_BYTES = 1 << 18
 ENDED = ("exited", "dead")
 Message = tuple[int, bytes]  # (stamp in ns since the epoch, the message's bytes)
 Records = tuple[int, list[str]]  # (stamp of a line's first message, its task-log records)
