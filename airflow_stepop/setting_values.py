@@ -30,7 +30,7 @@ _MEMORY_UNITS = {
 }
 # "8G" means 8 GiB to docker and 8 * 10**9 bytes to Kubernetes: refused rather than guessed.
 _AMBIGUOUS_UNITS = {"k", "m", "g", "t"}
-_MEMORY_RE = r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$"
+_MEMORY_RE = r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*"
 
 
 class SettingsError(ValueError):
@@ -51,7 +51,7 @@ def parse_memory(value: int | str, field_name: str = "memory") -> int:
         _refuse_tiny(field_name, value, value)
         return value
     if isinstance(value, str):
-        match = re.match(_MEMORY_RE, value)
+        match = re.fullmatch(_MEMORY_RE, value)
         unit = match.group(2).lower() if match else None
         if match and unit in _AMBIGUOUS_UNITS:
             number, letter = match.group(1), match.group(2)

@@ -1,7 +1,9 @@
 """User-facing settings: hardware (ResourceSettings) and environment image (DockerSettings).
 
 Both validate when constructed, which is DAG parse time, so a wrong value fails the DAG import
-with a message that names the field, the value and what would work.
+with a message that names the field, the value and what would work. Every rule is a full match
+(``re.fullmatch``): with ``re.match`` and ``$``, a value ending in a line break passed, and
+became a Dockerfile instruction, or a requirements line, of its own.
 """
 
 from __future__ import annotations
@@ -135,9 +137,22 @@ class ResourceSettings:
     __repr__ = shown  # in a log or a printed dict too: ResourceSettings(memory='16GiB')
 
 
-_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 
-_APT_NAME = r"^[a-z0-9][a-z0-9+.\-]*(=[A-Za-z0-9.+~:\-]+)?$"
+_APT_NAME = r"[a-z0-9][a-z0-9+.\-]*(=[A-Za-z0-9.+~:\-]+)?"
+
+# One line of a requirements file: no line break or other control character (it would start
+# another line: an option such as --index-url), and no trailing backslash (pip's line
+# continuation, which would join the next entry to this one).
+_REQUIREMENT = r"[^\x00-\x1f\x7f]*[^\x00-\x1f\x7f\\]"
+
+# The build arguments that carry the environment's values into the image (``ENV NAME=
+# "${STEPOP_ENV_NAME}"``: a value passed so is never parsed by Docker, so ``$``, quotes,
+# backslashes and line breaks arrive as given). A name of the user's with this prefix would
+# shadow one of them.
+ENV_ARG_PREFIX = "STEPOP_ENV_"
+# What Dockerfile quoting used to change the meaning of: ``$``, backslashes, control characters.
+_REQUOTED = re.compile(r"[$\\\x00-\x1f\x7f]")
 
 
 def _string_tuple(owner: str, name: str, value: Any) -> tuple[str, ...]:
@@ -155,20 +170,45 @@ def _string_tuple(owner: str, name: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _requirements(owner: str, value: Any) -> tuple[str, ...]:
+    """Entries of the image's requirements file, one line each."""
+    entries = _string_tuple(owner, "requirements", value)
+    for entry in entries:
+        if not re.fullmatch(_REQUIREMENT, entry):
+            raise SettingsError(
+                f"{owner}.requirements has {entry!r}: each entry is one line of a requirements "
+                "file, with no line break or other control character and no trailing "
+                "backslash (either would start or join another line). Give each requirement "
+                "or option as an entry of its own, e.g. ['numpy==2.1.0', 'pandas']."
+            )
+    return entries
+
+
 def _string_map(owner: str, name: str, value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping):
         raise SettingsError(f"{owner}.{name}={value!r} must be a dict of str -> str.")
     out: dict[str, str] = {}
     for key, item in value.items():
-        if not isinstance(key, str) or not re.match(_ENV_NAME, key):
+        if not isinstance(key, str) or not re.fullmatch(_ENV_NAME, key):
             raise SettingsError(
                 f"{owner}.{name} has the key {key!r}; keys must be names like MY_VAR "
                 "(letters, digits and _, not starting with a digit)."
+            )
+        if key.startswith(ENV_ARG_PREFIX):
+            raise SettingsError(
+                f"{owner}.{name} has the key {key!r}; names starting with {ENV_ARG_PREFIX} "
+                "carry the environment's values into the image. Rename it, e.g. "
+                f"{'MY_' + key.removeprefix(ENV_ARG_PREFIX)!r}."
             )
         if not isinstance(item, (str, int, float, bool)):
             raise SettingsError(
                 f"{owner}.{name}[{key!r}]={item!r} must be a string (a number or a bool is "
                 "taken as its text)."
+            )
+        if "\x00" in str(item):
+            raise SettingsError(
+                f"{owner}.{name}[{key!r}]={item!r} has a NUL character, which no environment "
+                "variable or build argument can hold; remove it."
             )
         out[key] = str(item)
     return out
@@ -221,12 +261,10 @@ class DockerSettings:
                 self.parent_image,
                 "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime",
             )
-        object.__setattr__(
-            self, "requirements", _string_tuple(owner, "requirements", self.requirements)
-        )
+        object.__setattr__(self, "requirements", _requirements(owner, self.requirements))
         apt = _string_tuple(owner, "apt_packages", self.apt_packages)
         for package in apt:
-            if not re.match(_APT_NAME, package):
+            if not re.fullmatch(_APT_NAME, package):
                 raise SettingsError(
                     f"{owner}.apt_packages has {package!r}, which is not a Debian package name "
                     "(lowercase letters, digits, '+', '-', '.', optionally '=version')."
@@ -264,4 +302,9 @@ class DockerSettings:
             ),
             "recipe": recipe_version,
         }
+        if any(_REQUOTED.search(value) for value in self.environment.values()):
+            # Before values were passed as build arguments, these were mangled in the image (a
+            # ``$`` expanded, a line break split the Dockerfile): such settings get a new tag,
+            # not the old image; every other tag names the same environment as before.
+            document["environment_as_build_args"] = True
         return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.images.build_log import hints, plain, unreadable_ca_bundle
+from airflow_stepop.images.dockerfile import CA_FILE, dockerfile_text, env_build_args
 from airflow_stepop.images.reference import DEFAULT_REPOSITORY
 from airflow_stepop.images.registry import has_image
 from airflow_stepop.settings import DockerSettings
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECIPE_VERSION = "1"
-CA_FILE = "stepop-build-ca.pem"
 
 
 def default_parent_image() -> str:
@@ -75,34 +75,6 @@ def image_reference(settings: DockerSettings, repository: str, *, copy: bool = F
     if not (settings.needs_build or copy):
         return parent
     return f"{repository}:{settings.content_hash(parent, RECIPE_VERSION)[:24]}"
-
-
-def dockerfile_text(settings: DockerSettings, parent: str, with_ca: bool) -> str:
-    lines = [f"FROM {parent}"]
-    if settings.apt_packages:
-        packages = " ".join(settings.apt_packages)
-        lines.append(
-            "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
-            f"--no-install-recommends {packages} && rm -rf /var/lib/apt/lists/*"
-        )
-    if settings.requirements:
-        lines.append("COPY stepop-requirements.txt /tmp/stepop-requirements.txt")
-        cert = ""
-        if with_ca:
-            lines.append(f"COPY {CA_FILE} /tmp/{CA_FILE}")
-            cert = f" --cert /tmp/{CA_FILE}"
-        lines.append(
-            "RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir"
-            f"{cert} -r /tmp/stepop-requirements.txt"
-            f" && rm -f /tmp/stepop-requirements.txt /tmp/{CA_FILE}"
-        )
-    for key, value in sorted(settings.environment.items()):
-        lines.append(f"ENV {key}={_quote(value)}")
-    return "\n".join(lines) + "\n"
-
-
-def _quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _context(files: dict[str, bytes]) -> io.BytesIO:
@@ -271,14 +243,15 @@ def _build(settings: DockerSettings, client: Any, reference: str, options: Build
             options,
             path=str(dockerfile.parent),
             dockerfile=dockerfile.name,
-            buildargs=dict(settings.build_args) or None,
+            buildargs=dict(settings.build_args) or None,  # the ARGs of the user's Dockerfile
         )
         if not on_top:
             return
         parent = base_tag
 
     ca_bundle = options.ca_bundle if settings.requirements else None  # pip's alone
-    files = {"Dockerfile": dockerfile_text(settings, parent, bool(ca_bundle)).encode()}
+    text = dockerfile_text(settings, parent, bool(ca_bundle), env_as_build_args=True)
+    files = {"Dockerfile": text.encode()}
     if settings.requirements:
         files["stepop-requirements.txt"] = ("\n".join(settings.requirements) + "\n").encode()
     if ca_bundle:
@@ -297,7 +270,7 @@ def _build(settings: DockerSettings, client: Any, reference: str, options: Build
         what=what,
         fileobj=_context(files),
         custom_context=True,
-        buildargs=dict(settings.build_args) or None,
+        buildargs=env_build_args(settings) or None,
     )
 
 
