@@ -2,15 +2,18 @@
 
 Fields (extras unless said otherwise): ``subscription_id``, ``resource_group``,
 ``workspace_name``, ``tenant_id``; the client id and secret of a service principal in the
-Login and Password fields; without a secret, azure-identity's ``DefaultAzureCredential``
+Login and Password fields; without either, azure-identity's ``DefaultAzureCredential``
 (environment, workload identity, managed identity, Azure CLI) with
 ``managed_identity_client_id`` (a user-assigned identity; also workload identity's client id)
-and ``workload_identity_tenant_id``. ``endpoint`` is the Azure Resource Manager URL of the
-workspace's cloud: empty (public Azure), Azure Government's or Azure China's (the sign-in
-host, storage suffix and studio then follow that cloud, as in azure-ai-ml), or an emulated
-cloud on this machine; ``authority_host`` overrides the sign-in host. ``ca_bundle`` holds the
-CA certificates the endpoint is checked against. ``emulator_token`` (true) sends a fixed
-placeholder token instead of a credential: accepted only for an emulated cloud's endpoint.
+and ``workload_identity_tenant_id``. Only one of the client id and the secret is refused (the
+step would run as whatever identity the worker has, not the service principal named), unless
+an identity extra asks for ``DefaultAzureCredential`` explicitly. ``endpoint`` is the Azure
+Resource Manager URL of the workspace's cloud: empty (public Azure), Azure Government's or
+Azure China's (the sign-in host, storage suffix and studio then follow that cloud, as in
+azure-ai-ml), or an emulated cloud on this machine; ``authority_host`` overrides the sign-in
+host. ``ca_bundle`` holds the CA certificates the endpoint is checked against.
+``emulator_token`` (true) sends a fixed placeholder token instead of a credential: accepted
+only for an emulated cloud's endpoint.
 """
 
 from __future__ import annotations
@@ -210,14 +213,42 @@ class AzureMLHook(BaseHook):
                     "identity."
                 )
             return "emulator"
-        if self._connection.login and self._connection.password:
+        login, password = self._connection.login or "", self._connection.password or ""
+        if login and password:
             if not self.workspace.tenant_id:
                 raise ValueError(
                     f"Connection {self.azureml_conn_id!r} has a client id and secret but no "
                     "tenant_id; add the directory (tenant) id to its extra."
                 )
             return "client_secret"
+        if (login or password) and not self._asks_for_an_identity():
+            self._refuse_half_a_service_principal(login, password)
         return "default"
+
+    def _asks_for_an_identity(self) -> bool:
+        """Whether an extra asks for a managed or workload identity by name (the azure
+        provider's fields): then a client id without a secret is not a half-set principal."""
+        return bool(
+            self._extra("managed_identity_client_id") or self._extra("workload_identity_tenant_id")
+        )
+
+    def _refuse_half_a_service_principal(self, login: str, password: str) -> None:
+        """A client id without its secret (or a secret without its id): DefaultAzureCredential
+        would sign in as whatever identity the machine has, silently not the one named."""
+        if login:
+            said = f"a Client ID (login={login!r}) but its Client Secret (password) is ''"
+            fix = "Set the service principal's secret in the password field"
+        else:
+            said = "a Client Secret (password) but its Client ID (login) is ''"
+            fix = "Set the service principal's application (client) id in the login field"
+        raise ValueError(
+            f"Connection {self.azureml_conn_id!r} has {said}: without both, the step would run "
+            "as whatever identity the worker or triggerer has (DefaultAzureCredential), not as "
+            f"that service principal. {fix}; or, to use a managed or workload identity, empty "
+            "both and set managed_identity_client_id (a user-assigned identity) or "
+            "workload_identity_tenant_id in the extra, or empty both for the machine's own "
+            "identity."
+        )
 
     def _default_kwargs(self) -> dict[str, Any]:
         """``DefaultAzureCredential``'s keywords: the identity ids, the cloud's sign-in host.

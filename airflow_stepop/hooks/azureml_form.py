@@ -42,8 +42,8 @@ UI_FIELD_BEHAVIOUR: dict[str, Any] = {
     "hidden-fields": ["schema", "port", "host"],
     "relabeling": {"login": "Client ID", "password": "Client Secret"},
     "placeholders": {
-        "login": "service principal's application (client) id; empty: managed identity",
-        "password": "client secret; empty: DefaultAzureCredential",
+        "login": "service principal's application (client) id, with its secret; or empty",
+        "password": "client secret; empty with an empty client id: DefaultAzureCredential",
         "subscription_id": "00000000-0000-0000-0000-000000000000",
         "resource_group": "my-resource-group",
         "workspace_name": "my-workspace",
