@@ -185,6 +185,25 @@ ROWS = [
         "tests/integration/sagemaker/test_sagemaker_log_bounds.py::test_a_finished_jobs_long_log_"
         "is_read_a_bounded_number_of_pages_at_a_time", "1 (8 pages a read, each once)",
         "n/a"),
+    Row("poll_interval NaN or inf in a stored trigger", "any",
+        "tests/unit/test_trigger_waits.py::test_a_trigger_given_a_bad_poll_interval_yields_to_"
+        "other_tasks_and_polls_at_bounds", "1 (polled at a bounded interval, the loop yields)",
+        "n/a"),
+    Row("the worker's clock an hour off", "any",
+        "tests/unit/test_step_deadline.py::test_a_skewed_worker_clock_neither_ends_the_job_early_"
+        "nor_lets_it_run_longer", "1 (stopped at its execution_timeout)", "yes"),
+    Row("triggerer restarted during a job with execution_timeout", "any",
+        "tests/unit/test_step_deadline.py::test_a_trigger_resumed_by_another_triggerer_keeps_the_"
+        "deadline_of_the_first", "1 (stopped at the first trigger's deadline)", "yes"),
+    Row("a line break in a DockerSettings field", "any",
+        "tests/unit/test_dockerfile_inputs.py::test_a_line_break_or_a_reserved_name_is_refused_"
+        "naming_the_field", "0 (refused at DAG parse)", "n/a"),
+    Row("$, quotes, backslashes, line breaks in an image's environment", "local",
+        "tests/integration/test_image_environment.py::test_an_engine_build_bakes_every_value_"
+        "exactly", "0 (an image, every value exact)", "n/a"),
+    Row("an Azure ML connection with a client id and no secret", "azureml",
+        "tests/unit/test_azureml_half_principal.py::test_half_a_service_principal_is_refused_"
+        "naming_the_empty_field_and_the_fix", "0 (refused before any call)", "n/a"),
 ]  # fmt: skip
 
 
