@@ -7,14 +7,18 @@ are real processes that it starts. Faults are provoked as tests/e2e does: a work
 the submit, after or before the task state store's record (a retry then finds the job through
 ``status`` or through ``find_active``), a user's kill as a triggerer delivers it (the trigger
 cancelled, then its ``on_kill`` awaited), and a ``max_runtime`` that the step's runtime enforces
-on itself (tinyjobs has no runtime limit of its own).
+on itself (tinyjobs has no runtime limit of its own). The page's trust rules too: a code bundle
+rewritten in the artifact root after the submit never runs, and a job of the same name that
+another try started is never attached to.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib
+import io
 import json
 import os
 import re
@@ -25,6 +29,7 @@ import threading
 import tomllib
 import urllib.error
 import urllib.request
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -65,7 +70,11 @@ def guide(saved, monkeypatch, airflow_db, artifact_root):
     serving.start()
     monkeypatch.setenv("TINYJOBS_URL", service.url)
     try:
-        yield SimpleNamespace(service=service, tinyjobs=importlib.import_module("tinyjobs"))
+        yield SimpleNamespace(
+            service=service,
+            service_module=importlib.import_module("tinyjobs_service"),
+            tinyjobs=importlib.import_module("tinyjobs"),
+        )
     finally:
         service.shutdown()
         service.server_close()  # ends every job still running
@@ -174,6 +183,21 @@ FAULT_DAGS = textwrap.dedent(
             service_url=SERVICE,
             max_runtime=1,
             execution_timeout=timedelta(seconds=30),  # a backend that ignores it fails sooner
+        )
+
+
+    def ran(started):
+        Path(started).touch()
+        return "ran"
+
+
+    with DAG("guide_once", schedule=None) as guide_once:  # one try: one job per run
+        TinyJobsStepOperator(
+            task_id="once",
+            python_callable=ran,
+            op_args=[f"{HERE}/started"],
+            service_url=SERVICE,
+            retries=0,
         )
     """
 )
@@ -446,3 +470,137 @@ def test_an_answer_larger_than_the_bound_is_refused_not_read_whole(saved):
     with pytest.raises(ValueError, match="more than"):
         tinyjobs._bounded(endless, "/jobs/j/logs")
     assert endless.tell() == limit + 1  # it stopped reading there
+
+
+def _with_marker(bundle: bytes, marker: Path) -> bytes:
+    """The code bundle with its ``airflow_stepop/__init__.py`` writing ``marker`` when imported:
+    what a writer of the artifact root could plant in every job that runs the bundle."""
+    line = f"\n__import__('pathlib').Path({str(marker)!r}).write_text('planted code ran')\n"
+    source, out = zipfile.ZipFile(io.BytesIO(bundle)), io.BytesIO()
+    with zipfile.ZipFile(out, "w") as rewritten:
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename == "airflow_stepop/__init__.py":
+                data += line.encode()
+            rewritten.writestr(info, data)
+    assert out.getvalue() != bundle
+    return out.getvalue()
+
+
+def test_a_code_bundle_rewritten_after_the_submit_never_runs(
+    guide, tmp_path, monkeypatch, capfd, artifact_root
+):
+    """Whoever may write the artifact root rewrites the step's code bundle after the backend's
+    create reached the service and before the job's process starts (the service's ``Job``
+    rewrites it first). The job's command carries the digest the worker staged: the bootstrap
+    refuses the bundle, and nothing of it runs (no marker, not the step)."""
+    from airflow_stepop.backends.bootstrap import (
+        BOOTSTRAP,
+        BOOTSTRAP_ENV,
+        CheckedFile,
+        bootstrap_arguments,
+        sha256_of,
+    )
+
+    marker, job_class, rewritten = tmp_path / "planted", guide.service_module.Job, []
+    start = job_class.__init__
+
+    def rewrite_then_start(self, name, command, env, labels):
+        [bundle] = (artifact_root / "code").glob("*.zip")
+        bundle.write_bytes(_with_marker(bundle.read_bytes(), marker))
+        rewritten.append(bundle)
+        start(self, name, command, env, labels)
+
+    monkeypatch.setattr(job_class, "__init__", rewrite_then_start)
+    # The service's jobs run in its directory, which `python -m` puts first on sys.path: not
+    # this repository's, whose airflow_stepop would be imported instead of the bundle's.
+    monkeypatch.chdir(tmp_path)
+    run = _run_held(tmp_path, monkeypatch, "guide_once")
+    logged = capfd.readouterr().out
+    assert run.state == "failed", logged[-4000:]
+    [job] = _jobs(guide.service, "once")
+    [bundle] = rewritten
+    assert (job.state, job.exit_code) == ("failed", 1)
+    assert not marker.exists()  # the planted code never ran
+    assert not (tmp_path / "started").exists()  # nor the step
+    run_dir = Path(job.command[-1]).parent  # the job's spec is the runtime's one argument
+    assert not (run_dir / "result.json").exists()
+    said = f"stepop: {bundle} is not the file this job was submitted with (sha256 differs)"
+    assert f"[{job.name}] {said}; nothing ran" in logged  # relayed into the task log
+
+    # The planted code would have run: the same bootstrap, given the rewritten file's own
+    # digest, imports it.
+    planted = [CheckedFile("code.zip", str(bundle), sha256_of(bundle.read_bytes()))]
+    done = subprocess.run(
+        [sys.executable, *bootstrap_arguments(planted, ["-c", "import airflow_stepop"])],
+        env={**os.environ, BOOTSTRAP_ENV: BOOTSTRAP, "TMPDIR": str(tmp_path)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert marker.read_text() == "planted code ran"
+
+
+def test_a_job_of_the_name_that_another_try_started_is_not_attached_to(
+    guide, tmp_path, monkeypatch, capfd
+):
+    """A job of the name this try asks for exists already, started by another try (a run
+    deleted and triggered again with the same run_id, without a task state store to tell them
+    apart; another Airflow on the same service). The service answers the create with 409, the
+    backend sees another try's id on that job and raises ``JobNameTakenError``: the operator
+    submits this try's job under another name and says so. The other job is left alone."""
+    backend = guide.tinyjobs.TinyJobsBackend
+    submit, asked = backend.submit, []
+
+    def submit_after_another_try(self, request):
+        if not asked:  # the other try's job, as the service keeps it: its labels say whose
+            name = request.job_name.lower()
+            labels = {**request.labels, "stepop_try": "another-try"}
+            command = ["python", "-c", "print('the other try ran')"]
+            guide.service.jobs[name] = guide.service_module.Job(name, command, {}, labels)
+        asked.append(request)
+        return submit(self, request)
+
+    monkeypatch.setattr(backend, "submit", submit_after_another_try)
+    run = _run_held(tmp_path, monkeypatch, "guide_once")
+    logged = capfd.readouterr().out
+    assert run.state == "success", logged[-4000:]
+    other, ours = sorted(_jobs(guide.service, "once"), key=lambda job: job.created)
+    assert [r.job_name for r in asked] == [other.name, ours.name]  # asked again, renamed
+    assert ours.name.startswith(f"{other.name}-") and ours.labels["stepop_try"] == asked[0].try_id
+    assert asked[0].try_id not in ("", "another-try")
+    assert ours.state == "succeeded" and (tmp_path / "started").exists()
+    assert _xcoms(run)[("once", "return_value")] == "ran"  # this try's result
+    assert not other.cancelled and other.labels["stepop_try"] == "another-try"  # left alone
+    assert (
+        f"A job named {other.name} exists already and belongs to another try (Airflow task "
+        f"instance id another-try), not this one: submitting this try's job as {ours.name}"
+    ) in logged
+    assert f"Submitted job {ours.name}" in logged
+
+
+def test_a_create_whose_answer_was_lost_attaches_to_this_trys_own_job(guide, tmp_path):
+    """The same try submits twice (its first create went through, the answer was lost): the
+    409's job carries this try's id, so ``submit`` returns its handle and starts no second job.
+    Another try asking for the name gets ``JobNameTakenError`` naming the owner."""
+    from airflow_stepop.backends.base import JobNameTakenError, JobRequest
+
+    run = tmp_path / "run"
+    request = JobRequest(
+        job_name="guide-lost-answer-t1",
+        task_key="guide/lost/answer/-1",
+        spec_uri=f"{run}/spec.json",
+        run_uri=str(run),
+        code_uri=f"{tmp_path}/code.zip",  # none: the job fails, which does not matter here
+        try_id="this-try",
+    )
+    backend = guide.tinyjobs.TinyJobsBackend(guide.service.url)
+    first = backend.submit(request)
+    assert backend.submit(request) == first
+    assert list(guide.service.jobs) == [first["job_id"]]
+    with pytest.raises(JobNameTakenError) as taken:
+        backend.submit(dataclasses.replace(request, try_id="another-try"))
+    assert (taken.value.job_name, taken.value.owner) == (request.job_name, "this-try")
+    assert list(guide.service.jobs) == [first["job_id"]]
