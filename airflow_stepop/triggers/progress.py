@@ -19,18 +19,8 @@ from airflow_stepop.backends.naming import shown_job
 from airflow_stepop.triggers.waits import finite_or_none
 
 REPEAT_SECONDS = 60.0
-# A longer line of the job's (a progress bar with no newline, a printed array) reaches the task
-# log in pieces of this many characters, so that no log record is megabytes long.
-LINE_PIECE_CHARS = 8192
 # The event carries the job's last lines (Airflow stores it; a failure shows them): each cut here.
 TAIL_LINE_CHARS = 1000
-
-
-def log_pieces(line: str) -> list[str]:
-    """A job's line as the task log gets it: whole, or in pieces of ``LINE_PIECE_CHARS``."""
-    if len(line) <= LINE_PIECE_CHARS:
-        return [line]
-    return [line[i : i + LINE_PIECE_CHARS] for i in range(0, len(line), LINE_PIECE_CHARS)]
 
 
 def tail_line(line: str) -> str:

@@ -34,11 +34,13 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_stepop.backends.base import JobStatus, StepBackend
+from airflow_stepop.backends.log_lines import relayed_lines
 from airflow_stepop.backends.naming import shown_job
 from airflow_stepop.triggers.deadline import deadline_at
+from airflow_stepop.triggers.log_drain import relay_round
 from airflow_stepop.triggers.poller import JobPoller, poller_for
 from airflow_stepop.triggers.process_identity import this_process
-from airflow_stepop.triggers.progress import Progress, log_pieces, tail_line
+from airflow_stepop.triggers.progress import Progress, tail_line
 from airflow_stepop.triggers.relay_cursor import CursorStore
 from airflow_stepop.triggers.waits import (
     DEFAULT_POLL_INTERVAL,
@@ -274,9 +276,7 @@ class StepJobTrigger(BaseTrigger):
                 limit = None if end is None else end - time.monotonic()
                 await self._back_off(f"Polling {job_id}", exc, failures, limit=limit)
                 continue
-            lines, cursor = await self._relay(backend, cursor, final=status.terminal)
-            self._show(lines, tail)
-            await cursors.save(cursor, relayed=len(lines), tail=tail)
+            cursor = await self._relay_round(backend, cursor, cursors, tail, final=status.terminal)
             progress.update(status)
             cursors.running_since = progress.running_since
             if status.terminal:
@@ -346,18 +346,37 @@ class StepJobTrigger(BaseTrigger):
                 ended = not backend.is_transient(exc)
             left = give_up - time.monotonic()
             final = ended or left <= 0
-            lines, cursor = await self._relay(backend, cursor, final=final)
-            self._show(lines, tail)
-            await cursors.save(cursor, relayed=len(lines), tail=tail)
+            cursor = await self._relay_round(backend, cursor, cursors, tail, final=final)
             if final:
                 return
             await asyncio.sleep(min(wait, left))  # the last read falls at give_up, not past it
             wait = min(wait * 2, 5.0)
 
+    async def _relay_round(
+        self,
+        backend: StepBackend,
+        cursor: Any,
+        cursors: CursorStore,
+        tail: collections.deque[str],
+        *,
+        final: bool,
+    ) -> Any:
+        """Relay the job's new lines, reading again at once while more waits (``log_drain``):
+        each read's lines reach the task log, and its cursor the store, before the next read."""
+
+        async def show(lines: list[str], after: Any) -> None:
+            self._show(lines, tail)
+            await cursors.save(after, relayed=len(lines), tail=tail)
+
+        def read(at: Any) -> Any:
+            return self._relay(backend, at, final=final)
+
+        return await relay_round(read, show, cursor, final=final)
+
     def _show(self, lines: list[str], tail: collections.deque[str]) -> None:
         """The job's lines into the task log, and into the tail its event carries."""
         for line in lines:
-            for piece in log_pieces(line):
+            for piece in relayed_lines(line):
                 self.log.info("[%s] %s", shown_job(self.handle), piece)
         tail.extend(map(tail_line, lines))
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from airflow_stepop.backends.base import JobStatus
+from airflow_stepop.backends.log_lines import CONTINUES, relayed_lines
 from airflow_stepop.triggers import relay_cursor, step_job
 from airflow_stepop.triggers.poller import poller_for
 from airflow_stepop.triggers.relay_cursor import CursorStore
@@ -455,8 +456,9 @@ def test_a_very_long_line_reaches_the_task_log_in_pieces_and_the_event_cut(
     prefix = "[dag-task-t1] "
     pieces = [r.removeprefix(prefix) for r in task_log.records if r.startswith(prefix)]
     assert pieces[0] == "short" and pieces[-1] == ""
-    assert [len(piece) for piece in pieces[1:-1]] == [8192, 8192, 21000 - 2 * 8192]
-    assert "".join(pieces[1:-1]) == long_line
+    assert pieces[1:-1] == relayed_lines(long_line)  # pieces of 8,000 characters at most
+    assert all(piece.endswith(CONTINUES) for piece in pieces[1:-2])
+    assert "".join(piece.removesuffix(CONTINUES) for piece in pieces[1:-1]) == long_line
     assert event.payload["log_tail"] == [
         "short", f"{long_line[:1000]}... (20000 more characters in the task log)", ""
     ]  # fmt: skip
