@@ -79,6 +79,18 @@ ROWS = [
     Row("worker killed after the job succeeded", "azureml",
         f"{AZUREML}::test_a_retry_after_the_job_succeeded_returns_its_result_with_one_job",
         "1 (result reused)", "n/a"),
+    Row("DAG run deleted and triggered again with the same run_id", "local",
+        "tests/e2e/test_recreated_run.py::test_a_run_deleted_and_triggered_again_with_the_same_"
+        "run_id_makes_new_local_jobs", "1 per run (new name, new run dir)", "n/a"),
+    Row("DAG run deleted and triggered again with the same run_id", "sagemaker",
+        "tests/e2e/test_recreated_run.py::test_a_run_deleted_and_triggered_again_with_the_same_"
+        "run_id_makes_new_sagemaker_jobs", "1 per run (new name, new run dir)", "n/a"),
+    Row("DAG run deleted and triggered again with the same run_id", "vertex",
+        "tests/e2e/test_recreated_run.py::test_a_run_deleted_and_triggered_again_with_the_same_"
+        "run_id_makes_new_vertex_jobs", "1 per run (new name, new run dir)", "n/a"),
+    Row("DAG run deleted and triggered again with the same run_id", "azureml",
+        "tests/e2e/test_recreated_run.py::test_a_run_deleted_and_triggered_again_with_the_same_"
+        "run_id_makes_new_azureml_jobs", "1 per run (new name, new run dir)", "n/a"),
     Row("triggerer killed and restarted mid-job", "local",
         f"{LOCAL_BACKEND}::{RESUMED}", "1 (no line relayed twice)", "n/a"),
     Row("triggerer killed and restarted mid-job", "sagemaker",
@@ -204,6 +216,43 @@ ROWS = [
     Row("an Azure ML connection with a client id and no secret", "azureml",
         "tests/unit/test_azureml_half_principal.py::test_half_a_service_principal_is_refused_"
         "naming_the_empty_field_and_the_fix", "0 (refused before any call)", "n/a"),
+    Row("code bundle / spec rewritten in the bucket after submit", "local",
+        "tests/integration/test_local_rewritten_after_submit.py::test_a_bundle_rewritten_after_"
+        "staging_fails_the_process_job_before_any_of_it_runs", "1 (fails, nothing of it ran)",
+        "n/a"),
+    Row("code bundle / spec rewritten in the bucket after submit", "local",
+        "tests/integration/test_local_rewritten_after_submit.py::test_a_spec_rewritten_after_"
+        "staging_fails_the_process_job_before_it_is_read", "1 (fails, nothing of it ran)", "n/a"),
+    Row("code bundle / spec rewritten in the bucket after submit", "local",
+        "tests/integration/test_local_rewritten_after_submit.py::test_a_bundle_rewritten_after_"
+        "staging_fails_the_container_job_before_any_of_it_runs",
+        "1 (container, fails, nothing ran)", "n/a"),
+    Row("code bundle / spec / entry / launch rewritten after submit", "sagemaker",
+        "tests/integration/sagemaker/test_sagemaker_rewritten_after_submit.py::test_a_file_"
+        "rewritten_in_s3_after_submit_fails_the_job_before_any_of_it_runs",
+        "1 (fails, nothing of it ran)", "n/a"),
+    Row("code bundle / spec / entry rewritten after submit", "vertex",
+        "tests/integration/vertex/test_vertex_rewritten_after_submit.py::test_a_file_rewritten_"
+        "in_gcs_after_submit_fails_the_job_before_any_of_it_runs",
+        "1 (fails, nothing of it ran)", "n/a"),
+    Row("code bundle / spec / entry / launch rewritten after submit", "azureml",
+        "tests/integration/azureml/test_azureml_rewritten_after_submit.py::test_a_file_rewritten_"
+        "in_blob_storage_after_submit_fails_the_job_before_any_of_it_runs",
+        "1 (fails, nothing of it ran)", "n/a"),
+    Row("result.json and its pickle rewritten in the bucket", "local",
+        "tests/integration/test_local_rewritten_after_submit.py::test_a_rewritten_result_and_"
+        "pickle_are_never_unpickled_on_the_worker", "1 (not unpickled on the worker)", "n/a"),
+    Row("result.json and its pickle rewritten in the bucket", "sagemaker",
+        "tests/integration/sagemaker/test_sagemaker_rewritten_after_submit.py::test_a_rewritten_"
+        "result_and_pickle_in_s3_are_never_unpickled_on_the_worker",
+        "1 (not unpickled on the worker)", "n/a"),
+    Row("result.json and its pickle rewritten in the bucket", "vertex",
+        "tests/integration/vertex/test_vertex_rewritten_after_submit.py::test_a_rewritten_result_"
+        "and_pickle_are_never_unpickled_on_the_worker", "1 (not unpickled on the worker)", "n/a"),
+    Row("result.json and its pickle rewritten in the bucket", "azureml",
+        "tests/integration/azureml/test_azureml_rewritten_after_submit.py::test_a_rewritten_"
+        "result_and_pickle_are_never_unpickled_on_the_worker", "1 (not unpickled on the worker)",
+        "n/a"),
 ]  # fmt: skip
 
 
