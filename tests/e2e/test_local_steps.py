@@ -123,7 +123,7 @@ def test_a_retry_resumes_from_the_checkpoints_of_the_failed_try(results, artifac
     run = _dags(results).checkpoint_resumes().test()
     assert run.state == "success"
     assert _xcom_rows("checkpoint_resumes")[("train", "return_value", -1)] == 3
-    (state,) = artifact_root.glob("checkpoint_resumes/*/train/-1/checkpoints/epoch.txt")
+    (state,) = artifact_root.glob("checkpoint_resumes/*/train/-1/*/checkpoints/epoch.txt")
     assert state.read_text() == "6"
 
 
