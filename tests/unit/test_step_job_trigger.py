@@ -16,7 +16,7 @@ import pytest
 
 from airflow_stepop.backends.base import JobStatus
 from airflow_stepop.backends.log_lines import CONTINUES, relayed_lines
-from airflow_stepop.triggers import relay_cursor, step_job
+from airflow_stepop.triggers import job_log_relay, relay_cursor, step_job
 from airflow_stepop.triggers.poller import poller_for
 from airflow_stepop.triggers.relay_cursor import CursorStore
 from airflow_stepop.triggers.step_job import StepJobTrigger
@@ -85,6 +85,7 @@ class Poller:
 def clock(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(step_job, "time", clock)
+    monkeypatch.setattr(job_log_relay, "time", clock)  # the trigger's relay half
     return clock
 
 
