@@ -203,32 +203,15 @@ class BaseStepOperator(BaseOperator):
             from airflow_stepop.operators.outcome import StepKilledError
 
             raise StepKilledError("The task was killed before its job was submitted: no job ran")
-        try_number = context["ti"].try_number
-        handle = {**self._submit_named(backend, request, try_number), "submitted_at": time.time()}
+        from airflow_stepop.operators.task_identity import submit_as_own
+
+        submitted = submit_as_own(backend, request, context["ti"].try_number, self.log)
+        handle = {**submitted, "submitted_at": time.time()}
         self._handle = (backend, handle)  # from now on, on_kill stops it
         self.log.info("Submitted job %s", shown_job(handle))
         if self._killed:  # the kill came while the submit was on its way
             self._stop_killed(backend, handle)
         return handle
-
-    def _submit_named(
-        self, backend: StepBackend, request: JobRequest, try_number: int
-    ) -> dict[str, Any]:
-        """Submit under the request's name; where another try's job holds it, under another
-        with this try's id in it (the run directory is this try's already)."""
-        from airflow_stepop.backends.base import JobNameTakenError
-
-        try:
-            return backend.submit(request)
-        except JobNameTakenError as taken:
-            import dataclasses
-
-            from airflow_stepop.backends.naming import job_name
-
-            salt = "".join(c for c in request.try_id if c.isalnum())[-6:] or "x"
-            name = job_name(request.task_key, try_number, salt=salt)
-            self.log.warning("%s: submitting this try's job as %s", taken, name)
-            return backend.submit(dataclasses.replace(request, job_name=name))
 
     def _stop_killed(self, backend: StepBackend, handle: dict[str, Any]) -> None:
         from airflow_stepop.operators.outcome import StepKilledError

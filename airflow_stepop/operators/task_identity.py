@@ -12,8 +12,12 @@ keeps its id there as the *instance*, which every later try of this run reads ba
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from airflow_stepop.backends.base import JobRequest, StepBackend
 
 INSTANCE_KEY = "stepop_instance"
 INSTANCE_CHARS = 12  # 48 bits of a hash of a uuid: one task instance meets no other's
@@ -52,3 +56,21 @@ def _instance(store: Any, try_id: str) -> str:
     own = hashlib.sha256(try_id.encode()).hexdigest()[:INSTANCE_CHARS]
     store.set(INSTANCE_KEY, own)
     return own
+
+
+def submit_as_own(
+    backend: StepBackend, request: JobRequest, try_number: int, log: Any
+) -> dict[str, Any]:
+    """Submit under the request's name; where another try's job holds it (``submit`` raised
+    ``JobNameTakenError``), under another with this try's id in it, saying so in the task log
+    (the run directory is this try's already)."""
+    from airflow_stepop.backends.base import JobNameTakenError
+    from airflow_stepop.backends.naming import job_name
+
+    try:
+        return backend.submit(request)
+    except JobNameTakenError as taken:
+        salt = "".join(c for c in request.try_id if c.isalnum())[-6:] or "x"
+        name = job_name(request.task_key, try_number, salt=salt)
+        log.warning("%s: submitting this try's job as %s", taken, name)
+        return backend.submit(dataclasses.replace(request, job_name=name))

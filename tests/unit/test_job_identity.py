@@ -16,7 +16,7 @@ from airflow_stepop import LocalStepOperator
 from airflow_stepop.backends.base import JobNameTakenError, JobRequest
 from airflow_stepop.backends.local.backend import JOB_RECORD, LocalBackend
 from airflow_stepop.backends.naming import job_name
-from airflow_stepop.operators.task_identity import INSTANCE_KEY, task_identity
+from airflow_stepop.operators.task_identity import INSTANCE_KEY, submit_as_own, task_identity
 from airflow_stepop.packaging.staging import StepIdentity, stage_step
 from airflow_stepop.runtime.storage import Storage
 from tests.waiting import wait_for
@@ -87,7 +87,7 @@ def test_the_operator_submits_under_another_name_when_another_try_holds_its_own(
     wait_for(lambda: backend._status(old).terminal, 60, "the first job to end")
     request = _request(tmp_path, try_id="0190a1b2-c3d4-7e5f-8a9b-ffffffaa1234", instance="b")
     operator = LocalStepOperator(task_id="step", python_callable=len, op_args=["four"])
-    handle = operator._submit_named(backend, request, 1)
+    handle = submit_as_own(backend, request, 1, operator.log)
     assert handle["job_id"] == f"{request.job_name}-aa1234" != old["job_id"]
     said = "".join(capfd.readouterr())  # the task log
     assert f"A job named {request.job_name} exists already and belongs to another try" in said
