@@ -196,7 +196,8 @@ def test_a_spot_preemption_resumes_from_the_checkpoint(gcp, ctl):
     assert log.count("The replicas were preempted (Spot VM).") == 1
     assert job["job_spec"]["scheduling"]["strategy"] == "SPOT"
     checkpoints = job["job_spec"]["base_output_directory"]["output_uri_prefix"]
-    assert checkpoints.startswith(gcp["root"] + "/") and checkpoints.endswith("/-1")
+    # the task instance's directory (<map_index>/<instance>), shared by its tries' runs
+    assert checkpoints.startswith(gcp["root"] + "/") and "/resumable/-1/" in checkpoints
 
 
 def test_a_two_node_job_gives_each_node_its_rank(gcp, ctl):
