@@ -14,7 +14,6 @@ from airflow_stepop.backends.base import JobRequest
 from airflow_stepop.backends.local.backend import _job_environment
 from tests.waiting import wait_for
 
-
 SCRATCH = Path("/jobs/job-t1/tmp")
 
 

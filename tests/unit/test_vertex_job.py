@@ -83,8 +83,8 @@ def test_the_users_labels_never_replace_ours_and_all_of_them_fit_vertexs_64():
     from airflow_stepop.backends.vertex.config import USER_LABELS_MAX
 
     # a config made without the parse-time check still cannot take our keys
-    body = build_job(REQUEST, SPEC, _job(labels={"stepop_task": "x", "airflow_dag_id": "y",
-                                                 "team": "ml"}), "img", "p", "l", ENTRY)  # fmt: skip
+    labels = {"stepop_task": "x", "airflow_dag_id": "y", "team": "ml"}
+    body = build_job(REQUEST, SPEC, _job(labels=labels), "img", "p", "l", ENTRY)
     assert body["labels"]["stepop_task"] != "x" and body["labels"]["airflow_dag_id"] == "my_dag"
     assert body["labels"]["team"] == "ml"
     most = {f"k{i}": "v" for i in range(USER_LABELS_MAX)}
