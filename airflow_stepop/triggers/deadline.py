@@ -25,10 +25,11 @@ import logging
 from typing import Any
 
 from airflow_stepop.runtime.storage import join
-from airflow_stepop.triggers.relay_cursor import _in_io_thread
+from airflow_stepop.triggers.relay_cursor import _in_io_thread, read_bounded
 from airflow_stepop.triggers.waits import finite_or_none
 
 log = logging.getLogger(__name__)
+MAX_DOCUMENT_BYTES = 4096  # ours is under 200 bytes
 
 
 async def deadline_at(
@@ -50,8 +51,10 @@ async def deadline_at(
 
         storage = worker_storage(conn_id)
         try:
-            document = storage.read_json(uri)
+            document = json.loads(read_bounded(storage, uri, MAX_DOCUMENT_BYTES))
         except FileNotFoundError:
+            document = None
+        except ValueError:  # not a document of ours (too large, not JSON, not a plain file)
             document = None
         if isinstance(document, dict) and document.get("deferred_by") == deferral:
             stored = finite_or_none(document.get("deadline"))
