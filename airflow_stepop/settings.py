@@ -142,9 +142,10 @@ _ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _APT_NAME = r"[a-z0-9][a-z0-9+.\-]*(=[A-Za-z0-9.+~:\-]+)?"
 
 # One line of a requirements file: no line break or other control character (it would start
-# another line: an option such as --index-url), and no trailing backslash (pip's line
+# another line: an option such as --index-url), including those pip's str.splitlines() breaks
+# at (NEL, the line and paragraph separators), and no trailing backslash (pip's line
 # continuation, which would join the next entry to this one).
-_REQUIREMENT = r"[^\x00-\x1f\x7f]*[^\x00-\x1f\x7f\\]"
+_REQUIREMENT = r"[^\x00-\x1f\x7f\x85\u2028\u2029]*[^\x00-\x1f\x7f\x85\u2028\u2029\\]"
 
 # The build arguments that carry the environment's values into the image (``ENV NAME=
 # "${STEPOP_ENV_NAME}"``: a value passed so is never parsed by Docker, so ``$``, quotes,

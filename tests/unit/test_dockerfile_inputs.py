@@ -33,6 +33,9 @@ def dockerfile(tmp_path):
         ({"requirements": ["six\n--index-url=http://x"]}, "requirements", "'six\\n--index-url"),
         ({"requirements": ["six \\", "numpy"]}, "requirements", "'six \\\\'"),
         ({"requirements": ["six\r"]}, "requirements", "'six\\r'"),
+        # pip splits a requirements file with str.splitlines(): these break lines too
+        ({"requirements": ["six\u2028--index-url=http://x"]}, "requirements", "'six\\u2028"),
+        ({"requirements": ["six\x85--pre"]}, "requirements", "'six\\x85--pre'"),
         ({"environment": {"MODE\n": "x"}}, "environment", "'MODE\\n'"),
         ({"environment": {"MODE": "a\x00b"}}, "environment['MODE']", "'a\\x00b'"),
         ({"environment": {"STEPOP_ENV_X": "1"}}, "environment", "'STEPOP_ENV_X'"),
