@@ -120,7 +120,12 @@ def test_job_names_are_valid_deterministic_and_share_the_key_hash_across_tries()
     assert all(NAME_RULE.match(n) and len(n) <= 63 for n in names)
     assert job_name(key, 1) == names[0]
     digest = key_prefix(key).rsplit("-", 1)[1]  # what find_active looks for
-    assert all(re.search(rf"-{digest}-t\d+$", n) for n in names)
+    own = sm.own_name_pattern(digest)
+    assert all(own.search(n) for n in names)
+    # the name a try takes when another try's job holds its own is found too (a retry after a
+    # worker lost between that submit and its record re-attaches, no second job)
+    assert own.search(job_name(key, 2, salt="aa1234"))
+    assert not own.search(job_name(task_key("a", "r", "t", 3), 2))
 
 
 def test_links_point_at_the_console_and_the_log_streams():

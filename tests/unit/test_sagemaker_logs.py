@@ -55,3 +55,26 @@ def test_a_stream_longer_than_the_task_log_takes_says_where_the_rest_is():
     assert lines[:-1] == [f"line {n}" for n in range(sagemaker_logs.FINAL_PAGES)]
     assert "job-1/algo-1-1700000000 has more lines" in lines[-1]
     assert "CloudWatch Logs, /aws/sagemaker/TrainingJobs" in lines[-1]
+
+
+def test_a_rewritten_cursor_cannot_name_another_jobs_log_stream():
+    """The saved cursor lies in the run directory, which the job may write: a stream of another
+    job's named there must not be read into this task's log."""
+    read_streams: list[str] = []
+
+    class Recording(_CloudWatch):
+        async def get_log_events(self, logStreamName: str = "", **kwargs):
+            read_streams.append(logStreamName)
+            return await super().get_log_events(**kwargs)
+
+    async def open_client():
+        return Recording(1)
+
+    forged = {"streams": {"other-team-job/algo-1-1": None, "job-1/algo-1-1700000000": None},
+              "listed": 0.0, "read": 0.0, "phase": "Training"}  # fmt: skip
+    asyncio.run(
+        sagemaker_logs.read_new_lines(
+            open_client, "job-1", forged, final=True, phase="Completed", allowed=lambda: True
+        )
+    )
+    assert read_streams and set(read_streams) == {"job-1/algo-1-1700000000"}

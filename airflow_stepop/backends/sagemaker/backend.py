@@ -77,6 +77,12 @@ LIST_WINDOW_SLACK = 300.0
 LIST_MAX_PAGES = 50  # 5000 jobs in progress in the window; any beyond are described
 
 
+def own_name_pattern(digest: str) -> re.Pattern[str]:
+    """The job names of a task instance's tries: ``...-<digest>-t<try>``, or the one a try
+    took when another try's job held its own (``submit_as_own``: ``-t<try>-<salt>``)."""
+    return re.compile(rf"-{re.escape(digest)}-t\d+(-[A-Za-z0-9]+)?$")
+
+
 class SageMakerBackend(StepBackend):
     """Runs steps as SageMaker training jobs through the amazon provider's hooks."""
 
@@ -253,7 +259,7 @@ class SageMakerBackend(StepBackend):
         answer = client.list_training_jobs(
             NameContains=f"-{digest}-t", StatusEquals="InProgress", MaxResults=10
         )
-        own = re.compile(rf"-{re.escape(digest)}-t\d+$")
+        own = own_name_pattern(digest)
         for summary in answer.get("TrainingJobSummaries", []):
             name = summary["TrainingJobName"]
             if not own.search(name):

@@ -56,7 +56,16 @@ async def read_new_lines(
         return [], cursor
     cursor["read"] = now
     client = await open_client()
-    streams: dict[str, str | None] = dict(cursor["streams"])
+    # the cursor is kept where the job may write: only this job's streams are read, whatever
+    # a rewritten one names (another job's log would reach this task's log)
+    saved = cursor["streams"] if isinstance(cursor.get("streams"), dict) else {}
+    streams: dict[str, str | None] = {
+        name: token
+        for name, token in saved.items()
+        if isinstance(name, str)
+        and name.startswith(f"{job}/")
+        and isinstance(token, (str, type(None)))
+    }
     if (
         (final and not going_on)
         or not streams
