@@ -152,18 +152,33 @@ class AzureMLBackend(StepBackend):
             outputs=outputs, command=command, properties=properties, tags=tags,
         )  # fmt: skip
         path = f"{self.workspace.path}/jobs/{request.job_name}"
+        # A PUT on a job of this name would replace that job's tags: another try's is left as
+        # it is, this try's own (a submit retried after its answer was lost) is attached to.
+        existing = self._existing(path)
+        if existing is not None:
+            owner = ((existing.get("properties") or {}).get("properties") or {}).get(TRY_PROPERTY)
+            if not request.owns(owner):
+                raise JobNameTakenError(request.job_name, owner)
+            log.info("Azure ML job %s exists already; attaching to it", request.job_name)
+            return self._handle(existing, request.task_key, job)
         try:
             answer = self.arm.put(path, body)  # a re-PUT of the same job answers the job itself
         except Exception as exc:
             if getattr(exc, "status_code", None) == 400:  # a VM size Azure ML lacks, say
                 raise self._refusal(exc, job) from exc
             raise
-        owner = ((answer.get("properties") or {}).get("properties") or {}).get(TRY_PROPERTY)
-        if not request.owns(owner):  # another run's or try's job of this name
-            raise JobNameTakenError(request.job_name, owner)
         log.info("Azure ML job %s: %s, experiment %s", request.job_name, job.machine(),
                  job.experiment_name)  # fmt: skip
         return self._handle(answer, request.task_key, job)
+
+    def _existing(self, path: str) -> dict[str, Any] | None:
+        """The job at ``path``, or None when there is none."""
+        try:
+            return self.arm.get(path)
+        except Exception as exc:
+            if self.is_gone(exc):
+                return None
+            raise
 
     @staticmethod
     def _refusal(exc: Any, job: AzureMLJobConfig) -> Exception:
