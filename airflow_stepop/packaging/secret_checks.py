@@ -105,8 +105,30 @@ def _parts(item: Any, where: str) -> Iterator[tuple[Any, str]]:
     elif dataclasses.is_dataclass(item):
         for field in dataclasses.fields(item):
             yield getattr(item, field.name, None), f"{where}.{field.name}"
+    elif _kind_of(item) in ("numpy.ndarray", "pandas.Series"):
+        yield from _text_items(item, where)
+    elif _kind_of(item) == "pandas.DataFrame":
+        yield list(item.columns), f"{where}.columns"
+        for name, column in item.items():
+            yield from _text_items(column, f"{where}[{name!r}]")
     else:
         yield from _attributes(item, where)
+
+
+def _kind_of(item: Any) -> str:
+    """``numpy.ndarray``, ``pandas.Series``, ``pandas.DataFrame`` or another type's name, told
+    without importing either library (a step without them never loads them here)."""
+    cls = type(item)
+    return f"{cls.__module__.split('.', 1)[0]}.{cls.__name__}"
+
+
+def _text_items(values: Any, where: str) -> Iterator[tuple[Any, str]]:
+    """The text in an array or a column: an array keeps it in its buffer, not in attributes
+    (numbers hold no secret, so only text and object dtypes are walked)."""
+    dtype = values.dtype
+    if getattr(dtype, "kind", "") in ("U", "S", "O") or str(dtype) == "string":
+        flat = values.ravel() if hasattr(values, "ravel") else values
+        yield from ((v, f"{where}[{i}]") for i, v in enumerate(flat.tolist()))
 
 
 def _attributes(item: Any, where: str) -> Iterator[tuple[Any, str]]:

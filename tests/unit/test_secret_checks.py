@@ -216,3 +216,27 @@ def test_values_airflow_does_not_mask_pass(monkeypatch):
         return conn_id
 
     assert pickle_by_value(step).pickle
+
+
+@pytest.mark.parametrize(
+    ("make", "where"),
+    [
+        (lambda s: __import__("numpy").array(["db1", s]), "op_kwargs['rows'][1]"),
+        (lambda s: __import__("numpy").array([["a", s]], dtype=object), "op_kwargs['rows'][1]"),
+        (lambda s: __import__("pandas").Series(["db1", s]), "op_kwargs['rows'][1]"),
+        (
+            lambda s: __import__("pandas").DataFrame({"host": ["db1"], "password": [s]}),
+            "op_kwargs['rows']['password'][0]",
+        ),
+    ],
+    ids=["str array", "object array", "series", "dataframe"],
+)
+def test_a_secret_in_an_array_or_a_frame_is_refused(tmp_path, monkeypatch, make, where):
+    """An array keeps its text in its buffer (a '<U' array as UTF-32, a frame compressed as
+    parquet): neither its attributes nor a byte scan of what is uploaded would find it."""
+    secret = _connection(monkeypatch, _password()).password
+    message = _refused(
+        tmp_path, monkeypatch, python_callable=_two, op_args=["t"], op_kwargs={"rows": make(secret)}
+    )
+    assert f"{where} holds a value Airflow masks" in message
+    assert secret not in message
