@@ -29,6 +29,9 @@ from airflow_stepop.triggers.waits import (
 )
 
 MAX_BACKOFF_SECONDS = 60.0
+# Lines written to the task log between two yields to the event loop: a read of short lines
+# (a progress bar of \r frames) is tens of thousands of records, each a log call.
+SHOW_BATCH = 500
 FINAL_LOG_ATTEMPTS = 3  # reads of a finished job's last lines before its event goes out anyway
 
 
@@ -86,7 +89,9 @@ class JobLogRelay:
         each read's lines reach the task log, and its cursor the store, before the next read."""
 
         async def show(lines: list[str], after: Any) -> None:
-            self._show(lines, tail)
+            for start in range(0, len(lines), SHOW_BATCH):  # the event loop is everyone's
+                self._show(lines[start : start + SHOW_BATCH], tail)
+                await asyncio.sleep(0)
             await cursors.save(after, relayed=len(lines), tail=tail)
 
         def read(at: Any) -> Any:

@@ -26,6 +26,9 @@ LOG_STREAMS_INTERVAL = 60.0
 LOG_EVENTS_INTERVAL = 2.0
 # Pages of one read, at most: 8 MB of events (a page is 1 MB or 10,000 events at most).
 PAGES_PER_READ = 8
+# Records a read stops taking further pages at: a page is at most 1 MB, but a progress bar of
+# short \r frames makes one record of each, and a record costs far more than its bytes.
+MAX_RECORDS_PER_READ = 20_000
 FINAL_PAGES = 50  # per stream, for a finished job: up to 500,000 lines into the task log
 
 
@@ -110,7 +113,7 @@ async def _running_pages(
     names = sorted(streams)
     names = [n for n in names if n > last] + [n for n in names if n <= last]
     for pages, name in enumerate(names[:PAGES_PER_READ]):
-        if not allowed():
+        if len(lines) >= MAX_RECORDS_PER_READ or not allowed():
             return pages
         streams[name], _ = await _page(client, name, streams[name], len(streams), lines)
         cursor["last"] = name
@@ -139,7 +142,7 @@ async def _final_pages(
                 )
                 ended.append(name)
                 break
-            if pages >= PAGES_PER_READ or not allowed():
+            if pages >= PAGES_PER_READ or len(lines) >= MAX_RECORDS_PER_READ or not allowed():
                 cursor.update(ended=ended, pages=counts)
                 return pages
             streams[name], done = await _page(client, name, streams[name], len(streams), lines)
