@@ -63,12 +63,14 @@ class CheckedFile(NamedTuple):
 
 
 def bootstrap_arguments(files: Sequence[CheckedFile], command: Sequence[str]) -> list[str]:
-    """``-c LOADER`` and its arguments: after the interpreter, the job's whole command line."""
+    """``-I -c LOADER`` and its arguments: after the interpreter, the job's whole command line.
+    Isolated mode (``-I``): the bootstrap's own imports come from the interpreter, never from
+    the working directory, a ``PYTHONPATH`` or a user site the image or the job may have."""
     names = [f.name for f in files]
     if len(set(names)) != len(names) or any("/" in n or n in ("", "--") for n in names):
         raise ValueError(f"bootstrap file names must be distinct plain names, got {names}")
     triples = [part for f in files for part in (f.name, f.path, f.sha256)]
-    return ["-c", LOADER, *triples, "--", *command]
+    return ["-I", "-c", LOADER, *triples, "--", *command]
 
 
 def bootstrap_environment(spec_sha256: str, try_id: str) -> dict[str, str]:

@@ -85,14 +85,14 @@ def test_the_launch_maps_code_run_upstream_inputs_and_the_result_output():
     assert launch["path_map"][output_uri] == "result"
     # the bootstrap checks the entry script, launch document and bundle, then runs the entry
     words = shlex.split(command)
-    assert words[:3] == ["python3", "-c", LOADER]
-    assert words[3:12] == [
+    assert words[:4] == ["python3", "-I", "-c", LOADER]
+    assert words[4:13] == [
         "stepop_entry.py", "${{inputs.run}}/stepop_entry.py", hashlib.sha256(ENTRY).hexdigest(),
         "stepop_launch.json", "${{inputs.run}}/stepop_launch.json",
         hashlib.sha256(launch_bytes(launch)).hexdigest(),
         "code.zip", "${{inputs.code}}", "abc",
     ]  # fmt: skip
-    assert words[12:16] == ["--", "stepop_entry.py", "stepop_launch.json", "code=${{inputs.code}}"]
+    assert words[13:17] == ["--", "stepop_entry.py", "stepop_launch.json", "code=${{inputs.code}}"]
     assert "result=${{outputs.result}}" in words
 
 

@@ -45,8 +45,8 @@ def test_the_job_reads_every_bucket_through_the_gcs_mount_and_passes_vertex_chec
     assert [p["replica_count"] for p in pools] == [1, 2]  # Vertex: pool 0 has exactly one
     container = pools[0]["container_spec"]
     # the bootstrap checks the entry script and the code bundle, read through the FUSE mount
-    assert container["command"][:3] == ["python3", "-c", LOADER]
-    assert container["command"][3:] == [
+    assert container["command"][:4] == ["python3", "-I", "-c", LOADER]
+    assert container["command"][4:] == [
         "stepop_vertex_entry.py",
         "/gcs/bucket/root/dag/run/task/-1/1/stepop_vertex_entry.py",
         hashlib.sha256(ENTRY).hexdigest(),
