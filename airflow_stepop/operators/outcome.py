@@ -35,9 +35,8 @@ def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
     if event.get("reason"):
         parts[0] += f": {event['reason']}"
     error_uri = join(output_uri(handle), specs.ERROR_NAME)
-    error = None
-    if storage.exists(error_uri):
-        error = storage.read_json(error_uri)
+    error = _error_document(storage, error_uri)
+    if error is not None:
         parts.append(f"The step raised {error['type']}: {error['message']}")
         if hint := _hint(error):  # before the traceback, which may be long
             parts.append(hint)
@@ -58,6 +57,28 @@ def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
     if error is not None and error.get("module", "").startswith("airflow."):
         return _as_airflow_does(error, message) or StepFailedError(message)
     return StepFailedError(message)
+
+
+ERROR_DOCUMENT_MAX_BYTES = 1 << 20  # a traceback of thousands of frames fits
+
+
+def _error_document(storage: Any, uri: str) -> dict[str, str] | None:
+    """The job's error document, as text fields, or None: the job writes it, so it is read as
+    at most ``ERROR_DOCUMENT_MAX_BYTES`` and a field it lacks is empty, never a KeyError that
+    would hide the step's failure behind one of ours."""
+    import json
+
+    from airflow_stepop.triggers.relay_cursor import read_bounded
+
+    try:
+        document = json.loads(read_bounded(storage, uri, ERROR_DOCUMENT_MAX_BYTES))
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        document = {"type": "UnreadableErrorDocument", "message": f"{uri}: {exc}"}
+    if not isinstance(document, dict):
+        document = {"type": "UnreadableErrorDocument", "message": f"{uri} is not an object"}
+    return {key: str(document.get(key) or "") for key in ("type", "module", "message", "traceback")}
 
 
 def _as_airflow_does(error: dict[str, Any], message: str) -> Exception | None:

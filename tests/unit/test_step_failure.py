@@ -287,3 +287,25 @@ def test_a_hint_that_cannot_be_made_leaves_the_failure_whole(tmp_path, monkeypat
 
     assert message.startswith("Step job j1 failed")
     assert "ModuleNotFoundError: No module named 'stepop_anything'" in message
+
+
+@pytest.mark.parametrize(
+    ("document", "said"),
+    [
+        ({"message": "boom"}, "The step raised : boom"),  # a job's own, without type or traceback
+        (["not", "an", "object"], "is not an object"),
+        ({"type": "E", "message": "x" * (2 << 20)}, "larger than 1048576 bytes"),
+    ],
+    ids=["fields missing", "not an object", "too large"],
+)
+def test_an_error_document_the_job_garbled_still_fails_the_step_with_the_job_s_failure(
+    tmp_path, document, said
+):
+    """The job writes error.json: a field it lacks used to raise a KeyError of ours, which hid
+    the step's failure, and the document was read whole whatever its size."""
+    (tmp_path / "error.json").write_text(json.dumps(document))
+    handle = {"job_id": "job-t1", "run_uri": tmp_path.as_uri()}
+    event = {"status": "failed", "reason": "exit code 1", "handle": handle, "log_tail": ["end"]}
+    error = step_failure(event, Storage())
+    assert isinstance(error, StepFailedError)
+    assert "Step job job-t1 failed: exit code 1" in str(error) and said in str(error)
