@@ -211,8 +211,8 @@ def test_a_retry_reattaches_to_the_running_job(results, tmp_path, artifact_root)
     assert [p.name.rsplit("-", 1)[1] for p in jobs] == ["t1"]  # one job, from try 1, no second
     rows = _xcom_rows("retry_reattaches")
     assert rows[("held", "return_value", -1)] == "done by the first job"
-    assert list(artifact_root.glob("retry_reattaches/*/held/-1/1/result.json"))
-    assert not list(artifact_root.glob("retry_reattaches/*/held/-1/2/spec.json"))
+    assert list(artifact_root.glob("retry_reattaches/*/held/-1/*/1/result.json"))
+    assert not list(artifact_root.glob("retry_reattaches/*/held/-1/*/2/spec.json"))
 
 
 @pytest.mark.container
