@@ -211,15 +211,15 @@ class Worker:
         from airflow.sdk.exceptions import TaskDeferred
         from airflow.sdk.execution_time.task_runner import _defer_task
 
-        from airflow_stepop.backends.naming import task_key
+        from airflow_stepop.operators.task_identity import task_identity
 
         with self.lock:
             self.api.task_instances.start(ti.id, os.getpid(), timezone.utcnow())
         identity = SimpleNamespace(dag_id=self.dag_id, run_id=self.run_id, task_id="step",
-                                   map_index=ti.map_index, try_number=1)  # fmt: skip
-        key = task_key(self.dag_id, self.run_id, "step", ti.map_index)
+                                   map_index=ti.map_index, try_number=1, id=ti.id)  # fmt: skip
+        context = {"ti": identity}  # no task state store: the names of dag, run, task and map
         operator = self.operator(ti.map_index)
-        request = operator._prepare({"ti": identity}, key, self.backend)
+        request = operator._prepare(context, task_identity(context), self.backend)
         handle = {**self.submitter.submit(request), "submitted_at": time.time()}
         trigger = operator._trigger(self.backend, handle)
         deferred = TaskDeferred(trigger=trigger, method_name="execute_complete")
