@@ -68,10 +68,8 @@ def _error_document(storage: Any, uri: str) -> dict[str, str] | None:
     would hide the step's failure behind one of ours."""
     import json
 
-    from airflow_stepop.triggers.relay_cursor import read_bounded
-
     try:
-        document = json.loads(read_bounded(storage, uri, ERROR_DOCUMENT_MAX_BYTES))
+        document = json.loads(storage.read_bounded(uri, ERROR_DOCUMENT_MAX_BYTES))
     except FileNotFoundError:
         return None
     except ValueError as exc:

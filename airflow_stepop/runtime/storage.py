@@ -16,6 +16,7 @@ import mmap
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -218,6 +219,31 @@ class Storage:
             return local.read_bytes()
         fs, path = self.resolver(uri)
         return fs.cat_file(path)
+
+    def read_bounded(self, uri: str, limit: int) -> bytes:
+        """A small document the job could have written (its run directory), read as at most
+        ``limit`` bytes: a larger one is refused (ValueError). A local one must be a regular
+        file, opened without following a link and without waiting: a FIFO or a device in its
+        place must not block the reader (the triggerer's one I/O thread, say)."""
+        local = self.local_path(uri)
+        if local is not None:
+            flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
+            try:
+                fd = os.open(local, flags)
+            except OSError as exc:
+                if isinstance(exc, FileNotFoundError):
+                    raise
+                raise ValueError(f"it cannot be opened as a plain file ({exc})") from None
+            with os.fdopen(fd, "rb") as file:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise ValueError("it is not a regular file")
+                data = file.read(limit + 1)
+        else:
+            fs, path = self.resolver(uri)
+            data = fs.cat_file(path, start=0, end=limit + 1)
+        if len(data) > limit:
+            raise ValueError(f"it is larger than {limit} bytes: not a document of ours")
+        return data
 
     def write_bytes(self, uri: str, data: bytes) -> None:
         """Write a whole object; local writes are atomic (temp file + rename)."""

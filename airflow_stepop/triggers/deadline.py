@@ -25,7 +25,7 @@ import logging
 from typing import Any
 
 from airflow_stepop.runtime.storage import join
-from airflow_stepop.triggers.relay_cursor import _in_io_thread, read_bounded
+from airflow_stepop.triggers.relay_cursor import in_io_thread
 from airflow_stepop.triggers.waits import finite_or_none
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ async def deadline_at(
 
         storage = worker_storage(conn_id)
         try:
-            document = json.loads(read_bounded(storage, uri, MAX_DOCUMENT_BYTES))
+            document = json.loads(storage.read_bounded(uri, MAX_DOCUMENT_BYTES))
         except FileNotFoundError:
             document = None
         except ValueError:  # not a document of ours (too large, not JSON, not a plain file)
@@ -66,7 +66,7 @@ async def deadline_at(
         return latest
 
     try:
-        return await _in_io_thread(read_or_write)
+        return await in_io_thread(read_or_write)
     except Exception as exc:
         log.warning("Could not keep the deadline of job %s in %s (%s)", handle["job_id"], uri, exc)
         return latest

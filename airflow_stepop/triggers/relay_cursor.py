@@ -28,8 +28,6 @@ import asyncio
 import collections
 import json
 import logging
-import os
-import stat
 import time
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
@@ -50,34 +48,8 @@ MAX_TAIL_CHARS = 2000  # a tail line as the trigger saves it is 1000 characters 
 _IO = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stepop-relay-cursor")
 
 
-async def _in_io_thread(function: Any, *args: Any) -> Any:
+async def in_io_thread(function: Any, *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(_IO, function, *args)
-
-
-def read_bounded(storage: Any, uri: str, limit: int) -> bytes:
-    """A small document the job could have written (its run directory), read as at most
-    ``limit`` bytes: a larger one is refused. A local one must be a regular file, opened without
-    following a link and without waiting: a FIFO or a device in its place must not block the
-    triggerer's one I/O thread, which every trigger's cursor and deadline go through."""
-    local = storage.local_path(uri)
-    if local is not None:
-        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
-        try:
-            fd = os.open(local, flags)
-        except OSError as exc:
-            if isinstance(exc, FileNotFoundError):
-                raise
-            raise ValueError(f"it cannot be opened as a plain file ({exc})") from None
-        with os.fdopen(fd, "rb") as file:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ValueError("it is not a regular file")
-            data = file.read(limit + 1)
-    else:
-        fs, path = storage.resolver(uri)
-        data = fs.cat_file(path, start=0, end=limit + 1)
-    if len(data) > limit:
-        raise ValueError(f"it is larger than {limit} bytes: not a document of ours")
-    return data
 
 
 class CursorStore:
@@ -124,7 +96,7 @@ class CursorStore:
             return cursor
 
         try:
-            cursor = await _in_io_thread(read)
+            cursor = await in_io_thread(read)
         except Exception as exc:
             log.warning(
                 "Could not read the log cursor %s (%s); relaying from the top", self.uri, exc
@@ -136,7 +108,7 @@ class CursorStore:
 
     def _read_bounded(self) -> bytes:
         """The saved document, read up to ``MAX_DOCUMENT_BYTES``; a larger one is refused."""
-        return read_bounded(self._storage(), self.uri, MAX_DOCUMENT_BYTES)
+        return self._storage().read_bounded(self.uri, MAX_DOCUMENT_BYTES)
 
     async def save(self, cursor: Any, *, relayed: int, tail: Collection[str]) -> None:
         """Note the cursor a round reached and the job's last lines up to it; write the newest
@@ -178,6 +150,6 @@ class CursorStore:
             return  # a backend whose cursor is not JSON relays from the top after a restart
         self.saved = time.monotonic()
         try:
-            await _in_io_thread(self._storage().write_bytes, self.uri, document.encode())
+            await in_io_thread(self._storage().write_bytes, self.uri, document.encode())
         except Exception as exc:
             log.warning("Could not save the log cursor of job %s: %s", self.job_id, exc)
