@@ -53,16 +53,23 @@ def derived(env: dict[str, str]) -> dict[str, str]:
     and the demo bucket's name. ``up`` recomputes it for a stack it reuses."""
     out = dict(env)
     for fake in FAKES:
+        if fake.url_key not in out:  # not started (a fake whose module does not exist yet)
+            continue
         extra = getattr(importlib.import_module(fake.module), "stack_env", None)
-        if fake.url_key in out and extra is not None:
+        if extra is not None:
             out.update(extra(out[fake.url_key], dict(out)))
     if "STEPOP_SAGEMAKER_ENDPOINT" in out:  # boto3's per-service override (service id SageMaker)
         out["AWS_ENDPOINT_URL_SAGEMAKER"] = out["STEPOP_SAGEMAKER_ENDPOINT"]
     out["AIRFLOW_CONN_AWS_DEFAULT"] = aws_connection(
-        out["STEPOP_MOTO_ENDPOINT"], out.get("STEPOP_SAGEMAKER_ENDPOINT")
+        out["STEPOP_MOTO_ENDPOINT"],
+        out.get("STEPOP_SAGEMAKER_ENDPOINT"),
+        out.get("STEPOP_CODEBUILD_ENDPOINT"),
     )
     out["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = google_connection(
-        "stepop-local", out.get("STEPOP_VERTEX_ENDPOINT"), out.get("STEPOP_VERTEX_LOGGING_ENDPOINT")
+        "stepop-local",
+        out.get("STEPOP_VERTEX_ENDPOINT"),
+        out.get("STEPOP_VERTEX_LOGGING_ENDPOINT"),
+        out.get("STEPOP_CLOUDBUILD_ENDPOINT"),
     )
     if "STEPOP_REGISTRY" in out:  # the registry stands in for ECR, Artifact Registry and ACR
         for service in ("SAGEMAKER", "VERTEX", "AZUREML"):
@@ -72,29 +79,39 @@ def derived(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def aws_connection(moto: str, sagemaker: str | None) -> str:
-    """AIRFLOW_CONN_AWS_DEFAULT: moto for every service, the SageMaker fake for SageMaker.
+def aws_connection(moto: str, sagemaker: str | None, codebuild: str | None = None) -> str:
+    """AIRFLOW_CONN_AWS_DEFAULT: moto for every service, the fakes for SageMaker and CodeBuild.
 
     The amazon provider reads ``endpoint_url`` (all services) and ``service_config.<boto3
     service name>.endpoint_url`` (per-service override) from the connection extra.
     """
     extra: dict[str, object] = {"region_name": REGION, "endpoint_url": moto}
-    if sagemaker:
-        extra["service_config"] = {"sagemaker": {"endpoint_url": sagemaker}}
+    services = {"sagemaker": sagemaker, "codebuild": codebuild}
+    config = {name: {"endpoint_url": url} for name, url in services.items() if url}
+    if config:
+        extra["service_config"] = config
     conn = {"conn_type": "aws", "login": "testing", "password": "testing", "extra": extra}
     return json.dumps(conn, separators=(",", ":"))
 
 
-def google_connection(project: str, vertex: str | None = None, logging: str | None = None) -> str:
+def google_connection(
+    project: str,
+    vertex: str | None = None,
+    logging: str | None = None,
+    cloudbuild: str | None = None,
+) -> str:
     """AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT: anonymous credentials (the emulators check none).
 
-    ``vertex_endpoint`` and ``logging_endpoint`` are the connection extras the Vertex backend
-    reads to reach the emulated Vertex AI and Cloud Logging (GCS: STORAGE_EMULATOR_HOST).
+    ``vertex_endpoint``, ``logging_endpoint`` and ``cloudbuild_endpoint`` are the connection
+    extras the Vertex backend reads to reach the emulated Vertex AI, Cloud Logging and Cloud
+    Build (GCS: STORAGE_EMULATOR_HOST).
     """
     extra: dict[str, object] = {"project": project, "is_anonymous": True}
     if vertex:
         extra["vertex_endpoint"] = vertex
     if logging:
         extra["logging_endpoint"] = logging
+    if cloudbuild:
+        extra["cloudbuild_endpoint"] = cloudbuild
     conn = {"conn_type": "google_cloud_platform", "extra": extra}
     return json.dumps(conn, separators=(",", ":"))

@@ -52,6 +52,8 @@ FAKES: list[Fake] = [
     Fake("sagemaker", "cloud.sagemaker", "STEPOP_SAGEMAKER_ENDPOINT"),
     Fake("vertex", "cloud.vertex", "STEPOP_VERTEX_ENDPOINT"),
     Fake("azureml", "cloud.azureml", "STEPOP_AZUREML_ENDPOINT"),
+    Fake("codebuild", "cloud.codebuild", "STEPOP_CODEBUILD_ENDPOINT"),
+    Fake("cloudbuild", "cloud.cloudbuild", "STEPOP_CLOUDBUILD_ENDPOINT"),
 ]
 
 
