@@ -41,7 +41,7 @@ PARAMETER_STORE / SECRETS_MANAGER variables are not emulated (the latter fail DO
 ``queuedTimeoutInMinutes`` is reported, not enforced; no ``runtime-versions``.
 
 Control API (``/_fake/...``, :mod:`cloud.fake_http`, client :class:`cloud.control.FakeControl`):
-counters, reset (``{"jobs": true}`` stops running builds and forgets builds and projects),
+counters, reset (``{"jobs": true}`` stops running builds and forgets them; projects stay),
 ``/_fake/page_size`` (ids in one ListBuildsForProject / ListProjects page, 100 until set) and
 these fault rules:
 

@@ -92,10 +92,11 @@ class CodeBuildFake(BuildOperations):
         if not jobs:
             return
         self._stop_builds()
-        with self.store_lock:
+        with self.store_lock:  # projects stay: they are set-up, not jobs
             self.builds.clear()
-            self.projects.clear()
             self.tokens.clear()
+            for project in self.projects.values():
+                project.builds = 0
         self.log_sink.forget_created()
 
     def shutdown(self) -> None:

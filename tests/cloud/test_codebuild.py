@@ -447,6 +447,7 @@ def test_timeout_and_reset_stop_running_builds(
         FakeControl(server.url).reset(jobs=True)
         assert not alive(int(pid))
         assert cb.batch_get_builds(ids=[running])["buildsNotFound"] == [running]
+        assert cb.list_builds_for_project(projectName=name)["ids"] == []  # the project stays
     finally:
         server.shutdown()
 

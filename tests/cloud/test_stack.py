@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -45,8 +46,14 @@ def test_up_writes_env_reuses_and_down_leaves_nothing(tmp_path: Path) -> None:
         env = stack.read_env(state / "env")
         for key in ("AWS_ENDPOINT_URL", "STORAGE_EMULATOR_HOST", "AZURE_STORAGE_CONNECTION_STRING",
                     "STEPOP_REGISTRY", "AIRFLOW_CONN_AWS_DEFAULT",
-                    "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", "STEPOP_SAGEMAKER_ENDPOINT"):  # fmt: skip
+                    "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", "STEPOP_SAGEMAKER_ENDPOINT",
+                    "STEPOP_CODEBUILD_ENDPOINT", "STEPOP_CLOUDBUILD_ENDPOINT"):  # fmt: skip
             assert env.get(key), key
+        assert env["AWS_ENDPOINT_URL_CODEBUILD"] == env["STEPOP_CODEBUILD_ENDPOINT"]
+        aws = json.loads(env["AIRFLOW_CONN_AWS_DEFAULT"])["extra"]["service_config"]
+        assert aws["codebuild"] == {"endpoint_url": env["STEPOP_CODEBUILD_ENDPOINT"]}
+        google = json.loads(env["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"])["extra"]
+        assert google["cloudbuild_endpoint"] == env["STEPOP_CLOUDBUILD_ENDPOINT"]
         assert stack.running(env)
         pids = [int(p.read_text()) for p in (state / "pids").glob("*.pid")]
         assert len(pids) >= 4
@@ -60,3 +67,17 @@ def test_up_writes_env_reuses_and_down_leaves_nothing(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stderr
     assert not (state / "env").exists()
     assert _processes_with(marker) == []
+
+
+def test_connections_name_the_build_fakes() -> None:
+    """The AWS connection sends CodeBuild to its fake; the Google one names Cloud Build's."""
+    aws = json.loads(stack.aws_connection("http://moto", "http://sm", "http://cb"))["extra"]
+    assert aws["endpoint_url"] == "http://moto"
+    assert aws["service_config"] == {
+        "sagemaker": {"endpoint_url": "http://sm"},
+        "codebuild": {"endpoint_url": "http://cb"},
+    }
+    assert "service_config" not in json.loads(stack.aws_connection("http://moto", None))["extra"]
+    google = json.loads(stack.google_connection("p", "http://vx", "http://lg", "http://gcb"))
+    assert google["extra"]["cloudbuild_endpoint"] == "http://gcb"
+    assert "cloudbuild_endpoint" not in json.loads(stack.google_connection("p"))["extra"]
