@@ -13,12 +13,17 @@ Pieces:
 * moto server: S3, ECR API, STS, IAM, CloudWatch Logs (``AWS_ENDPOINT_URL``);
 * gcp-storage-emulator, in memory (``STORAGE_EMULATOR_HOST``);
 * Azurite's blob service from npm, in memory (``AZURE_STORAGE_CONNECTION_STRING``);
-* the job-service fakes of :data:`FAKES`.
+* the job-service fakes of :data:`FAKES`: SageMaker, Vertex AI, Azure ML, and the image
+  builders CodeBuild (``STEPOP_CODEBUILD_ENDPOINT``, ``AWS_ENDPOINT_URL_CODEBUILD``,
+  ``service_config.codebuild`` of the AWS connection) and Cloud Build
+  (``STEPOP_CLOUDBUILD_ENDPOINT``, the Google connection's ``cloudbuild_endpoint`` extra).
 
 Once every piece answers, ``up`` creates the bucket :data:`DEMO_BUCKET` in S3, in GCS and as an
 Azure Blob container (``STEPOP_DEMO_BUCKET``), so the docs' "try it" blocks need no set-up of
-their own. The base image the docs name is pushed to the registry by ``scripts/engine.sh up``
-(which ``make cloud-up`` runs first).
+their own, and the CodeBuild project :data:`CODEBUILD_PROJECT` with its IAM role
+(``STEPOP_CODEBUILD_PROJECT``, ``STEPOP_CODEBUILD_ROLE_ARN``) that image builds start builds in.
+The base image the docs name is pushed to the registry by ``scripts/engine.sh up`` (which
+``make cloud-up`` runs first).
 
 Adding a fake is one :class:`Fake` entry. Its module provides::
 
@@ -36,14 +41,16 @@ A fake whose module does not exist yet, or has no ``serve``, is skipped.
 Where each part lives: :mod:`~cloud.stack.commands` (``up``, ``down``, ``status``, ``serve``,
 the command line), :mod:`~cloud.stack.settings` (paths, addresses, ports, :data:`FAKES`),
 :mod:`~cloud.stack.envfile` (``.cloud/env`` and the connections derived from it),
-:mod:`~cloud.stack.processes` (starting, waiting for and stopping the pieces) and
-:mod:`~cloud.stack.buckets` (the demo bucket). Every name is importable from ``cloud.stack``.
+:mod:`~cloud.stack.processes` (starting, waiting for and stopping the pieces),
+:mod:`~cloud.stack.buckets` (the demo bucket) and :mod:`~cloud.stack.projects` (the CodeBuild
+project). Every name is importable from ``cloud.stack``.
 """
 
 from cloud.stack.buckets import create_buckets
 from cloud.stack.commands import down, health_urls, main, running, serve, status, up
 from cloud.stack.envfile import aws_connection, derived, google_connection, read_env, write_env
 from cloud.stack.processes import answers, azurite_bin, free_port
+from cloud.stack.projects import create_build_project
 from cloud.stack.settings import (
     AZURITE_ACCOUNT,
     AZURITE_KEY,
@@ -51,6 +58,8 @@ from cloud.stack.settings import (
     BASE_IMAGE,
     BIND,
     CACHE,
+    CODEBUILD_PROJECT,
+    CODEBUILD_ROLE,
     DEMO_BUCKET,
     ENV_FILE,
     FAKES,
@@ -72,6 +81,8 @@ __all__ = [
     "BASE_IMAGE",
     "BIND",
     "CACHE",
+    "CODEBUILD_PROJECT",
+    "CODEBUILD_ROLE",
     "DEMO_BUCKET",
     "ENV_FILE",
     "FAKES",
@@ -86,6 +97,7 @@ __all__ = [
     "answers",
     "aws_connection",
     "azurite_bin",
+    "create_build_project",
     "create_buckets",
     "derived",
     "down",

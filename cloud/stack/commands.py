@@ -27,6 +27,7 @@ from cloud.stack.processes import (
     stop_group,
     wait_until_answers,
 )
+from cloud.stack.projects import create_build_project
 from cloud.stack.settings import (
     AZURITE_ACCOUNT,
     AZURITE_KEY,
@@ -84,6 +85,7 @@ def up() -> dict[str, str]:
             write_env(fresh)
             log(f"refreshed the connections of {ENV_FILE}")
         create_buckets(fresh, DEMO_BUCKET)
+        create_build_project(fresh)
         return fresh
     if current or (STATE / "pids").exists():
         log("a previous stack is partly down: stopping its leftovers")
@@ -157,6 +159,7 @@ def up() -> dict[str, str]:
 
     env = derived(env)
     create_buckets(env, DEMO_BUCKET)
+    create_build_project(env)
     write_env(env)
     log(f"wrote {ENV_FILE}")
     return env

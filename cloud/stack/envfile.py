@@ -1,7 +1,8 @@
 """``.cloud/env``: read and written as KEY=VALUE lines, and what follows from its endpoints.
 
 :func:`derived` adds the Airflow connections (:func:`aws_connection`,
-:func:`google_connection`), each fake's ``stack_env`` lines and the demo bucket's name.
+:func:`google_connection`), each fake's ``stack_env`` lines, the CodeBuild project's and the
+demo bucket's names.
 """
 
 from __future__ import annotations
@@ -11,7 +12,16 @@ import json
 import re
 from pathlib import Path
 
-from cloud.stack.settings import DEMO_BUCKET, ENV_FILE, FAKES, REGION, STATE
+from cloud.stack.settings import (
+    CODEBUILD_PROJECT,
+    CODEBUILD_ROLE,
+    DEMO_BUCKET,
+    ENV_FILE,
+    FAKES,
+    MOTO_ACCOUNT,
+    REGION,
+    STATE,
+)
 
 
 def read_env(path: Path = ENV_FILE) -> dict[str, str]:
@@ -75,6 +85,9 @@ def derived(env: dict[str, str]) -> dict[str, str]:
         for service in ("SAGEMAKER", "VERTEX", "AZUREML"):
             key = f"AIRFLOW__STEPOP__{service}_IMAGE_REPOSITORY"
             out[key] = f"{out['STEPOP_REGISTRY']}/stepop-env"
+    if "STEPOP_CODEBUILD_ENDPOINT" in out:  # made by `up` (cloud.stack.projects)
+        out["STEPOP_CODEBUILD_PROJECT"] = CODEBUILD_PROJECT
+        out["STEPOP_CODEBUILD_ROLE_ARN"] = f"arn:aws:iam::{MOTO_ACCOUNT}:role/{CODEBUILD_ROLE}"
     out["STEPOP_DEMO_BUCKET"] = DEMO_BUCKET
     return out
 

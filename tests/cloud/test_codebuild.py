@@ -314,6 +314,31 @@ def test_bad_buildspec_and_missing_source_fail_download_source(
     assert message.startswith("Expected Commands[0] to be of string type: found subkeys instead")
 
 
+def test_folder_source_and_a_log_group_of_the_call(
+    cb: Any, logs: Any, s3: Any, bucket: str, cloud_stack: dict[str, str]
+) -> None:
+    """In the project the stack made for image builds (``STEPOP_CODEBUILD_PROJECT``)."""
+    project = cloud_stack["STEPOP_CODEBUILD_PROJECT"]
+    prefix = f"folders/{uuid.uuid4().hex[:8]}/"
+    s3.put_object(Bucket=bucket, Key=f"{prefix}sub/data.txt", Body=b"from s3")
+    s3.put_object(Bucket=bucket, Key=f"{prefix}run.sh", Body=b"echo run.sh ran\n")
+    config = {"cloudWatchLogs": {"status": "ENABLED", "groupName": "/stepop/builds",
+                                 "streamName": "selftest"}}  # fmt: skip
+    build_id = cb.start_build(
+        projectName=project,
+        sourceTypeOverride="S3",
+        sourceLocationOverride=f"{bucket}/{prefix}",
+        buildspecOverride=spec("cat sub/data.txt", "bash run.sh"),
+        logsConfigOverride=config,
+    )["build"]["id"]
+    build = finished(cb, build_id)
+    assert build["buildStatus"] == "SUCCEEDED", build["phases"]
+    assert build["logs"]["groupName"] == "/stepop/builds"
+    assert build["logs"]["streamName"] == f"selftest/{build_id.split(':', 1)[1]}"
+    lines = wait_for(lambda: (ls := log_lines(logs, build)) and "run.sh ran" in ls and ls, 10)
+    assert "from s3" in lines
+
+
 def test_lines_are_readable_while_the_build_runs_then_stop_build_kills_it(
     cb: Any, logs: Any, project: str, tmp_path: Path
 ) -> None:

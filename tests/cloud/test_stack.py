@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import boto3
+
 from cloud import stack
 
 
@@ -54,6 +56,18 @@ def test_up_writes_env_reuses_and_down_leaves_nothing(tmp_path: Path) -> None:
         assert aws["codebuild"] == {"endpoint_url": env["STEPOP_CODEBUILD_ENDPOINT"]}
         google = json.loads(env["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"])["extra"]
         assert google["cloudbuild_endpoint"] == env["STEPOP_CLOUDBUILD_ENDPOINT"]
+        codebuild = boto3.client(
+            "codebuild",
+            endpoint_url=env["STEPOP_CODEBUILD_ENDPOINT"],
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        (project,) = codebuild.batch_get_projects(names=[env["STEPOP_CODEBUILD_PROJECT"]])[
+            "projects"
+        ]
+        assert project["serviceRole"] == env["STEPOP_CODEBUILD_ROLE_ARN"]
+        assert project["environment"]["privilegedMode"] is True
         assert stack.running(env)
         pids = [int(p.read_text()) for p in (state / "pids").glob("*.pid")]
         assert len(pids) >= 4
