@@ -68,10 +68,16 @@ def running(env: dict[str, str] | None = None) -> bool:
 
 
 def _has_serve(module: str) -> bool:
-    """Whether ``module`` exists and has a ``serve`` (a fake's package re-exports it)."""
+    """Whether ``module`` exists and has a ``serve`` (a fake's package re-exports it); a fake
+    whose client library is not installed (Cloud Build's without the ``gcp`` extra) has none."""
     if importlib.util.find_spec(module) is None:
         return False
-    return callable(getattr(importlib.import_module(module), "serve", None))
+    try:
+        imported = importlib.import_module(module)
+    except ImportError as exc:
+        log(f"{module} cannot be imported ({exc})")
+        return False
+    return callable(getattr(imported, "serve", None))
 
 
 def up() -> dict[str, str]:
