@@ -106,10 +106,12 @@ class BuildRoutes(BuildLifecycle):
         )
         with self.lock:
             self.jobs[build_id] = job
-        job.thread = threading.Thread(target=self.work, args=(job,), daemon=True,
-                                      name=f"cloudbuild-{build_id}")  # fmt: skip
+        answer = self._operation(req, job)  # QUEUED, as the service answers, before it starts
+        job.thread = threading.Thread(
+            target=self.work, args=(job,), daemon=True, name=f"cloudbuild-{build_id}"
+        )
         job.thread.start()
-        return self._operation(req, job)
+        return answer
 
     def _check_logs_bucket(self, build: dict[str, Any]) -> None:
         if "logsBucket" not in build or self.storage is None:

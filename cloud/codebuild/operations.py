@@ -138,11 +138,12 @@ class BuildOperations(BuildLifecycle):
                 self.tokens[token] = (time.time(), params, build.id)
         build.enter("SUBMITTED")
         build.close_phase("SUCCEEDED", None)
+        answer = {"build": build.describe()}  # as submitted, before its thread moves it on
         build.thread = threading.Thread(
             target=self.work, args=(build,), daemon=True, name=f"build-{build.uuid}"
         )
         build.thread.start()
-        return {"build": build.describe()}
+        return answer
 
     def _idempotent(self, token: str, params: str) -> Build | None:
         """The build an earlier call with ``token`` started, or None (store lock held)."""
