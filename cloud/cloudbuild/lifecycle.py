@@ -185,10 +185,12 @@ class BuildLifecycle(CloudBuildState):
                 job.log.add(f"{label}: {reason}")
                 raise BuildEnd("FAILURE", reason, "USER_BUILD_STEP")
         argv = self._argv(i, step, workdir, workspace)
-        cwd = workspace / step.get("dir", "").removeprefix("/workspace").lstrip("/")
-        if step.get("dir", "").startswith("/") and not step["dir"].startswith("/workspace"):
+        where = step.get("dir", "")
+        cwd = (workspace / where.removeprefix("/workspace").lstrip("/")).resolve()
+        outside = where.startswith("/") and not where.startswith("/workspace")
+        if outside or not cwd.is_relative_to(workspace.resolve()):
             raise BuildEnd("FAILURE", f"build step {i}: the emulator runs steps under /workspace "
-                           f"only, not in {step['dir']}", "USER_BUILD_STEP")  # fmt: skip
+                           f"only, not in {where}", "USER_BUILD_STEP")  # fmt: skip
         cwd.mkdir(parents=True, exist_ok=True)
         env = self._env(job, step, workdir, workspace)
         step_deadline = deadline
