@@ -20,8 +20,8 @@ Pieces:
 
 Once every piece answers, ``up`` creates the bucket :data:`DEMO_BUCKET` in S3, in GCS and as an
 Azure Blob container (``STEPOP_DEMO_BUCKET``), so the docs' "try it" blocks need no set-up of
-their own, and the CodeBuild project :data:`CODEBUILD_PROJECT` with its IAM role
-(``STEPOP_CODEBUILD_PROJECT``, ``STEPOP_CODEBUILD_ROLE_ARN``) that image builds start builds in.
+their own, and a ready CodeBuild project :data:`CODEBUILD_PROJECT` with its IAM role
+(``STEPOP_CODEBUILD_PROJECT``, ``STEPOP_CODEBUILD_ROLE_ARN``) for builds by hand.
 The base image the docs name is pushed to the registry by ``scripts/engine.sh up`` (which
 ``make cloud-up`` runs first).
 

@@ -1,11 +1,12 @@
-"""The CodeBuild project image builds start their builds in, and the IAM role it runs as.
+"""A ready CodeBuild project, and the IAM role it runs as, for builds by hand and the docs.
 
-CodeBuild builds only in a project whose service role exists, so ``up`` makes both, as the docs
-tell a user to: the role :data:`~cloud.stack.settings.CODEBUILD_ROLE` in moto's IAM and the
-project :data:`~cloud.stack.settings.CODEBUILD_PROJECT` in the CodeBuild fake (S3 source under
-the demo bucket, privileged mode for ``docker``). A step's build overrides the source location
-and the buildspec. ``.cloud/env`` names them (``STEPOP_CODEBUILD_PROJECT``,
-``STEPOP_CODEBUILD_ROLE_ARN``).
+CodeBuild builds only in a project whose service role exists, so ``up`` makes both: the role
+:data:`~cloud.stack.settings.CODEBUILD_ROLE` in moto's IAM and the project
+:data:`~cloud.stack.settings.CODEBUILD_PROJECT` in the CodeBuild fake (S3 source under the demo
+bucket, privileged mode for ``docker``); a build overrides the source location and the
+buildspec. ``.cloud/env`` names them (``STEPOP_CODEBUILD_PROJECT``,
+``STEPOP_CODEBUILD_ROLE_ARN``). The library creates a project of its own on first use (``[stepop]
+sagemaker_codebuild_project``), unless told to use this one.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ AZURITE_KEY = (
 START_TIMEOUT = 60.0
 # The bucket (S3, GCS) and Blob container the docs' "try it" blocks use.
 DEMO_BUCKET = "stepop-demo"
-# The CodeBuild project image builds start their builds in, and its IAM role (in moto's account).
+# A ready CodeBuild project (cloud.stack.projects) and its IAM role, in moto's account.
 CODEBUILD_PROJECT = "stepop-image-builds"
 CODEBUILD_ROLE = "stepop-codebuild"
 MOTO_ACCOUNT = "123456789012"
