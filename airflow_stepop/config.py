@@ -145,6 +145,52 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "worker, pushed to the registry), 'service' (Azure ML builds it from the Dockerfile), "
         "or 'auto' (the engine when one answers, else the service).",
     ),
+    "sagemaker_image_build": (
+        "string",
+        "auto",
+        "Who builds a SageMaker step's environment image: 'engine' (a container engine on the "
+        "worker, pushed to ECR), 'service' (AWS CodeBuild builds and pushes it while the task "
+        "is deferred), or 'auto' (the engine when one answers, else CodeBuild).",
+    ),
+    "sagemaker_codebuild_project": (
+        "string",
+        "airflow-stepop-image-build",
+        "The AWS CodeBuild project that builds SageMaker steps' images; created on first use "
+        "when missing (with [stepop] sagemaker_codebuild_role) where the connection may.",
+    ),
+    "sagemaker_codebuild_role": (
+        "string",
+        "",
+        "The service role (name or ARN) of a CodeBuild project created on first use. Empty "
+        "means the role airflow-stepop-codebuild, itself created on first use where the "
+        "connection may (see docs/sagemaker.md, IAM).",
+    ),
+    "sagemaker_codebuild_compute_type": (
+        "string",
+        "BUILD_GENERAL1_MEDIUM",
+        "The compute type of a CodeBuild project created on first use (BUILD_GENERAL1_SMALL, "
+        "_MEDIUM, _LARGE...): large CUDA images build faster on more memory.",
+    ),
+    "vertex_image_build": (
+        "string",
+        "auto",
+        "Who builds a Vertex AI step's environment image: 'engine' (a container engine on the "
+        "worker, pushed to Artifact Registry), 'service' (Cloud Build builds and pushes it "
+        "while the task is deferred), or 'auto' (the engine when one answers, else Cloud Build).",
+    ),
+    "vertex_cloud_build_service_account": (
+        "string",
+        "",
+        "The service account Cloud Build runs Vertex AI steps' image builds as "
+        "('projects/PROJECT/serviceAccounts/EMAIL' or an email). Empty means Cloud Build's "
+        "default one.",
+    ),
+    "image_build_timeout_minutes": (
+        "integer",
+        "60",
+        "How long a service's build of a step's image (CodeBuild, Cloud Build) may take before "
+        "the service stops it and the step fails.",
+    ),
     "azureml_default_instance_type": (
         "string",
         "Standard_DS3_v2",

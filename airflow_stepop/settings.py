@@ -284,6 +284,17 @@ class DockerSettings:
                 "or drop build_args."
             )
 
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as JSON (``DockerSettings(**d)`` makes them again)."""
+        return {
+            "parent_image": self.parent_image,
+            "requirements": list(self.requirements),
+            "apt_packages": list(self.apt_packages),
+            "environment": dict(self.environment),
+            "dockerfile": self.dockerfile and str(self.dockerfile),
+            "build_args": dict(self.build_args),
+        }
+
     @property
     def needs_build(self) -> bool:
         return bool(self.requirements or self.apt_packages or self.environment or self.dockerfile)

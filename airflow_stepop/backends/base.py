@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # annotations only: a DAG without settings never builds one
+    from airflow_stepop.backends.image_build import ImageBuild
     from airflow_stepop.settings import DockerSettings, ResourceSettings
 
 JobState = Literal["pending", "running", "succeeded", "failed", "stopped"]
@@ -63,6 +64,26 @@ class JobRequest:
         """Whether a job of this request's name that carries ``job_try_id`` is this try's own
         (its create's answer was lost): one that another try started never is."""
         return not self.try_id or job_try_id == self.try_id
+
+    def to_json(self) -> dict[str, Any]:
+        """The request as JSON, for a ``PreparedJob`` body (``from_json`` makes it again)."""
+        import dataclasses
+
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["resources"] = self.resources.to_dict() if self.resources else None
+        out["docker"] = self.docker.to_dict() if self.docker else None
+        return out
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> JobRequest:
+        from airflow_stepop.settings import DockerSettings, ResourceSettings
+
+        values = dict(document)
+        if values.get("resources") is not None:
+            values["resources"] = ResourceSettings(**values["resources"])
+        if values.get("docker") is not None:
+            values["docker"] = DockerSettings(**values["docker"])
+        return cls(**values)
 
     @property
     def checkpoint_uri(self) -> str:
@@ -103,8 +124,25 @@ class JobStatus:
         return self.state in TERMINAL
 
 
-class StepBackend(abc.ABC):
-    """A service that runs step jobs."""
+@dataclass(frozen=True)
+class PreparedJob:
+    """A job made ready on the worker (code, inputs, documents staged; its request checked):
+    ``create(body)`` starts it. ``body`` is JSON, since it may wait in the trigger's arguments
+    while ``image_build`` runs: the triggerer then creates the job the moment the image is in
+    its registry, with no worker slot held meanwhile."""
+
+    body: dict[str, Any]
+    # A build of the job's image that a service runs (``backends.image_build``); None: the
+    # image is in its registry already (or the worker's engine built it).
+    image_build: ImageBuild | None = None
+
+
+class JobService(abc.ABC):
+    """A service whose jobs a trigger follows: a step's job, or the build of its image.
+
+    The async half runs in the triggerer (``StepJobTrigger``, its shared poller and its log
+    relay); ``status`` and ``stop`` are the worker's.
+    """
 
     # The trigger's first poll comes this soon, then the wait doubles up to poll_interval:
     # short local jobs finish fast; services that take minutes to start get fewer calls.
@@ -112,24 +150,7 @@ class StepBackend(abc.ABC):
 
     @abc.abstractmethod
     def serialize(self) -> dict[str, Any]:
-        """Keyword arguments that rebuild this backend in the triggerer."""
-
-    @abc.abstractmethod
-    def submit(self, request: JobRequest) -> dict[str, Any]:
-        """Start the job; return its handle: ``job_id`` (what the service's API calls take),
-        and ``display_name`` where users know the job by another name (``naming.shown_job``).
-
-        A job of the same name may exist already: this try's own, whose create answer was lost
-        (it carries ``request.try_id``: return its handle), or another try's (raise
-        ``JobNameTakenError``; the operator submits again under another name)."""
-
-    @abc.abstractmethod
-    def find_active(self, task_key: str) -> dict[str, Any] | None:
-        """The handle of a job of this task instance that is still alive, if any.
-
-        A fallback that may cost a List call: take a token of ``list_limiter(self.poll_group())``
-        before each one.
-        """
+        """Keyword arguments that rebuild this service's client in the triggerer."""
 
     def status(self, handle: dict[str, Any]) -> JobStatus:
         """The job's state, from the worker (a retry deciding to re-attach, reuse or re-run)."""
@@ -137,16 +158,11 @@ class StepBackend(abc.ABC):
 
         return asyncio.run(self.astatus(handle))
 
-    def artifact_root(self, root: str) -> str:
-        """The URL the worker stages to for a configured artifact root: the root itself, or
-        what a service's own storage name resolves to (an Azure ML datastore path)."""
-        return root
-
     def poll_group(self) -> str:
-        """Triggers whose backends share a poll group share one poller and one List rate limit.
+        """Triggers whose services share a poll group share one poller and one List rate limit.
 
         The service plus whatever scopes its List calls and quotas (account and region, project
-        and location, workspace). The default, this backend's own arguments, never over-shares.
+        and location, workspace). The default, this object's own arguments, never over-shares.
         """
         import json
 
@@ -206,16 +222,66 @@ class StepBackend(abc.ABC):
 
     def forget(self, handle: dict[str, Any]) -> None:  # noqa: B027 - optional: most keep nothing
         """Drop what the async calls keep about one job (its last state, its final read): no
-        trigger watches it any more. A poller's backend lives as long as its poll group has
+        trigger watches it any more. A poller's service lives as long as its poll group has
         triggers, on a busy triggerer for ever."""
-
-    def release(self, handle: dict[str, Any]) -> None:
-        """Free what a finished job still holds (e.g. a stopped container); logs were relayed."""
-        return None
 
     def is_transient(self, exc: Exception) -> bool:
         """Whether a failed call is worth retrying after a pause (throttling, 5xx, network)."""
         return isinstance(exc, (ConnectionError, TimeoutError))
+
+
+class StepBackend(JobService):
+    """A service that runs step jobs.
+
+    Its job starts in two halves: ``prepare(request)`` on the worker (stage what the job reads,
+    check the request, decide the image) and ``create(body)`` (one idempotent create call),
+    on the worker, or in the triggerer once a service has built the job's image. A backend
+    whose images no service builds may implement ``submit`` alone: the default ``prepare``
+    carries the request as the body and the default ``create`` submits it.
+    """
+
+    def prepare(self, request: JobRequest) -> PreparedJob:
+        """Everything before the create call; ``image_build`` when a service builds the job's
+        image first (the trigger waits for it, then calls ``create``)."""
+        return PreparedJob({"request": request.to_json()})
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create the job ``prepare`` made ready; return its handle: ``job_id`` (what the
+        service's API calls take), and ``display_name`` where users know the job by another
+        name (``naming.shown_job``).
+
+        A job of the same name may exist already: this try's own, whose create answer was lost
+        (it carries the request's try id: return its handle), or another try's (raise
+        ``JobNameTakenError``; the operator submits again under another name)."""
+        return self.submit(JobRequest.from_json(body["request"]))
+
+    def submit(self, request: JobRequest) -> dict[str, Any]:
+        """Prepare and create in one call: a backend's own short form, or (where ``prepare``
+        and ``create`` are its own) a script's or a test's, which waits here for a service's
+        image build."""
+        if type(self).create is StepBackend.create:
+            raise NotImplementedError(f"{type(self).__name__} implements neither submit nor create")
+        prepared = self.prepare(request)
+        if prepared.image_build is not None:
+            prepared.image_build.wait()
+        return self.create(prepared.body)
+
+    @abc.abstractmethod
+    def find_active(self, task_key: str) -> dict[str, Any] | None:
+        """The handle of a job of this task instance that is still alive, if any.
+
+        A fallback that may cost a List call: take a token of ``list_limiter(self.poll_group())``
+        before each one.
+        """
+
+    def artifact_root(self, root: str) -> str:
+        """The URL the worker stages to for a configured artifact root: the root itself, or
+        what a service's own storage name resolves to (an Azure ML datastore path)."""
+        return root
+
+    def release(self, handle: dict[str, Any]) -> None:
+        """Free what a finished job still holds (e.g. a stopped container); logs were relayed."""
+        return None
 
     def is_gone(self, exc: Exception) -> bool:
         """Whether a failed ``status`` call says the service has no such job (deleted,

@@ -25,15 +25,16 @@ import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from airflow_stepop.images.build_log import hints, plain, unreadable_ca_bundle
-from airflow_stepop.images.dockerfile import CA_FILE, dockerfile_text, env_build_args
+from airflow_stepop.images.build_log import hints, plain
 from airflow_stepop.images.reference import DEFAULT_REPOSITORY
 from airflow_stepop.images.registry import has_image
 from airflow_stepop.settings import DockerSettings
 
 if TYPE_CHECKING:
+    from airflow_stepop.backends.image_build import ImageBuild
+    from airflow_stepop.images.build_context import BuildPlan
     from airflow_stepop.images.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -249,16 +250,12 @@ def _build(settings: DockerSettings, client: Any, reference: str, options: Build
             return
         parent = base_tag
 
-    ca_bundle = options.ca_bundle if settings.requirements else None  # pip's alone
-    text = dockerfile_text(settings, parent, bool(ca_bundle), env_as_build_args=True)
-    files = {"Dockerfile": text.encode()}
-    if settings.requirements:
-        files["stepop-requirements.txt"] = ("\n".join(settings.requirements) + "\n").encode()
-    if ca_bundle:
-        try:
-            files[CA_FILE] = Path(ca_bundle).read_bytes()
-        except OSError as exc:
-            raise ImageBuildError(unreadable_ca_bundle(ca_bundle, exc)) from exc
+    from airflow_stepop.images.build_context import BuildContextError, layer_files
+
+    try:
+        files, build_args = layer_files(settings, parent, options.ca_bundle)
+    except BuildContextError as exc:
+        raise ImageBuildError(str(exc)) from exc
     what = f"Building environment image {reference}"
     if not settings.needs_build:  # only FROM <parent>: for a service that cannot pull it
         what = f"Copying the parent image {parent} to {reference} (the service pulls from there)"
@@ -270,7 +267,7 @@ def _build(settings: DockerSettings, client: Any, reference: str, options: Build
         what=what,
         fileobj=_context(files),
         custom_context=True,
-        buildargs=env_build_args(settings) or None,
+        buildargs=build_args or None,
     )
 
 
@@ -323,42 +320,66 @@ def require_engine(reference: str) -> Any:
     return client
 
 
+class ImageChoice(NamedTuple):
+    """The image a service's job runs: ``built`` by this worker's engine just now, or to be
+    built by the service's builder first (``build``: the trigger waits for it)."""
+
+    reference: str
+    built: bool = False
+    build: ImageBuild | None = None
+
+
 def service_image(
     settings: DockerSettings,
     registry: Callable[[], Registry],
     client: Any = None,
     *,
     pullable: Callable[[str], bool] | None = None,
-) -> tuple[str, bool]:
-    """The image a cloud service's job runs for ``settings``, and whether this call built it.
+    mode: str = "engine",
+    service_build: Callable[[BuildPlan, Callable[[], bool]], ImageBuild | None] | None = None,
+) -> ImageChoice:
+    """The image a cloud service's job runs for ``settings``.
 
     ``pullable(image)`` says whether the service's machines can pull an image (None: any, as
     Vertex AI and Azure ML pull public images). A parent image alone that the service can pull
-    is used as it is; one it cannot pull is copied (``ensure_image(copy=True)``: ``FROM
-    <parent>``, content-hashed). Otherwise the content-hashed image is built on a miss. Either
-    way it is pushed to the registry that ``registry()`` makes ready (called only then, so a
-    parent-only step the service can pull needs no registry login); ``client`` is the engine
-    (found when None), needed only on a miss: a worker without one uses an image another built.
+    is used as it is; one it cannot pull is copied (``FROM <parent>``, content-hashed).
+    Otherwise the content-hashed image is built on a registry miss, by (``mode``, the
+    ``[stepop] <service>_image_build`` option's value) the worker's engine (``engine``; found
+    when ``client`` is None), the service's builder (``service``: ``service_build(plan,
+    present)`` starts or joins its build), or the engine when one answers, else the builder
+    (``auto``). Either way it is pushed to the registry that ``registry()`` makes ready (called
+    only then, so a parent-only step the service can pull needs no registry login).
     """
     parent = settings.parent_image or default_parent_image()
     copy = not settings.needs_build and pullable is not None and not pullable(parent)
     if not (settings.needs_build or copy):
-        return parent, False
+        return ImageChoice(parent)
     if copy:
         log.info("The service cannot pull %s; copying it to the image repository", parent)
     target = registry()
     reference = image_reference(settings, target.repository, copy=copy)
     if has_image(reference, target.auth_config):  # asked without an engine: none is needed
         log.info("Environment image %s is in the registry; no build", reference)
-        return reference, False
-    image, built = ensure_image(
-        settings,
-        client or require_engine(reference),
-        repository=target.repository,
-        push=True,
-        options=BuildOptions.from_config(),
-        auth_config=target.auth_config,
-        copy=copy,
-    )
-    log.info("Environment image %s (%s)", image, "built and pushed" if built else "no build")
-    return image, built
+        return ImageChoice(reference)
+    options = BuildOptions.from_config()
+    if mode != "service" and client is None:
+        client = engine_client()
+        if client is None and mode == "auto" and service_build is not None:
+            log.info("No container engine answers on this worker: the service builds %s",
+                     reference)  # fmt: skip
+    if client is not None or mode == "engine" or service_build is None:
+        image, built = ensure_image(
+            settings, client or require_engine(reference), repository=target.repository,
+            push=True, options=options, auth_config=target.auth_config, copy=copy,
+        )  # fmt: skip
+        log.info("Environment image %s (%s)", image, "built and pushed" if built else "no build")
+        return ImageChoice(image, built)
+    from airflow_stepop.images.build_context import BuildContextError, build_plan
+
+    try:
+        plan = build_plan(settings, reference, parent, network_mode=options.network_mode,
+                          ca_bundle=options.ca_bundle)  # fmt: skip
+    except BuildContextError as exc:
+        raise ImageBuildError(str(exc)) from exc
+    build = service_build(plan, lambda: bool(has_image(reference, target.auth_config)))
+    return ImageChoice(reference, build=build)

@@ -36,15 +36,16 @@ from airflow_stepop.operators.arguments import (
     rendered_later,
     resources_written_as,
 )
+from airflow_stepop.operators.image_wait import ImageWait, first_event, still_running
 
 if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
-    from airflow_stepop.backends.base import JobRequest, StepBackend
+    from airflow_stepop.backends.base import JobRequest, JobService, StepBackend
     from airflow_stepop.operators.task_identity import TaskIdentity
     from airflow_stepop.settings import DockerSettings, ResourceSettings
     from airflow_stepop.triggers.deferral import StepJobDeferral
 
 
-class BaseStepOperator(BaseOperator):
+class BaseStepOperator(ImageWait, BaseOperator):
     """Run ``python_callable`` as a job on a step backend; see the README for the arguments."""
 
     template_fields = ("op_args", "op_kwargs", "environment")
@@ -168,14 +169,12 @@ class BaseStepOperator(BaseOperator):
             self.stored_link_kinds = store_links(self.log, context, backend, reused)
             return decision.reuse.result
         handle = decision.attach
-        if handle is not None:
-            self.log.info(
-                "Re-attaching to job %s, still running from an earlier try", shown_job(handle)
-            )
-            handle = {**handle, "earlier_try": True}
-        else:
-            handle = self._submit(context, identity, backend)
-        return self._follow(context, backend, handle)
+        if handle is None:
+            return self._start(context, identity, backend)
+        self.log.info(
+            "Re-attaching to job %s, still running from an earlier try", shown_job(handle)
+        )
+        return self._follow(context, backend, {**handle, "earlier_try": True})
 
     def _check_run_time_arguments(self) -> None:
         """What only the running task can check: its connection, its rendered templates."""
@@ -189,8 +188,10 @@ class BaseStepOperator(BaseOperator):
         services = [f for f in self.template_fields if f not in BaseStepOperator.template_fields]
         refuse_empty_renders(self.argument_owner, {f: getattr(self, f, None) for f in services})
 
-    def _submit(self, context: Any, identity: TaskIdentity, backend: StepBackend) -> dict[str, Any]:
-        """Submit the step's job, unless the task was killed while it was being prepared.
+    def _start(self, context: Any, identity: TaskIdentity, backend: StepBackend) -> Any:
+        """Submit the step's job and wait for it, unless the task was killed while it was being
+        prepared; or, where a service builds the job's image first, start (or join) that build
+        and defer until it has built the image (the trigger then creates the job).
 
         Airflow's task runner answers SIGTERM (a user's mark or clear) by calling ``on_kill``
         and lets ``execute()`` go on until the process is killed a few seconds later: a job
@@ -199,26 +200,30 @@ class BaseStepOperator(BaseOperator):
         # only now, so a try that finds an earlier job still re-attaches to it or stops it)
         config.check_numbers()
         request = self._prepare(context, identity, backend)
+        prepared = backend.prepare(request)
+        if prepared.image_build is not None:
+            return self._wait_for_image(context, backend, prepared)
         if self._killed:
             from airflow_stepop.operators.outcome import StepKilledError
 
             raise StepKilledError("The task was killed before its job was submitted: no job ran")
         from airflow_stepop.operators.task_identity import submit_as_own
 
-        submitted = submit_as_own(backend, request, context["ti"].try_number, self.log)
+        ti = context["ti"]
+        submitted = submit_as_own(backend, request, ti.try_number, self.log, prepared)
         handle = {**submitted, "submitted_at": time.time()}
         self._handle = (backend, handle)  # from now on, on_kill stops it
         self.log.info("Submitted job %s", shown_job(handle))
         if self._killed:  # the kill came while the submit was on its way
             self._stop_killed(backend, handle)
-        return handle
+        return self._follow(context, backend, handle)
 
-    def _stop_killed(self, backend: StepBackend, handle: dict[str, Any]) -> None:
+    def _stop_killed(self, service: JobService, handle: dict[str, Any]) -> None:
         from airflow_stepop.operators.outcome import StepKilledError
 
-        self.log.warning("The task was killed: stopping job %s", shown_job(handle))
-        backend.stop(handle)
-        raise StepKilledError(f"The task was killed: job {shown_job(handle)} was stopped")
+        self.log.warning("The task was killed: stopping %s", shown_job(handle))
+        service.stop(handle)
+        raise StepKilledError(f"The task was killed: {shown_job(handle)} was stopped")
 
     def _follow(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> Any:
         """Record the job for a retry, link it, and wait for it: deferred, or here."""
@@ -238,7 +243,7 @@ class BaseStepOperator(BaseOperator):
 
                 raise StepKilledError(f"The task was killed: job {shown_job(handle)} was stopped")
             if self.deferrable:
-                if not _still_running(ti):
+                if not still_running(ti):
                     self._killed = True
                     self._stop_killed(backend, handle)
                 self.defer(trigger=trigger, method_name="execute_complete")
@@ -248,17 +253,24 @@ class BaseStepOperator(BaseOperator):
             if not self._killed:  # a killed task's job is stopped already
                 self._left_to_retry(backend, handle, ti)
             raise
+        return self.execute_complete(context, self._run_inline(trigger))
+
+    def _run_inline(self, trigger: StepJobDeferral) -> dict[str, Any]:
+        """Run the trigger in this process (not deferrable): its event's payload."""
         try:
-            event = asyncio.run(_first_event(trigger))
+            return asyncio.run(first_event(trigger))
         except BaseException as exc:  # execution_timeout, SIGTERM...: the job must not outlive us
-            backend.stop(handle)
+            service, handle = trigger.following()
+            service.stop(handle)
             if type(exc).__name__ == "AirflowTaskTimeout":  # Airflow's says only "Timeout, PID"
+                from airflow_stepop.backends.base import StepBackend
+
+                what = "job" if isinstance(service, StepBackend) else "image build"
                 raise type(exc)(
-                    f"Step job {shown_job(handle)} timeout: execution_timeout reached; the job "
-                    "was stopped"
+                    f"Step {what} {shown_job(handle)} timeout: execution_timeout reached; the "
+                    f"{what} was stopped"
                 ) from exc
             raise
-        return self.execute_complete(context, event)
 
     def _run_again(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> Any:
         """An earlier try's job that this try re-attached to was stopped: that try was cleared
@@ -273,15 +285,23 @@ class BaseStepOperator(BaseOperator):
         self._release(backend, handle)
         from airflow_stepop.operators.task_identity import task_identity
 
-        return self._follow(
-            context, backend, self._submit(context, task_identity(context), backend)
-        )
+        return self._start(context, task_identity(context), backend)
 
-    def _trigger(self, backend: StepBackend, handle: dict[str, Any]) -> StepJobDeferral:
-        """The job's trigger as Airflow stores it (building it would cost the worker ~10 ms)."""
+    def _trigger(
+        self,
+        backend: StepBackend,
+        handle: dict[str, Any],
+        image_build: dict[str, Any] | None = None,
+        prepared: dict[str, Any] | None = None,
+    ) -> StepJobDeferral:
+        """The job's trigger as Airflow stores it (building it would cost the worker ~10 ms);
+        with ``image_build``, the trigger of a job not yet created (``handle`` is the build's)."""
         from airflow_stepop.triggers.deferral import StepJobDeferral
         from airflow_stepop.triggers.process_identity import this_process
 
+        kwargs: dict[str, Any] = {}
+        if image_build is not None:
+            kwargs = {"image_build": image_build, "prepared": prepared}
         return StepJobDeferral(
             backend_path=f"{type(backend).__module__}.{type(backend).__qualname__}",
             backend_kwargs=backend.serialize(),
@@ -291,6 +311,7 @@ class BaseStepOperator(BaseOperator):
             storage_conn_id=self.storage_conn_id,
             resume_hold=config.get_int("resume_hold_seconds"),
             deferred_by=this_process(),
+            **kwargs,
         )
 
     def _left_to_retry(self, backend: StepBackend, handle: dict[str, Any], ti: Any) -> bool:
@@ -348,8 +369,10 @@ class BaseStepOperator(BaseOperator):
 
         self.stored_link_kinds = None  # execute() may have stored some: until recalled, ask
         handle = event["handle"]
-        storage = worker_storage(self.storage_conn_id)
         backend = self.make_backend()
+        if event.get("phase") is not None:  # the job was not created (``triggers/image_phase``)
+            return self._no_job(context, backend, event)
+        storage = worker_storage(self.storage_conn_id)
         self.stored_link_kinds = recall_links(backend, handle)
         stopped_by_us = self._killed  # on_kill, not deferrable
         if event["status"] == "stopped" and handle.get("earlier_try") and not stopped_by_us:
@@ -388,26 +411,3 @@ class BaseStepOperator(BaseOperator):
             backend, job = self._handle
             self.log.info("Stopping job %s", shown_job(job))
             backend.stop(job)
-
-
-def _still_running(ti: Any) -> bool:
-    """Is this task instance still running, as the API server has it? A user's mark or clear
-    reaches a task process as SIGTERM only at its next heartbeat (every 5 s by default), and
-    the server refuses the deferral of a task no longer running: that process then exits with
-    no ``on_kill``, and a job it submitted would run on with nobody watching. One question
-    before the deferral closes that window to the few milliseconds after it."""
-    try:
-        states = ti.get_task_states(
-            dag_id=ti.dag_id, map_index=ti.map_index, task_ids=[ti.task_id], run_ids=[ti.run_id]
-        )
-    except Exception:  # no answer: the deferral goes ahead, as it would without the question
-        return True
-    key = ti.task_id if ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
-    state = (states.get(ti.run_id) or {}).get(key, "running")
-    return state == "running"
-
-
-async def _first_event(trigger: StepJobDeferral) -> dict[str, Any]:
-    async for event in trigger.run():
-        return event.payload
-    raise RuntimeError("the trigger ended without an event")

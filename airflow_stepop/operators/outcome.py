@@ -59,6 +59,34 @@ def step_failure(event: dict[str, Any], storage: Storage) -> Exception:
     return StepFailedError(message)
 
 
+def before_job_failure(event: dict[str, Any]) -> Exception:
+    """The task's error for a step whose job never started: its image's build failed (event
+    ``phase`` "image"), or the service refused the job's create after the build ("create")."""
+    build = event["handle"]
+    image = build.get("image", "the step's image")
+    where = f"{build.get('builder', 'the builder')}, build {build.get('job_id')}"
+    if event.get("phase") == "image":
+        parts = [
+            f"The step's environment image {image} was not built ({where}): "
+            f"{event['status']}" + (f": {event['reason']}" if event.get("reason") else "")
+        ]
+        parts[0] += ". No job was created."
+        if event.get("hint"):
+            parts.append(str(event["hint"]))
+        if event.get("log_tail"):
+            parts.append("Last lines of the build's log:\n" + "\n".join(event["log_tail"]))
+    else:
+        parts = [
+            f"Image {image} was built ({where}), but the job was not created: {event.get('reason')}"
+        ]
+    message = "\n\n".join(parts)
+    if event["status"] == "timeout":
+        from airflow.sdk.exceptions import AirflowTaskTimeout
+
+        return AirflowTaskTimeout(message)
+    return StepFailedError(message)
+
+
 ERROR_DOCUMENT_MAX_BYTES = 1 << 20  # a traceback of thousands of frames fits
 
 

@@ -17,7 +17,7 @@ import hashlib
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from airflow_stepop.backends.base import JobRequest, StepBackend
+    from airflow_stepop.backends.base import JobRequest, PreparedJob, StepBackend
 
 INSTANCE_KEY = "stepop_instance"
 INSTANCE_CHARS = 12  # 48 bits of a hash of a uuid: one task instance meets no other's
@@ -59,18 +59,24 @@ def _instance(store: Any, try_id: str) -> str:
 
 
 def submit_as_own(
-    backend: StepBackend, request: JobRequest, try_number: int, log: Any
+    backend: StepBackend,
+    request: JobRequest,
+    try_number: int,
+    log: Any,
+    prepared: PreparedJob | None = None,
 ) -> dict[str, Any]:
-    """Submit under the request's name; where another try's job holds it (``submit`` raised
-    ``JobNameTakenError``), under another with this try's id in it, saying so in the task log
-    (the run directory is this try's already)."""
+    """Create the job ``prepared`` for the request (prepared now when None) under the request's
+    name; where another try's job holds it (``create`` raised ``JobNameTakenError``), prepare
+    and create it under another name with this try's id in it, saying so in the task log (the
+    run directory is this try's already)."""
     from airflow_stepop.backends.base import JobNameTakenError
     from airflow_stepop.backends.naming import job_name
 
+    prepared = prepared or backend.prepare(request)
     try:
-        return backend.submit(request)
+        return backend.create(prepared.body)
     except JobNameTakenError as taken:
         salt = "".join(c for c in request.try_id if c.isalnum())[-6:] or "x"
         name = job_name(request.task_key, try_number, salt=salt)
         log.warning("%s: submitting this try's job as %s", taken, name)
-        return backend.submit(dataclasses.replace(request, job_name=name))
+        return backend.create(backend.prepare(dataclasses.replace(request, job_name=name)).body)

@@ -262,6 +262,33 @@ class Storage:
         fs, path = self.resolver(uri)
         fs.pipe_file(path, data)
 
+    def create_new(self, uri: str, data: bytes) -> bool:
+        """Write ``data`` only where nothing is yet; False when something is. Workers on many
+        hosts claim a thing this way (one image build per tag): a conditional write where the
+        store has one (S3's ``If-None-Match``, GCS's ``ifGenerationMatch=0``: fsspec's
+        ``mode="create"``; a local ``O_EXCL``), else a look, then a write, which two writers
+        racing in the same instant may both pass."""
+        local = self.local_path(uri)
+        if local is not None:
+            local.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+            return True
+        fs, path = self.resolver(uri)
+        try:
+            fs.pipe_file(path, data, mode="create")
+        except FileExistsError:
+            return False
+        except TypeError:  # a filesystem without exclusive writes
+            if fs.exists(path):
+                return False
+            fs.pipe_file(path, data)
+        return True
+
     def read_json(self, uri: str) -> Any:
         return json.loads(self.read_bytes(uri))
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from airflow.triggers.base import TriggerEvent
 
+    from airflow_stepop.backends.base import JobService
     from airflow_stepop.triggers.step_job import StepJobTrigger
 
 TRIGGER_PATH = "airflow_stepop.triggers.step_job.StepJobTrigger"
@@ -28,6 +29,7 @@ class StepJobDeferral:
 
     def __init__(self, **kwargs: Any) -> None:
         self.kwargs = kwargs
+        self._running: StepJobTrigger | None = None  # the trigger run() runs here, if any
 
     @property
     def handle(self) -> dict[str, Any]:
@@ -42,7 +44,16 @@ class StepJobDeferral:
         return StepJobTrigger(**self.kwargs)
 
     def run(self) -> AsyncIterator[TriggerEvent]:
-        return self.trigger().run()
+        self._running = self.trigger()
+        return self._running.run()
+
+    def following(self) -> tuple[JobService, dict[str, Any]]:
+        """What the trigger run here follows now (the image's build, then the job) and its
+        handle: what a timeout in this process stops."""
+        from airflow_stepop.triggers.services import load_backend
+
+        trigger = self._running or self.trigger()
+        return load_backend(*trigger._following), trigger.handle
 
     def __repr__(self) -> str:
         return f"StepJobTrigger(job_id={self.handle.get('job_id')!r})"

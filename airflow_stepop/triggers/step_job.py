@@ -32,17 +32,24 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_stepop.backends.base import JobStatus, StepBackend
+from airflow_stepop.backends.base import JobService, JobStatus, StepBackend
 from airflow_stepop.backends.naming import shown_job
 from airflow_stepop.triggers.deadline import deadline_at
+from airflow_stepop.triggers.image_phase import ImagePhase
 from airflow_stepop.triggers.job_log_relay import JobLogRelay, first_wait
 from airflow_stepop.triggers.poller import JobPoller, poller_for
 from airflow_stepop.triggers.process_identity import this_process
 from airflow_stepop.triggers.progress import Progress
 from airflow_stepop.triggers.relay_cursor import CursorStore
+from airflow_stepop.triggers.services import load_backend, prepared_service, service_and_group
+from airflow_stepop.triggers.user_kill import (
+    FLUSH_SECONDS,
+    LOG_TAIL_LINES,
+    STOP_WAIT_SECONDS,
+    UserKill,
+)
 from airflow_stepop.triggers.waits import (
     DEFAULT_POLL_INTERVAL,
-    ON_KILL_TIMEOUT_RANGE,
     POLL_INTERVAL_RANGE,
     RESUME_HOLD_RANGE,
     TIME_LEFT_RANGE,
@@ -50,20 +57,11 @@ from airflow_stepop.triggers.waits import (
     finite_or_none,
 )
 
-LOG_TAIL_LINES = 40
 # A triggerer's supervisor reads a trigger's log lines and its event from two sockets; the event
 # closes the task's trigger log file, so lines still unread then land in the triggerer's own log
 # (Airflow 3.3, seen with many jobs ending in one poll round). The event waits this long after
 # the last lines, for the supervisor to read them first.
 LAST_LINES_GRACE_SECONDS = 0.5
-# How long a job stopped at the task's deadline is followed for its last lines (a cloud's stop
-# is a SIGTERM, a grace period, then the upload; SageMaker's grace is 120 s, most steps need less).
-STOP_WAIT_SECONDS = 60.0
-# How long a cancelled trigger may take to save its log cursor (a triggerer's shutdown waits).
-FLUSH_SECONDS = 2.0
-# After a user's kill, the relay of the stopping job's lines ends this long before Airflow's
-# ``[triggerer] on_kill_timeout`` would cancel ``on_kill``.
-KILL_MARGIN_SECONDS = 5.0
 
 
 def _passed(end: float | None) -> bool:
@@ -71,13 +69,7 @@ def _passed(end: float | None) -> bool:
     return end is not None and time.monotonic() >= end
 
 
-def load_backend(path: str, kwargs: dict[str, Any]) -> StepBackend:
-    from airflow.sdk.module_loading import import_string
-
-    return import_string(path)(**kwargs)
-
-
-class StepJobTrigger(JobLogRelay, BaseTrigger):
+class StepJobTrigger(UserKill, ImagePhase, JobLogRelay, BaseTrigger):
     def __init__(
         self,
         backend_path: str,
@@ -89,14 +81,21 @@ class StepJobTrigger(JobLogRelay, BaseTrigger):
         resume_hold: float = 0.0,
         deferred_by: str | None = None,
         time_left: float | None = None,
+        image_build: dict[str, Any] | None = None,
+        prepared: dict[str, Any] | None = None,
     ) -> None:
         """``time_left``: seconds of execution_timeout left when the task deferred (None: no
         timeout). ``deadline`` is what the previous version passed instead (the worker's wall
-        clock): a trigger it stored still loads and keeps that deadline."""
+        clock): a trigger it stored still loads and keeps that deadline. ``image_build`` (an
+        ``ImageBuild``'s JSON) and ``prepared`` (a ``PreparedJob``'s body): the job is not
+        created yet; the trigger follows the build (``handle`` is the build's), then creates
+        the job and follows it."""
         super().__init__()
         self.backend_path = backend_path
         self.backend_kwargs = backend_kwargs
         self.handle = handle
+        self.image_build = image_build
+        self.prepared = prepared
         # Stored numbers are clamped (``waits.py``); what was changed is said in the task log
         # when the trigger runs (Airflow routes a trigger's lines there only from then on).
         self._clamped: list[str] = []
@@ -116,6 +115,12 @@ class StepJobTrigger(JobLogRelay, BaseTrigger):
         self._job_ended = False
         # The relay's cursor once this trigger has followed the job: on_kill goes on from it.
         self._cursors: CursorStore | None = None
+        # What this trigger follows now (a kill stops it): the build first, if any, then the job.
+        self._following = (
+            (image_build["builder_path"], image_build["builder_kwargs"])
+            if image_build is not None
+            else (backend_path, backend_kwargs)
+        )
 
     def _seconds(self, name: str, value: Any, limits: tuple[float, float], default: float) -> float:
         seconds, note = bounded(name, value, limits, default)
@@ -136,21 +141,18 @@ class StepJobTrigger(JobLogRelay, BaseTrigger):
         }
         if self.deadline is not None:  # a trigger the previous version stored
             kwargs["deadline"] = self.deadline
+        if self.image_build is not None:
+            kwargs.update(image_build=self.image_build, prepared=self.prepared)
         return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     @property
     def backend(self) -> StepBackend:
         return load_backend(self.backend_path, self.backend_kwargs)
 
-    def _prepared_backend(self) -> StepBackend:
-        """The backend, ready for its async calls (call it in a thread: it imports and reads)."""
-        backend = self.backend
-        backend.prepare_async()
-        return backend
-
-    def _backend_and_group(self) -> tuple[StepBackend, str]:
-        backend = self.backend
-        return backend, backend.poll_group()
+    def _prepared_backend(self) -> JobService:
+        """What this trigger follows now (its job's backend, or its image's builder), ready for
+        its async calls (call it in a thread: it imports and reads)."""
+        return prepared_service(*self._following)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         # The backend's import and its poll group (it may read a connection) run in a thread:
@@ -159,21 +161,17 @@ class StepJobTrigger(JobLogRelay, BaseTrigger):
         for note in self._clamped:
             self.log.warning("Trigger of job %s: %s", shown_job(self.handle), note)
         resume_from = time.monotonic() + self._hold_seconds()
-        cursors = CursorStore(self.handle, self.storage_conn_id)
-        try:
-            backend, group = await asyncio.to_thread(self._backend_and_group)
-            poller = poller_for(self.backend_path, backend, group)
-            await poller.attach(self.handle)
-        except Exception as exc:  # a connection deleted since the deferral, say
-            event = self._unwatched(exc, [])
+        event: TriggerEvent | None = None
+        if self.image_build is not None:  # the image first, then the job (``image_phase``)
+            event = await self._image_phase()
+        if event is None:
+            self._following = (self.backend_path, self.backend_kwargs)
+            event, cursors = await self._follow_phase(*self._following)
+            # From here a user's kill stops only a job that may still run (one it could not
+            # follow): not one that ended while the poller is detached, say.
+            self._job_ended = event.payload["status"] != "unwatched"
         else:
-            try:
-                event = await self._watch(poller, cursors)
-                # From here a user's kill stops only a job that may still run (one it could not
-                # follow): not one that ended while the poller is detached, say.
-                self._job_ended = event.payload["status"] != "unwatched"
-            finally:
-                await poller.detach(self.handle)
+            cursors = self._cursors or CursorStore(self.handle, self.storage_conn_id)
         await self._before_event(resume_from, cursors)
         # A triggerer killed before the event is stored resumes this trigger: it repeats only
         # the lines of the last seconds, not the whole job's since the last save.
@@ -182,6 +180,23 @@ class StepJobTrigger(JobLogRelay, BaseTrigger):
         # Clients are closed before the event goes out: a trigger's code after its yield may
         # never run (``dag.test()`` abandons the generator with its event loop).
         yield event
+
+    async def _follow_phase(
+        self, path: str, kwargs: dict[str, Any]
+    ) -> tuple[TriggerEvent, CursorStore]:
+        """Follow ``self.handle``'s job (or build) of the service ``path(**kwargs)`` to its end:
+        the event that says how, and the cursor store of its log relay."""
+        cursors = CursorStore(self.handle, self.storage_conn_id)
+        try:
+            service, group = await asyncio.to_thread(service_and_group, path, kwargs)
+            poller = poller_for(path, service, group)
+            await poller.attach(self.handle)
+        except Exception as exc:  # a connection deleted since the deferral, say
+            return self._unwatched(exc, []), cursors
+        try:
+            return await self._watch(poller, cursors), cursors
+        finally:
+            await poller.detach(self.handle)
 
     async def _before_event(self, resume_from: float, cursors: CursorStore) -> None:
         """Wait for the job's last lines to be read, and until ``resume_from`` (monotonic); a
@@ -277,7 +292,13 @@ class StepJobTrigger(JobLogRelay, BaseTrigger):
             wait = min(self.poll_interval, wait * 2)
 
     async def _end(self) -> float | None:
-        """The task's deadline on ``time.monotonic()``'s clock, None for none."""
+        """The task's deadline on ``time.monotonic()``'s clock, None for none: one for the
+        image's build and the job, kept where the first phase's trigger started it."""
+        if not hasattr(self, "_end_at"):
+            self._end_at = await self._first_end()
+        return self._end_at
+
+    async def _first_end(self) -> float | None:
         if self.time_left is not None:
             now = time.time()
             at = await deadline_at(
@@ -340,44 +361,3 @@ class StepJobTrigger(JobLogRelay, BaseTrigger):
                 "log_tail": list(tail),
             }
         )
-
-    async def on_kill(self) -> None:
-        if self._job_ended:  # killed while its event waits: a finished job has nothing to stop
-            self.log.info("Task killed by a user; job %s had ended", shown_job(self.handle))
-            return
-        self.log.info("Task killed by a user: stopping job %s", shown_job(self.handle))
-        began = time.monotonic()
-        backend = await asyncio.to_thread(self._prepared_backend)
-        try:
-            await backend.astop(self.handle)
-            await self._relay_after_kill(backend, began)
-        finally:
-            await backend.aclose()
-
-    async def _relay_after_kill(self, backend: StepBackend, began: float) -> None:
-        """Relay what the step prints while it stops (a ``finally:`` saving its work), as at
-        the deadline, from where this trigger's relay stopped; until the job has ended, or
-        shortly before Airflow would cancel ``on_kill`` (``[triggerer] on_kill_timeout``)."""
-        cursors = self._cursors
-        if cursors is None:  # killed before it followed the job: no cursor to go on from
-            return
-        from airflow.sdk import conf
-
-        limit, _ = bounded(
-            "[triggerer] on_kill_timeout",
-            conf.getfloat("triggerer", "on_kill_timeout", fallback=30.0),
-            ON_KILL_TIMEOUT_RANGE,
-            30.0,
-        )
-        give_up = began + min(STOP_WAIT_SECONDS, limit - KILL_MARGIN_SECONDS)
-        cursor, tail = cursors.latest
-        tail = collections.deque(tail, maxlen=LOG_TAIL_LINES)
-        # a last read that hangs is cut before Airflow's own cut, so the cursor is still saved
-        backstop = give_up + KILL_MARGIN_SECONDS / 2 - time.monotonic()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(
-                self._relay_until_ended(backend, tail, cursor, cursors, give_up), backstop
-            )
-        # what it relayed is not relayed again by a later trigger of the job (a re-attached try)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(cursors.flush(), FLUSH_SECONDS)

@@ -120,7 +120,7 @@ def test_a_worker_without_an_engine_uses_an_image_already_in_the_registry(
     reference = builder.image_reference(settings, target.repository)
     _Registry.tags = {reference.removeprefix(f"{registry}/")}
 
-    assert builder.service_image(settings, lambda: target) == (reference, False)
+    assert builder.service_image(settings, lambda: target) == (reference, False, None)
 
     _Registry.tags = set()  # another environment: it must be built, and nothing can build it
     with pytest.raises(builder.ImageBuildError) as refused:

@@ -117,21 +117,22 @@ def test_service_image_copies_a_parent_the_service_cannot_pull_and_keeps_one_it_
         raise AssertionError("a parent the service pulls needs no registry")
 
     # Vertex AI and Azure ML pass no predicate: their services pull public images
-    assert builder.service_image(parent_only, no_registry) == ("python:3.11-slim", False)
+    assert builder.service_image(parent_only, no_registry) == ("python:3.11-slim", False, None)
     assert builder.service_image(parent_only, no_registry, pullable=lambda _: True) == (
         "python:3.11-slim",
         False,
+        None,
     )
 
     engine = _Engine()
-    image, built = builder.service_image(
+    image, built, _ = builder.service_image(
         parent_only, lambda: Registry(f"{LOCAL}/env"), engine, pullable=lambda _: False
     )
     assert built and image.startswith(f"{LOCAL}/env:")
     assert engine.dockerfiles == {image: "FROM python:3.11-slim\n"}
     assert engine.pushed == [image]
     # content-hashed: another parent, another tag; the same parent, the same tag
-    other, _ = builder.service_image(
+    other, _, _ = builder.service_image(
         DockerSettings(parent_image="python:3.12-slim"),
         lambda: Registry(f"{LOCAL}/env"),
         engine,

@@ -16,7 +16,7 @@ import pytest
 
 from airflow_stepop.backends.base import JobStatus
 from airflow_stepop.backends.log_lines import CONTINUES, relayed_lines
-from airflow_stepop.triggers import job_log_relay, relay_cursor, step_job
+from airflow_stepop.triggers import job_log_relay, relay_cursor, step_job, user_kill
 from airflow_stepop.triggers.poller import poller_for
 from airflow_stepop.triggers.relay_cursor import CursorStore
 from airflow_stepop.triggers.step_job import StepJobTrigger
@@ -86,6 +86,7 @@ def clock(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(step_job, "time", clock)
     monkeypatch.setattr(job_log_relay, "time", clock)  # the trigger's relay half
+    monkeypatch.setattr(user_kill, "time", clock)  # and its kill half
     return clock
 
 
@@ -553,7 +554,7 @@ def test_a_kill_s_relay_reads_last_just_before_airflow_s_on_kill_timeout(
     _killed(_trigger(tmp_path, deadline=None), backend, NoRound(backend))
     line = "[dag-task-t1] saving a checkpoint in finally:"
     assert (line in waits.records) is relayed
-    assert clock.monotonic() == on_kill_timeout - step_job.KILL_MARGIN_SECONDS
+    assert clock.monotonic() == on_kill_timeout - user_kill.KILL_MARGIN_SECONDS
 
 
 def test_a_resumed_trigger_killed_before_its_first_round_relays_only_the_new_lines(

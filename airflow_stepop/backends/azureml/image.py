@@ -28,12 +28,10 @@ log = logging.getLogger(__name__)
 
 IMAGE_ENVIRONMENT = "stepop-image"
 BUILD_ENVIRONMENT = "stepop-build"
-BUILD_MODES = ("auto", "engine", "service")
 
 
 def environment_body(backend: Any, request: JobRequest, storage: Any) -> tuple[str, str, dict]:
     """(environment name, version, ARM body) for the job of ``request``."""
-    from airflow_stepop import config
     from airflow_stepop.images import builder
 
     job = backend.job
@@ -44,14 +42,9 @@ def environment_body(backend: Any, request: JobRequest, storage: Any) -> tuple[s
         raise ValueError("Azure ML steps need image_uri= or docker=DockerSettings(...)")
     if not settings.needs_build:
         return _image(builder.image_reference(settings, DEFAULT_REPOSITORY))
-    mode = (config.get("azureml_image_build") or "auto").lower()
-    if mode not in BUILD_MODES:
-        from airflow_stepop.setting_values import SettingsError
+    from airflow_stepop.backends.image_build import build_mode
 
-        raise SettingsError(
-            f"[stepop] azureml_image_build={mode!r} is not one of {', '.join(BUILD_MODES)} "
-            "(AIRFLOW__STEPOP__AZUREML_IMAGE_BUILD); e.g. 'auto'."
-        )
+    mode = build_mode("azureml")
     client = _engine_or_none() if mode in ("auto", "engine") else None
     if client is None and mode == "engine":
         raise ValueError(
@@ -137,13 +130,14 @@ def _service_build(
     from airflow_stepop.backends.azureml.launch import blob_url
     from airflow_stepop.backends.azureml.roots import storage_account
     from airflow_stepop.images import builder
+    from airflow_stepop.images.dockerfile import dockerfile_text
 
     parent = settings.parent_image or builder.default_parent_image()
     digest = settings.content_hash(parent, builder.RECIPE_VERSION)[:24]
     root = request.code_uri.rsplit("/code/", 1)[0]
     context = join(root, "images", digest)
     storage.write_bytes(
-        join(context, "Dockerfile"), builder.dockerfile_text(settings, parent, False).encode()
+        join(context, "Dockerfile"), dockerfile_text(settings, parent, False).encode()
     )
     if settings.requirements:
         storage.write_bytes(

@@ -35,6 +35,7 @@ from airflow_stepop.backends.base import (
     JobNameTakenError,
     JobRequest,
     JobStatus,
+    PreparedJob,
     StepBackend,
     service_refusal,
 )
@@ -66,6 +67,7 @@ from airflow_stepop.backends.sagemaker.launch import (
 )
 from airflow_stepop.backends.sagemaker.logs import read_new_lines
 from airflow_stepop.catalog import load as load_catalog
+from airflow_stepop.images.builder import ImageChoice
 from airflow_stepop.runtime.storage import join
 from airflow_stepop.setting_values import SettingsError
 
@@ -118,9 +120,12 @@ class SageMakerBackend(StepBackend):
 
     # ---- worker side -------------------------------------------------------------------
 
-    def submit(self, request: JobRequest) -> dict[str, Any]:
+    def prepare(self, request: JobRequest) -> PreparedJob:
+        """Stage the entry script and launch document, decide the image (built by the worker's
+        engine, or by CodeBuild while the task is deferred) and make the CreateTrainingJob
+        request."""
         if self.job is None:
-            raise RuntimeError("SageMakerBackend.submit needs a job configuration")
+            raise RuntimeError("SageMakerBackend.prepare needs a job configuration")
         job = self.job
         storage = self._storage()
         spec = read_staged_spec(storage, request)
@@ -128,7 +133,7 @@ class SageMakerBackend(StepBackend):
         environment["STEPOP_CHECKPOINT_DIR"] = CHECKPOINT_LOCAL_PATH
         environment.update(bootstrap_environment(request.spec_sha256, request.try_id))
         role = self._role_arn(job.role)  # before the image: a build takes minutes
-        image, built = self._image(request)
+        image = self._image(request, storage)
         entry_source = (Path(__file__).parent / "entry.py").read_bytes()
         launch_bytes = json.dumps(launch).encode()
         storage.write_bytes(join(request.run_uri, ENTRY_FILE), entry_source)
@@ -138,7 +143,7 @@ class SageMakerBackend(StepBackend):
             "TrainingJobName": request.job_name,
             "RoleArn": role,
             "AlgorithmSpecification": {
-                "TrainingImage": image,
+                "TrainingImage": image.reference,
                 "TrainingInputMode": "File",
                 "ContainerEntrypoint": entrypoint(request, entry_source, launch_bytes),
             },
@@ -172,38 +177,43 @@ class SageMakerBackend(StepBackend):
         if job.spot:
             body["EnableManagedSpotTraining"] = True
             body["StoppingCondition"]["MaxWaitTimeInSeconds"] = job.max_wait_s
+        spot = ", spot" if job.spot else ""
+        handle = {
+            "job_id": request.job_name,
+            "task_key": request.task_key,
+            "run_uri": request.run_uri,
+            "output_uri": output_uri,
+            "region": self.region,
+            "image": image.reference,
+            "image_built": image.built or image.build is not None,
+            "machine": f"{job.instance_type} x {job.instance_count}{spot}",
+            "price_per_hour": self._hourly_price(job),
+        }
+        prepared = {"request": body, "handle": handle, "try_id": request.try_id}
+        return PreparedJob(prepared, image.build)
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        """CreateTrainingJob; a job of the name that exists is this try's own only when its
+        environment carries this try's id (its first answer was lost), else another's."""
+        request, handle = body["request"], body["handle"]
+        name = request["TrainingJobName"]
         client = self._clients.hook("sagemaker").conn
         try:
-            client.create_training_job(**body)
+            client.create_training_job(**request)
         except Exception as exc:
             if error_code(exc) == "ValidationException":  # an image it cannot find, say
                 reason = exc.response["Error"].get("Message") or str(exc)  # type: ignore[attr-defined]
                 raise service_refusal("SageMaker", reason) from exc
             if error_code(exc) != "ResourceInUse":
                 raise
-            existing = client.describe_training_job(TrainingJobName=request.job_name)
-            if not request.owns((existing.get("Environment") or {}).get(TRY_ID_ENV)):
-                raise JobNameTakenError(
-                    request.job_name, (existing.get("Environment") or {}).get(TRY_ID_ENV)
-                ) from None
+            existing = client.describe_training_job(TrainingJobName=name)
+            owner = (existing.get("Environment") or {}).get(TRY_ID_ENV)
+            if body.get("try_id") and owner != body["try_id"]:
+                raise JobNameTakenError(name, owner) from None
             # A retried create whose first answer was lost: the job is this try's own.
-            log.info("Training job %s exists already; attaching to it", request.job_name)
-        log.info(
-            "Training job %s: %d x %s, image %s", request.job_name, job.instance_count,
-            job.instance_type, image,
-        )  # fmt: skip
-        spot = ", spot" if job.spot else ""
-        return {
-            "job_id": request.job_name,
-            "task_key": request.task_key,
-            "run_uri": request.run_uri,
-            "output_uri": output_uri,
-            "region": self.region,
-            "image": image,
-            "image_built": built,
-            "machine": f"{job.instance_type} x {job.instance_count}{spot}",
-            "price_per_hour": self._hourly_price(job),
-        }
+            log.info("Training job %s exists already; attaching to it", name)
+        log.info("Training job %s: %s, image %s", name, handle["machine"], handle["image"])
+        return dict(handle)
 
     @staticmethod
     def _hourly_price(job: SageMakerJobConfig) -> float | None:
@@ -214,12 +224,10 @@ class SageMakerBackend(StepBackend):
         price = machine.hourly_price(job.spot)
         return None if price is None else price * job.instance_count
 
-    def _image(self, request: JobRequest) -> tuple[str, bool]:
-        """The job's image and whether this call built it (``image``)."""
+    def _image(self, request: JobRequest, storage: Any) -> ImageChoice:
+        """The job's image (``image``): as given, built here, or a CodeBuild build to wait for."""
         assert self.job is not None
-        return job_image(
-            self.job, request.docker, self._default_repository, self.aws_conn_id, self.region_name
-        )
+        return job_image(self, request, storage)
 
     def _default_repository(self) -> str:
         account = self._clients.hook("sts").conn.get_caller_identity()["Account"]

@@ -15,7 +15,7 @@ import asyncio
 import threading
 from typing import Any
 
-ASYNC_KINDS = ("sagemaker", "logs")  # what the trigger's calls use
+ASYNC_KINDS = ("sagemaker", "logs")  # what the backend's trigger calls use
 
 _warm_kinds: set[str] = set()  # kinds whose data files this process has read
 _warm_lock = threading.Lock()
@@ -24,9 +24,15 @@ _warm_lock = threading.Lock()
 class Clients:
     """One backend's hooks, and its open async clients (closed by ``aclose``)."""
 
-    def __init__(self, aws_conn_id: str | None, region_name: str | None) -> None:
+    def __init__(
+        self,
+        aws_conn_id: str | None,
+        region_name: str | None,
+        kinds: tuple[str, ...] = ASYNC_KINDS,
+    ) -> None:
         self.aws_conn_id = aws_conn_id
         self.region_name = region_name
+        self.kinds = kinds  # what this user's async calls use
         self._hooks: dict[str, Any] = {}
         self._opened: dict[tuple[str, int], asyncio.Future] = {}  # (kind, loop) -> opening
 
@@ -49,7 +55,7 @@ class Clients:
     def prepare(self) -> None:
         """In a thread, before the first async call: the hooks (boto3 and botocore on a first
         import), and, once per process, botocore's data files for each async kind."""
-        for kind in ASYNC_KINDS:
+        for kind in self.kinds:
             hook = self.hook(kind)
             with _warm_lock:
                 if kind not in _warm_kinds:

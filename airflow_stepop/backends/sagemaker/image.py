@@ -12,9 +12,12 @@ stands in for ECR.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.setting_values import SettingsError
+
+if TYPE_CHECKING:
+    from airflow_stepop.images.builder import ImageChoice
 
 IMAGE_EXAMPLE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1.0"
 
@@ -52,27 +55,42 @@ def check_image_uri(owner: str, image_uri: str, repository: str | None) -> None:
     )
 
 
-def job_image(
-    job: Any,
-    docker: Any,
-    default_repository: Callable[[], str],
-    aws_conn_id: str | None,
-    region_name: str | None,
-) -> tuple[str, bool]:
-    """The image of ``job`` (a ``SageMakerJobConfig``) and whether this call built it."""
+def job_image(backend: Any, request: Any, storage: Any) -> ImageChoice:
+    """The image of ``backend.job`` (a ``SageMakerJobConfig``) for ``request``: as given, built
+    by the worker's engine, or a CodeBuild build to wait for (``[stepop]
+    sagemaker_image_build``)."""
+    from airflow_stepop.images.builder import ImageChoice
+
+    job = backend.job
     if job.image_uri:
-        return job.image_uri, False
+        return ImageChoice(job.image_uri)
+    docker = request.docker
     if docker is None:
         from airflow_stepop.backends.sagemaker.launch import SageMakerConfigError
 
         raise SageMakerConfigError("SageMaker steps need image_uri= or docker=DockerSettings")
+    from airflow_stepop import config
+    from airflow_stepop.backends.image_build import build_mode, images_root, start_or_join
     from airflow_stepop.images import builder, registry
 
     repository = job.image_repository
+
+    def codebuild(plan: Any, present: Callable[[], bool]) -> Any:
+        from airflow_stepop.backends.sagemaker.codebuild import CodeBuildBuilder
+
+        service = CodeBuildBuilder(backend.aws_conn_id, backend.region_name,
+                                   config.get("sagemaker_codebuild_project"))  # fmt: skip
+        return start_or_join(service, plan, storage, images_root(request), request.run_uri,
+                             present)  # fmt: skip
+
     return builder.service_image(
         docker,
         lambda: registry.prepare(
-            repository or default_repository(), aws_conn_id=aws_conn_id, region_name=region_name
+            repository or backend._default_repository(),
+            aws_conn_id=backend.aws_conn_id,
+            region_name=backend.region_name,
         ),
         pullable=lambda image: service_can_pull(image, repository),
+        mode=build_mode("sagemaker"),
+        service_build=codebuild,
     )

@@ -19,9 +19,15 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_stepop.backends.base import JobRequest, JobStatus, StepBackend, service_refusal
+from airflow_stepop.backends.base import (
+    JobRequest,
+    JobStatus,
+    PreparedJob,
+    StepBackend,
+    service_refusal,
+)
 from airflow_stepop.backends.bootstrap import TRY_ID_ENV, read_staged_spec
 from airflow_stepop.backends.list_pages import WatchedPages
 from airflow_stepop.backends.naming import task_digest
@@ -41,6 +47,9 @@ from airflow_stepop.backends.vertex.job import (
 )
 from airflow_stepop.backends.vertex.machines import CATALOG, split_machine
 from airflow_stepop.runtime.storage import join
+
+if TYPE_CHECKING:
+    from airflow_stepop.images.builder import ImageChoice
 
 log = logging.getLogger(__name__)
 
@@ -109,27 +118,43 @@ class VertexBackend(StepBackend):
         )
         return list(pager.custom_jobs)
 
-    def submit(self, request: JobRequest) -> dict[str, Any]:
+    def prepare(self, request: JobRequest) -> PreparedJob:
+        """Stage the entry script, decide the image (built by the worker's engine, or by Cloud
+        Build while the task is deferred) and make the CreateCustomJob request."""
         if self.job is None:
-            raise RuntimeError("VertexBackend.submit needs a job configuration")
+            raise RuntimeError("VertexBackend.prepare needs a job configuration")
         from airflow_stepop.artifacts.storage import worker_storage
 
         storage = worker_storage(self.gcp_conn_id)
         spec = read_staged_spec(storage, request)
-        image, built = self._image(request)
+        image = self._image(request, storage)
         access = self.access
         entry_source = (Path(__file__).parent / "entry.py").read_bytes()
         body = build_job(
-            request, spec, self.job, image, access.project, access.region, entry_source
+            request, spec, self.job, image.reference, access.project, access.region, entry_source
         )
         storage.write_bytes(join(request.run_uri, ENTRY_FILE), entry_source)
-        created = self._create(body, request)
-        handle = self.handle_of(created, request.task_key)
-        log.info("CustomJob %s (%s): %s, image %s", handle["job_id"], request.job_name,
-                 handle["machine"], image)  # fmt: skip
-        return {**handle, "image": image, "image_built": built}
+        prepared = {
+            "custom_job": body,
+            "name": request.job_name,
+            "task_key": request.task_key,
+            "try_id": request.try_id,
+            "image": image.reference,
+            "image_built": image.built or image.build is not None,
+            "price_per_hour": self.job.price_per_hour,
+            "experiment": self.job.experiment,
+        }
+        return PreparedJob(prepared, image.build)
 
-    def _create(self, body: dict[str, Any], request: JobRequest) -> Any:
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        created = self._create(body["custom_job"], body.get("try_id") or "")
+        handle = self.handle_of(created, body["task_key"], body.get("price_per_hour"),
+                                body.get("experiment"))  # fmt: skip
+        log.info("CustomJob %s (%s): %s, image %s", handle["job_id"], body["name"],
+                 handle["machine"], body["image"])  # fmt: skip
+        return {**handle, "image": body["image"], "image_built": body["image_built"]}
+
+    def _create(self, body: dict[str, Any], try_id: str) -> Any:
         """CreateCustomJob, retried on throttling and 5xx; never twice for one try.
 
         A create whose answer was lost may have made the job: one of this display name that
@@ -148,7 +173,7 @@ class VertexBackend(StepBackend):
                 if getattr(exc, "code", None) != 429:  # a lost answer may have created it
                     name = body["display_name"]
                     for found in self._list(f'display_name="{name}"'):
-                        if request.owns(container_env(found).get(TRY_ID_ENV)):
+                        if not try_id or container_env(found).get(TRY_ID_ENV) == try_id:
                             return found
                 delay = min(30.0, 0.5 * 2**attempt) * random.uniform(0.5, 1.0)
                 log.warning("CreateCustomJob failed (%s); retrying in %.1fs", exc, delay)
@@ -162,11 +187,18 @@ class VertexBackend(StepBackend):
         reason = getattr(exc, "message", None) or str(exc)
         return service_refusal("Vertex AI", reason, "machine_type", self.job.machine_type, known)
 
-    def handle_of(self, job: Any, task_key: str) -> dict[str, Any]:
+    def handle_of(
+        self,
+        job: Any,
+        task_key: str,
+        price: float | None = None,
+        experiment: str | None = None,
+    ) -> dict[str, Any]:
+        """The handle of a CustomJob; ``price`` (of one replica) and ``experiment`` as the
+        step's configuration has them (None for a job found by a retry)."""
         details = job_details(job)
         env = container_env(job)
         run_uri = env.get("STEPOP_SPEC_URI", "").rsplit("/", 1)[0]
-        price = self.job.price_per_hour if self.job is not None else None
         replicas = details["replica_count"]
         machine = details["machine_type"]
         if details["accelerator_type"]:
@@ -186,33 +218,22 @@ class VertexBackend(StepBackend):
             "price_per_hour": None if price is None else round(price * replicas, 6),
             "project": job.name.split("/")[1],
             "location": job.name.split("/")[3],
-            "experiment": self.job.experiment if self.job else None,
+            "experiment": experiment,
         }
 
-    def _image(self, request: JobRequest) -> tuple[str, bool]:
-        assert self.job is not None
-        if self.job.image_uri:
-            return self.job.image_uri, False
-        if request.docker is None:
-            raise VertexConfigError("Vertex steps need image_uri= or docker=DockerSettings")
-        from airflow_stepop import config
-        from airflow_stepop.images import builder, registry
+    def _image(self, request: JobRequest, storage: Any) -> ImageChoice:
+        """The job's image (``image.job_image``)."""
+        from airflow_stepop.backends.vertex.image import job_image
 
-        repository = (
-            self.job.image_repository
-            or config.get("vertex_image_repository")
-            or f"{self.access.region}-docker.pkg.dev/{self.access.project}/airflow-stepop"
-        )
-        return builder.service_image(
-            request.docker,
-            lambda: registry.prepare_google(repository, self.access.registry_password),
-        )
+        return job_image(self, request, storage)
 
     def find_active(self, task_key: str) -> dict[str, Any] | None:
         jobs = self._list(f'labels.stepop_task="{task_digest(task_key)}"')
         for job in jobs:  # newest first
             if job.state.name in ALIVE:
-                return self.handle_of(job, task_key)
+                price = self.job.price_per_hour if self.job is not None else None
+                experiment = self.job.experiment if self.job is not None else None
+                return self.handle_of(job, task_key, price, experiment)
         return None
 
     def status(self, handle: dict[str, Any]) -> JobStatus:

@@ -1,0 +1,249 @@
+"""Images a cloud's builder builds (AWS CodeBuild, Cloud Build), one build per tag, followed as
+a job is.
+
+A worker with no container engine (MWAA, Cloud Composer, Astronomer, the Helm chart) hands the
+build to the service's builder: it uploads the build's archive beside the artifacts
+(``<root>/images/<tag>/<plan digest>.zip|tar.gz``: the same Dockerfiles and files the engine
+path builds, ``build_context.BuildPlan``), starts the build, and the step defers. The trigger
+follows the build as it follows jobs (the shared poller, the log relay, the deadline, a user's
+kill: an ``ImageBuilder`` is a ``JobService``), then creates the step's job the moment the build
+succeeds; a failed build fails the task before any job is created.
+
+One build per tag. Of the tasks that need a tag together (a mapped task, a retry, tasks on other
+hosts), one starts its build and the others follow that build: on one host they take turns
+under ``builder.build_lock``; across hosts the first claims ``<root>/images/<tag>/build.json``
+with a write that succeeds only where no record is (``Storage.create_new``), and names its
+build there once started. A record is only ever a hint of which build to wait for: a build is
+followed only when the builder itself says it builds this very image and is still running, and
+the job always runs the content-hashed tag it asked for, never a name from the record (a job
+can write the artifact root).
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from airflow_stepop.backends.base import JobService, JobStatus
+from airflow_stepop.images.build_context import BuildPlan
+from airflow_stepop.runtime.storage import join
+
+log = logging.getLogger(__name__)
+
+RECORD = "build.json"
+MAX_RECORD_BYTES = 64 << 10
+# A claim with no build named in it this long is taken over: its worker died before the start.
+CLAIM_SECONDS = 60.0
+CLAIM_POLL_SECONDS = 1.0
+
+
+BUILD_MODES = ("auto", "engine", "service")
+
+
+def build_mode(service: str) -> str:
+    """``[stepop] <service>_image_build``: who builds a step's image (``BUILD_MODES``)."""
+    from airflow_stepop import config
+    from airflow_stepop.setting_values import SettingsError
+
+    option = f"{service}_image_build"
+    mode = (config.get(option) or "auto").strip().lower()
+    if mode not in BUILD_MODES:
+        raise SettingsError(
+            f"[stepop] {option}={mode!r} (AIRFLOW__STEPOP__{option.upper()}) is not one of "
+            f"{', '.join(BUILD_MODES)}; e.g. 'auto' (the worker's engine when one answers, else "
+            "the service's builder)."
+        )
+    return mode
+
+
+class ImageBuildFailedError(RuntimeError):
+    """A service's build of the step's image did not succeed; nothing was submitted."""
+
+
+@dataclass(frozen=True)
+class ImageBuild:
+    """A build the step's job waits for: its builder (import path and arguments, as a backend
+    is rebuilt in the triggerer) and its handle (``job_id``: the build's id; ``image``: the tag
+    it pushes; ``run_uri``: the step's run directory, where the relay keeps its cursor)."""
+
+    builder_path: str
+    builder_kwargs: dict[str, Any]
+    handle: dict[str, Any]
+
+    def builder(self) -> ImageBuilder:
+        from airflow.sdk.module_loading import import_string
+
+        return import_string(self.builder_path)(**self.builder_kwargs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"builder_path": self.builder_path, "builder_kwargs": self.builder_kwargs,
+                "handle": self.handle}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> ImageBuild:
+        return cls(document["builder_path"], document["builder_kwargs"], document["handle"])
+
+    def wait(self, poll_seconds: float = 5.0, timeout: float = 3600.0) -> None:
+        """Wait here until the build ends (scripts, tests, ``StepBackend.submit``): the operator
+        never does, its trigger follows the build."""
+        builder = self.builder()
+        end = time.monotonic() + timeout
+        while True:
+            status = builder.status(self.handle)
+            if status.terminal:
+                break
+            if time.monotonic() > end:
+                builder.stop(self.handle)
+                raise ImageBuildFailedError(f"{describe(self.handle)} took over {timeout:.0f} s")
+            time.sleep(poll_seconds)
+        if status.state != "succeeded":
+            raise ImageBuildFailedError(f"{describe(self.handle)} {status.state}: {status.reason}")
+
+
+class ImageBuilder(JobService):
+    """A service that builds images from an uploaded archive: its builds are jobs to a trigger."""
+
+    name: ClassVar[str]  # "AWS CodeBuild", in the task log and errors
+    archive_kind: ClassVar[str]  # "zip" or "tar.gz": what the service's source takes
+
+    @abc.abstractmethod
+    def start(self, plan: BuildPlan, source_uri: str, folder_uri: str) -> dict[str, Any]:
+        """Start building ``plan`` from the archive at ``source_uri`` and pushing
+        ``plan.reference``; ``folder_uri`` is the tag's folder (for a log the service writes
+        to the store). Returns the build's handle (``job_id``, and what ``alogs`` reads)."""
+
+    @abc.abstractmethod
+    def image_of(self, handle: dict[str, Any]) -> tuple[JobStatus, str | None]:
+        """One describe of a build: its state, and the image it pushes as the service says
+        (None when it says none): whether a recorded build is one to wait for."""
+
+    def hint(self, reason: str, log_tail: list[str]) -> str | None:
+        """The fix for a failed build, where its reason or last lines tell it (a permission
+        the builder lacks, a registry it cannot push to)."""
+        return None
+
+    @classmethod
+    def path(cls) -> str:
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def images_root(request: Any) -> str:
+    """Where a step's image builds keep their archives and records: ``images/`` beside the
+    artifact root's code bundles (``<root>/code/<sha>.zip``), shared by every step there."""
+    return join(request.code_uri.rsplit("/code/", 1)[0], "images")
+
+
+def describe(handle: dict[str, Any]) -> str:
+    return f"Image build {handle.get('job_id')} of {handle.get('image')}"
+
+
+def start_or_join(
+    builder: ImageBuilder,
+    plan: BuildPlan,
+    storage: Any,
+    images_root: str,
+    run_uri: str,
+    present: Callable[[], bool],
+) -> ImageBuild | None:
+    """The build of ``plan.reference`` that this step waits for: one already running for the
+    same tag, or one started now; None when ``present()`` (the registry has the tag) turns true
+    meanwhile, e.g. the build another task waited for has just pushed it."""
+    from airflow_stepop.images.builder import build_lock
+
+    tag = plan.reference.rsplit(":", 1)[1]
+    folder = join(images_root, tag)
+    record_uri = join(folder, RECORD)
+    with build_lock(plan.reference):
+        found = _claim(builder, storage, record_uri, plan.reference, present)
+        if found is None:
+            return None
+        if found is not _CLAIMED:
+            log.info("%s is running already (%s): waiting for it, no second build",
+                     describe(found), builder.name)  # fmt: skip
+            return _followed(builder, {**found, "joined": True}, plan, run_uri)
+        source = join(folder, f"{plan.digest[:24]}.{builder.archive_kind}")
+        if not storage.exists(source):
+            storage.write_bytes(source, plan.archive(builder.archive_kind))
+        log.info("%s: %s builds it from %s", plan.what, builder.name, source)
+        handle = {**builder.start(plan, source, folder), "image": plan.reference}
+        record = {"image": plan.reference, "builder": builder.name, "build": handle,
+                  "at": time.time()}  # fmt: skip
+        storage.write_bytes(record_uri, json.dumps(record).encode())
+    log.info("%s started", describe(handle))
+    return _followed(builder, handle, plan, run_uri)
+
+
+def _followed(
+    builder: ImageBuilder, handle: dict[str, Any], plan: BuildPlan, run_uri: str
+) -> ImageBuild:
+    handle = {**handle, "image": plan.reference, "run_uri": run_uri, "builder": builder.name}
+    return ImageBuild(builder.path(), builder.serialize(), handle)
+
+
+_CLAIMED: dict[str, Any] = {}  # _claim's answer when this worker is to start the build
+
+
+def _claim(
+    builder: ImageBuilder,
+    storage: Any,
+    record_uri: str,
+    reference: str,
+    present: Callable[[], bool],
+) -> dict[str, Any] | None:
+    """None when the image is in its registry; the handle of a running build of it that the
+    record names; or ``_CLAIMED`` once this worker holds the record's claim to start one."""
+    deadline = time.monotonic() + CLAIM_SECONDS
+    claim = json.dumps({"image": reference, "claimed_at": time.time()}).encode()
+    while True:
+        if present():
+            return None
+        record = _read_record(storage, record_uri)
+        if record is None:
+            if storage.create_new(record_uri, claim):
+                return _CLAIMED
+            continue  # another worker claimed it this instant: read its record
+        build = record.get("build")
+        if isinstance(build, dict) and isinstance(build.get("job_id"), str):
+            state = _state(builder, build, reference)
+            if state == "running":
+                return build
+            if state == "succeeded" and time.monotonic() < deadline:
+                time.sleep(CLAIM_POLL_SECONDS)  # pushed: the registry says so in a moment
+                continue
+        elif _fresh_claim(record) and time.monotonic() < deadline:
+            time.sleep(CLAIM_POLL_SECONDS)  # another worker is starting the build
+            continue
+        storage.write_bytes(record_uri, claim)  # ended, failed, stale, or not ours: take it
+        return _CLAIMED
+
+
+def _read_record(storage: Any, uri: str) -> dict[str, Any] | None:
+    try:
+        record = json.loads(storage.read_bounded(uri, MAX_RECORD_BYTES))
+    except FileNotFoundError:
+        return None
+    except ValueError:  # not a record of ours: taken over as a stale one
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _fresh_claim(record: dict[str, Any]) -> bool:
+    at = record.get("claimed_at")
+    return isinstance(at, (int, float)) and 0 <= time.time() - at < CLAIM_SECONDS
+
+
+def _state(builder: ImageBuilder, handle: dict[str, Any], reference: str) -> str | None:
+    """The recorded build's state if the builder says it pushes ``reference``, else None."""
+    try:
+        status, image = builder.image_of(handle)
+    except Exception as exc:  # gone, or not the builder's: start our own
+        log.info("The recorded build %s cannot be used (%s)", handle.get("job_id"), exc)
+        return None
+    if image != reference:
+        return None
+    return "running" if not status.terminal else status.state

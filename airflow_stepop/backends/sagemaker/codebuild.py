@@ -1,0 +1,302 @@
+"""AWS CodeBuild builds SageMaker steps' images where the worker has no container engine.
+
+Worker side (boto3 through the amazon provider's hooks, so the connection's endpoints and role
+apply): the project (``[stepop] sagemaker_codebuild_project``) is created on first use with its
+service role (``[stepop] sagemaker_codebuild_role``, itself created where the connection may),
+then ``StartBuild`` with the archive as an S3 source override and the buildspec of
+``buildspec.py``. The idempotency token is the plan's digest: tasks that start one tag's build in
+the same minutes get the same build from CodeBuild itself, whatever raced before.
+
+Triggerer side (aiobotocore): ``BatchGetBuilds`` for every watched build of the poll group in one
+call, the build's CloudWatch Logs stream (``/aws/codebuild/<project>``, ``<build uuid>``) read
+within the log budget and a page bound, ``StopBuild`` on a kill or the task's deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from airflow_stepop.backends.base import JobStatus
+from airflow_stepop.backends.image_build import ImageBuilder
+from airflow_stepop.backends.log_lines import relayed_lines
+from airflow_stepop.backends.ratelimit import log_limiter
+from airflow_stepop.backends.sagemaker.buildspec import (
+    BUILD_IMAGE,
+    IMAGE_VARIABLE,
+    ROLE_NAME,
+    buildspec,
+    role_policy,
+    trust_policy,
+)
+from airflow_stepop.backends.sagemaker.clients import Clients
+from airflow_stepop.backends.sagemaker.job import error_code, is_transient_error
+from airflow_stepop.images.build_context import BuildPlan
+from airflow_stepop.setting_values import SettingsError
+
+log = logging.getLogger(__name__)
+
+PENDING_PHASES = frozenset({"SUBMITTED", "QUEUED", "PROVISIONING"})
+FAILED = frozenset({"FAILED", "FAULT", "TIMED_OUT"})
+PAGES_PER_READ = 4
+FINAL_PAGES = 50
+# IAM is eventually consistent: a role created a moment ago may not be assumable by CodeBuild yet.
+ROLE_WAIT_SECONDS = 60.0
+
+
+class CodeBuildBuilder(ImageBuilder):
+    """Builds and pushes images with AWS CodeBuild."""
+
+    name = "AWS CodeBuild"
+    archive_kind = "zip"
+    first_poll_seconds = 5.0  # a build takes a minute to provision
+
+    def __init__(
+        self,
+        aws_conn_id: str | None = "aws_default",
+        region_name: str | None = None,
+        project: str = "airflow-stepop-image-build",
+    ) -> None:
+        self.aws_conn_id = aws_conn_id
+        self.region_name = region_name
+        self.project = project
+        self._clients = Clients(aws_conn_id, region_name, kinds=("codebuild", "logs"))
+        self._ended: set[str] = set()
+
+    def serialize(self) -> dict[str, Any]:
+        return {"aws_conn_id": self.aws_conn_id, "region_name": self.region_name,
+                "project": self.project}  # fmt: skip
+
+    def poll_group(self) -> str:
+        return f"codebuild:{self.aws_conn_id}:{self.region_name or ''}"
+
+    @property
+    def _client(self) -> Any:
+        return self._clients.hook("codebuild").conn
+
+    # ---- worker side -------------------------------------------------------------------
+
+    def start(self, plan: BuildPlan, source_uri: str, folder_uri: str) -> dict[str, Any]:
+        from airflow_stepop import config
+
+        self._ensure_project(source_uri)
+        bucket_key = source_uri.split("://", 1)[1]
+        answer = self._client.start_build(
+            projectName=self.project,
+            sourceTypeOverride="S3",
+            sourceLocationOverride=bucket_key,
+            buildspecOverride=buildspec(plan),
+            privilegedModeOverride=True,
+            environmentVariablesOverride=[
+                {"name": IMAGE_VARIABLE, "value": plan.reference, "type": "PLAINTEXT"}
+            ],
+            timeoutInMinutesOverride=config.get_int("image_build_timeout_minutes"),
+            idempotencyToken=plan.digest[:64],
+        )
+        build_id = answer["build"]["id"]
+        return {"job_id": build_id, "display_name": f"CodeBuild {build_id}",
+                "log_group": f"/aws/codebuild/{self.project}"}  # fmt: skip
+
+    def _ensure_project(self, source_uri: str) -> None:
+        """The project, created on first use (by whichever worker gets there first)."""
+        from airflow_stepop import config
+
+        client = self._client
+        if client.batch_get_projects(names=[self.project]).get("projects"):
+            return
+        role = self._service_role(source_uri.split("://", 1)[1].split("/", 1)[0])
+        give_up = time.monotonic() + ROLE_WAIT_SECONDS
+        while True:
+            try:
+                client.create_project(
+                    name=self.project,
+                    description="Builds the environment images of airflow-stepop steps",
+                    source={"type": "NO_SOURCE", "buildspec": "version: 0.2"},
+                    artifacts={"type": "NO_ARTIFACTS"},
+                    environment={
+                        "type": "LINUX_CONTAINER",
+                        "image": BUILD_IMAGE,
+                        "computeType": config.get("sagemaker_codebuild_compute_type"),
+                        "privilegedMode": True,
+                    },
+                    serviceRole=role,
+                    timeoutInMinutes=config.get_int("image_build_timeout_minutes"),
+                    logsConfig={"cloudWatchLogs": {"status": "ENABLED"}},
+                )
+                log.info("Created the CodeBuild project %s (role %s)", self.project, role)
+                return
+            except Exception as exc:
+                code = error_code(exc)
+                if code == "ResourceAlreadyExistsException":
+                    return
+                assumable = code == "InvalidInputException" and "AssumeRole" in str(exc)
+                if not assumable or time.monotonic() > give_up:
+                    raise SettingsError(
+                        f"The CodeBuild project {self.project!r} ([stepop] "
+                        f"sagemaker_codebuild_project) does not exist and cannot be created "
+                        f"with the role {role} ({exc}). Create it, or let the connection "
+                        "create it (docs/sagemaker.md, IAM: codebuild:CreateProject and "
+                        "iam:PassRole)."
+                    ) from exc
+                time.sleep(5)  # a role created a moment ago: IAM has not told CodeBuild yet
+
+    def _service_role(self, bucket: str) -> str:
+        """The project's role: ``[stepop] sagemaker_codebuild_role`` (a name or an ARN), else
+        ``airflow-stepop-codebuild``, created with what a build needs where the connection may."""
+        from airflow_stepop import config
+
+        named = config.get("sagemaker_codebuild_role")
+        if named.startswith("arn:"):
+            return named
+        iam = self._clients.hook("iam").conn
+        name = named or ROLE_NAME
+        try:
+            return iam.get_role(RoleName=name)["Role"]["Arn"]
+        except Exception as exc:
+            if error_code(exc) != "NoSuchEntity" or named:
+                raise SettingsError(
+                    f"The CodeBuild service role {name!r} ([stepop] sagemaker_codebuild_role) "
+                    f"cannot be read ({exc}): give an existing role's name or ARN "
+                    "(docs/sagemaker.md, IAM)."
+                ) from exc
+        try:
+            created = iam.create_role(RoleName=name, AssumeRolePolicyDocument=trust_policy(),
+                                      Description="airflow-stepop image builds")  # fmt: skip
+            arn = created["Role"]["Arn"]
+            iam.put_role_policy(RoleName=name, PolicyName="airflow-stepop-image-build",
+                                PolicyDocument=role_policy(bucket))  # fmt: skip
+        except Exception as exc:
+            if error_code(exc) == "EntityAlreadyExists":
+                return iam.get_role(RoleName=name)["Role"]["Arn"]
+            raise SettingsError(
+                f"CodeBuild needs a service role to build the step's image, and the role "
+                f"{name!r} cannot be created ({exc}). Create it once (docs/sagemaker.md, IAM) "
+                "or name one with [stepop] sagemaker_codebuild_role."
+            ) from exc
+        log.info("Created the IAM role %s for CodeBuild", name)
+        return arn
+
+    def image_of(self, handle: dict[str, Any]) -> tuple[JobStatus, str | None]:
+        builds = self._client.batch_get_builds(ids=[handle["job_id"]]).get("builds") or []
+        if not builds:
+            raise FileNotFoundError(f"CodeBuild has no build {handle['job_id']}")
+        variables = (builds[0].get("environment") or {}).get("environmentVariables") or []
+        image = next((v.get("value") for v in variables if v.get("name") == IMAGE_VARIABLE), None)
+        return build_status(builds[0]), image
+
+    def stop(self, handle: dict[str, Any]) -> None:
+        try:
+            self._client.stop_build(id=handle["job_id"])
+        except Exception as exc:
+            if error_code(exc) not in ("ResourceNotFoundException", "InvalidInputException"):
+                raise
+
+    def is_transient(self, exc: Exception) -> bool:
+        return is_transient_error(exc)
+
+    def hint(self, reason: str, log_tail: list[str]) -> str | None:
+        text = "\n".join([reason, *log_tail])
+        if "No matching distribution found" in text or "Could not find a version" in text:
+            return ("A requirement does not exist on the package index the build reaches: check "
+                    "DockerSettings.requirements (names and versions).")  # fmt: skip
+        if "denied" in text and ("ecr:" in text or "not authorized" in text):
+            return ("The CodeBuild project's service role may not push to the image repository: "
+                    "give it the ECR permissions of docs/sagemaker.md, IAM.")  # fmt: skip
+        if "Cannot connect to the Docker daemon" in text:
+            return (f"The CodeBuild project {self.project!r} runs without privileged mode, which "
+                    "docker builds need: turn it on in the project's environment.")  # fmt: skip
+        if "CERTIFICATE_VERIFY_FAILED" in text:
+            return ("pip does not trust the TLS certificate of the package index: set [stepop] "
+                    "build_ca_bundle to the CA bundle of your proxy.")  # fmt: skip
+        return None
+
+    # ---- triggerer side ----------------------------------------------------------------
+
+    def prepare_async(self) -> None:
+        self._clients.prepare()
+
+    async def astatus(self, handle: dict[str, Any]) -> JobStatus:
+        return (await self.astatuses([handle]))[handle["job_id"]]
+
+    async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:
+        client = await self._clients.get("codebuild")
+        out: dict[str, JobStatus] = {}
+        ids = [h["job_id"] for h in handles]
+        for start in range(0, len(ids), 100):  # BatchGetBuilds takes 100 ids a call
+            answer = await client.batch_get_builds(ids=ids[start : start + 100])
+            for build in answer.get("builds") or []:
+                status = build_status(build)
+                out[build["id"]] = status
+                if status.terminal:
+                    self._ended.add(build["id"])
+        return out
+
+    async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
+        """The build's CloudWatch Logs stream from the cursor's token, a few pages a read (a
+        finished build's to its end, over as many reads as that takes)."""
+        cursor = dict(cursor) if isinstance(cursor, dict) else {"token": None, "pages": 0}
+        final = handle["job_id"] in self._ended
+        group = handle.get("log_group") or f"/aws/codebuild/{self.project}"
+        stream = handle["job_id"].split(":", 1)[-1]
+        client = await self._clients.get("logs")
+        limiter = log_limiter(self.poll_group())
+        lines: list[str] = []
+        for _ in range(PAGES_PER_READ):
+            if not final and not limiter.try_acquire():
+                break
+            kwargs: dict[str, Any] = {"logGroupName": group, "logStreamName": stream,
+                                      "startFromHead": True}  # fmt: skip
+            if cursor.get("token"):
+                kwargs["nextToken"] = cursor["token"]
+            try:
+                answer = await client.get_log_events(**kwargs)
+            except Exception as exc:
+                if error_code(exc) == "ResourceNotFoundException":  # not started yet
+                    break
+                raise
+            events = answer.get("events") or []
+            for event in events:
+                lines.extend(relayed_lines(event["message"]))
+            cursor["pages"] = int(cursor.get("pages") or 0) + 1
+            token = answer.get("nextForwardToken")
+            done = not events or token == cursor.get("token")
+            cursor["token"] = token or cursor.get("token")
+            if done or (final and cursor["pages"] >= FINAL_PAGES):
+                break
+        return lines, cursor
+
+    async def astop(self, handle: dict[str, Any]) -> None:
+        client = await self._clients.get("codebuild")
+        try:
+            await client.stop_build(id=handle["job_id"])
+        except Exception as exc:
+            if error_code(exc) not in ("ResourceNotFoundException", "InvalidInputException"):
+                raise
+
+    async def aclose(self) -> None:
+        await self._clients.aclose()
+
+    def forget(self, handle: dict[str, Any]) -> None:
+        self._ended.discard(handle["job_id"])
+
+
+def build_status(build: dict[str, Any]) -> JobStatus:
+    """A CodeBuild build -> JobStatus; a failure's reason names its phase and what it said."""
+    state = build.get("buildStatus")
+    if state == "SUCCEEDED":
+        return JobStatus("succeeded")
+    if state == "STOPPED":
+        return JobStatus("stopped", "the build was stopped")
+    if state in FAILED:
+        failed = [p for p in build.get("phases") or [] if p.get("phaseStatus") not in
+                  (None, "SUCCEEDED")]  # fmt: skip
+        said = ""
+        if failed:
+            phase = failed[0]
+            messages = [c.get("message") for c in phase.get("contexts") or [] if c.get("message")]
+            said = f" in phase {phase.get('phaseType')}" + (f": {messages[0]}" if messages else "")
+        return JobStatus("failed", f"{state}{said}")
+    if build.get("currentPhase") in PENDING_PHASES:
+        return JobStatus("pending")
+    return JobStatus("running")

@@ -1,0 +1,177 @@
+"""What an image build runs, the same whether the worker's engine or a service builds it.
+
+An environment image is one or two ``docker build``s: the user's own Dockerfile (its directory
+is its context, ``.dockerignore`` applies), tagged ``<image>-base``, then our layer on top of it
+or of the parent image (``layer_files``: a Dockerfile adding requirements, apt packages and
+environment, the requirements file, and the CA bundle pip trusts behind a re-signing proxy).
+The engine path builds these from the worker's files; a service build (``BuildPlan``) gets them
+in one archive, ``user/`` and ``stepop/``, and runs the same builds with the same arguments, so
+an image is the same whoever built it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from airflow_stepop.images.dockerfile import CA_FILE, dockerfile_text, env_build_args
+from airflow_stepop.settings import DockerSettings
+
+LAYER_DIR = "stepop"
+USER_DIR = "user"
+# A user's Dockerfile directory goes to the builder whole (less .dockerignore's paths): one far
+# larger than an environment needs is a mistake worth naming before it is uploaded.
+MAX_USER_CONTEXT_BYTES = 512 << 20
+
+
+class BuildContextError(ValueError):
+    """The build context cannot be made (an unreadable CA bundle, a context too large)."""
+
+
+@dataclass(frozen=True)
+class DockerBuild:
+    """One ``docker build``: of ``directory`` in the archive, with its Dockerfile and args."""
+
+    tag: str
+    directory: str
+    dockerfile: str = "Dockerfile"
+    build_args: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """The builds of one image, in order (the last one's tag is ``reference``), and the files
+    they read. ``network_mode`` is ``docker build --network``'s (None: the builder's default)."""
+
+    reference: str
+    builds: tuple[DockerBuild, ...]
+    files: dict[str, bytes] = field(repr=False)
+    network_mode: str | None = None
+    what: str = ""  # what the build does, in a sentence for the task log
+
+    @property
+    def digest(self) -> str:
+        """sha256 of everything a builder is given: the same plan, the same archive name."""
+        h = hashlib.sha256()
+        h.update(json.dumps([self.reference, self.network_mode, [vars(b) for b in self.builds]],
+                            sort_keys=True).encode())  # fmt: skip
+        for name in sorted(self.files):
+            h.update(f"\0{name}\0{len(self.files[name])}\0".encode())
+            h.update(self.files[name])
+        return h.hexdigest()
+
+    def archive(self, kind: str) -> bytes:
+        """The files as a ``zip`` (AWS CodeBuild's S3 source) or ``tar.gz`` (Cloud Build's),
+        with fixed times and modes, so one plan always makes the same bytes."""
+        buffer = io.BytesIO()
+        if kind == "zip":
+            with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+                for name in sorted(self.files):
+                    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+                    info.external_attr = 0o644 << 16
+                    info.compress_type = zipfile.ZIP_DEFLATED
+                    archive.writestr(info, self.files[name])
+        elif kind == "tar.gz":
+            import gzip
+
+            with (
+                gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as gz,
+                tarfile.open(fileobj=gz, mode="w") as tar,  # type: ignore[call-overload]
+            ):
+                for name in sorted(self.files):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(self.files[name])
+                    info.mode = 0o644
+                    tar.addfile(info, io.BytesIO(self.files[name]))
+        else:
+            raise ValueError(f"archive kind {kind!r}: use 'zip' or 'tar.gz'")
+        return buffer.getvalue()
+
+
+def layer_files(
+    settings: DockerSettings, parent: str, ca_bundle: str | None
+) -> tuple[dict[str, bytes], dict[str, str]]:
+    """Our layer's files (the Dockerfile, the requirements, the CA bundle when pip needs one)
+    and its build arguments (the environment's values: ``dockerfile.py``)."""
+    ca_bundle = ca_bundle if settings.requirements else None  # pip's alone
+    text = dockerfile_text(settings, parent, bool(ca_bundle), env_as_build_args=True)
+    files = {"Dockerfile": text.encode()}
+    if settings.requirements:
+        files["stepop-requirements.txt"] = ("\n".join(settings.requirements) + "\n").encode()
+    if ca_bundle:
+        try:
+            files[CA_FILE] = Path(ca_bundle).read_bytes()
+        except OSError as exc:
+            from airflow_stepop.images.build_log import unreadable_ca_bundle
+
+            raise BuildContextError(unreadable_ca_bundle(ca_bundle, exc)) from exc
+    return files, env_build_args(settings)
+
+
+def build_plan(
+    settings: DockerSettings,
+    reference: str,
+    parent: str,
+    *,
+    network_mode: str | None = None,
+    ca_bundle: str | None = None,
+) -> BuildPlan:
+    """The plan of ``reference`` for a service's builder (see the module's docstring)."""
+    files: dict[str, bytes] = {}
+    builds: list[DockerBuild] = []
+    on_top = bool(settings.apt_packages or settings.requirements or settings.environment)
+    if settings.dockerfile:
+        dockerfile = Path(settings.dockerfile)
+        base_tag = f"{reference}-base" if on_top else reference
+        for name, data in _user_context(dockerfile).items():
+            files[f"{USER_DIR}/{name}"] = data
+        user_args = dict(sorted(settings.build_args.items()))
+        builds.append(DockerBuild(base_tag, USER_DIR, dockerfile.name, user_args))
+        parent = base_tag
+    if on_top or not settings.dockerfile:
+        layer, args = layer_files(settings, parent, ca_bundle)
+        files.update({f"{LAYER_DIR}/{name}": data for name, data in layer.items()})
+        builds.append(DockerBuild(reference, LAYER_DIR, "Dockerfile", dict(sorted(args.items()))))
+    what = _what(settings, reference, parent)
+    return BuildPlan(reference, tuple(builds), files, network_mode, what)
+
+
+def _what(settings: DockerSettings, reference: str, parent: str) -> str:
+    if settings.needs_build:
+        return f"Building environment image {reference}"
+    return f"Copying the parent image {parent} to {reference} (the service pulls from there)"
+
+
+def _user_context(dockerfile: Path) -> dict[str, bytes]:
+    """The files of the user's Dockerfile directory that ``docker build`` would send (the SDK's
+    own ``.dockerignore`` rules), read into memory, refused past ``MAX_USER_CONTEXT_BYTES``."""
+    from docker.utils.build import exclude_paths
+
+    root = dockerfile.parent
+    ignore = root / ".dockerignore"
+    patterns: list[str] = []
+    if ignore.is_file():
+        patterns = [line.strip() for line in ignore.read_text().splitlines()]
+        patterns = [p for p in patterns if p and not p.startswith("#")]
+    files: dict[str, bytes] = {}
+    total = 0
+    for name in sorted(exclude_paths(str(root), patterns, dockerfile=dockerfile.name)):
+        path = root / name
+        if path.is_symlink() or not path.is_file():
+            continue
+        total += path.stat().st_size
+        if total > MAX_USER_CONTEXT_BYTES:
+            raise BuildContextError(
+                f"DockerSettings.dockerfile={str(dockerfile)!r}: its directory {str(root)!r} "
+                f"holds more than {MAX_USER_CONTEXT_BYTES >> 20} MiB, all of which a service's "
+                "builder would be sent. Put the Dockerfile in a directory of its own (with only "
+                "what it COPYs), or list what it does not need in a .dockerignore there."
+            )
+        files[name.replace(os.sep, "/")] = path.read_bytes()
+    return files
