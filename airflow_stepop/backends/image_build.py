@@ -181,7 +181,8 @@ def start_or_join(
 def _followed(
     builder: ImageBuilder, handle: dict[str, Any], plan: BuildPlan, run_uri: str
 ) -> ImageBuild:
-    handle = {**handle, "image": plan.reference, "run_uri": run_uri, "builder": builder.name}
+    handle = {**handle, "image": plan.reference, "run_uri": run_uri, "builder": builder.name,
+              "kind": "Image build", "submitted_at": time.time()}  # fmt: skip
     return ImageBuild(builder.path(), builder.serialize(), handle)
 
 

@@ -54,7 +54,9 @@ class Progress:
         self.shown = 0.0
 
     def line(self, status: JobStatus, now: float) -> str:
-        parts = [f"Job {shown_job(self.handle)}: {status.state}, {_duration(now - self.submitted)}"]
+        what = self.handle.get("kind") or "Job"  # "Image build" for the build of its image
+        parts = [f"{what} {shown_job(self.handle)}: {status.state}, "
+                 f"{_duration(now - self.submitted)}"]  # fmt: skip
         parts[0] += " since submit"
         if machine := self.handle.get("machine"):
             parts.append(f"on {machine}")

@@ -257,7 +257,7 @@ class StepJobTrigger(UserKill, ImagePhase, JobLogRelay, BaseTrigger):
         # after it. Only a round's own time says whether the deadline passed: a round of another
         # trigger of the poll group answers this one too, sooner than it asked.
         end = await self._end()
-        self.log.info("Waiting for job %s", job_id)
+        self.log.info("Waiting for %s %s", (self.handle.get("kind") or "job").lower(), job_id)
         while True:
             # No wait runs past the deadline: the poller answers with its first round at or
             # after ``due`` (rounds are at least first_poll_seconds apart), so the job is stopped

@@ -95,8 +95,7 @@ class CodeBuildBuilder(ImageBuilder):
             idempotencyToken=plan.digest[:64],
         )
         build_id = answer["build"]["id"]
-        return {"job_id": build_id, "display_name": f"CodeBuild {build_id}",
-                "log_group": f"/aws/codebuild/{self.project}"}  # fmt: skip
+        return {"job_id": build_id, "log_group": f"/aws/codebuild/{self.project}"}
 
     def _ensure_project(self, source_uri: str) -> None:
         """The project, created on first use (by whichever worker gets there first)."""

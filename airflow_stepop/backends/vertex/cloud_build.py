@@ -102,7 +102,6 @@ class CloudBuildBuilder(ImageBuilder):
         )
         build_id = operation.metadata.build.id
         return {"job_id": build_id, "name": f"{parent}/builds/{build_id}",
-                "display_name": f"Cloud Build {build_id}",
                 "log_uri": join(folder_uri, f"log-{build_id}.txt")}  # fmt: skip
 
     def image_of(self, handle: dict[str, Any]) -> tuple[JobStatus, str | None]:
