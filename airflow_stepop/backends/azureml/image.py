@@ -136,14 +136,26 @@ def _service_build(
     digest = settings.content_hash(parent, builder.RECIPE_VERSION)[:24]
     root = request.code_uri.rsplit("/code/", 1)[0]
     context = join(root, "images", digest)
+    # pip trusts [stepop] build_ca_bundle here too (a network whose TLS a proxy re-signs)
+    ca_bundle = builder.BuildOptions.from_config().ca_bundle if settings.requirements else None
     storage.write_bytes(
-        join(context, "Dockerfile"), dockerfile_text(settings, parent, False).encode()
+        join(context, "Dockerfile"), dockerfile_text(settings, parent, bool(ca_bundle)).encode()
     )
     if settings.requirements:
         storage.write_bytes(
             join(context, "stepop-requirements.txt"),
             ("\n".join(settings.requirements) + "\n").encode(),
         )
+    if ca_bundle:
+        from pathlib import Path
+
+        from airflow_stepop.images.build_log import unreadable_ca_bundle
+        from airflow_stepop.images.dockerfile import CA_FILE
+
+        try:
+            storage.write_bytes(join(context, CA_FILE), Path(ca_bundle).read_bytes())
+        except OSError as exc:
+            raise builder.ImageBuildError(unreadable_ca_bundle(ca_bundle, exc)) from exc
     suffix = backend.workspace.cloud.storage_suffix
     uri = blob_url(context, storage_account(storage, context), suffix) + "/"
     log.info("Azure ML builds the environment image from %s", context)
