@@ -21,7 +21,6 @@ its run's try id), and the two runs staged into two run directories.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import tempfile
@@ -35,6 +34,7 @@ from typing import Any
 import pytest
 
 from cloud.pytest_plugin import cloud_stack, registry_image  # noqa: F401 - fixtures
+from tests.e2e.private_clouds import aws_client, connections, make_buckets, private_fakes
 from tests.e2e.services import AirflowServices, Api, postgres
 from tests.waiting import wait_for
 
@@ -70,72 +70,8 @@ Recreated = dict[str, tuple[RunSeen, RunSeen]]  # each backend's first and secon
 @pytest.fixture(scope="module")
 def fakes(cloud_stack: dict[str, str]) -> Iterator[dict[str, Any]]:  # noqa: F811
     """This module's own SageMaker, Vertex AI and Azure ML fakes (jobs run as processes)."""
-    from cloud import azureml, sagemaker, vertex
-
-    base = Path(tempfile.mkdtemp(prefix="stepop-recreated-fakes-"))
-    for directory in ("vertex", "azureml", "azureml-tls"):
-        (base / directory).mkdir()
-    started: dict[str, Any] = {}
-    try:
-        started["sagemaker"] = sagemaker.start(dict(cloud_stack))
-        started["vertex"] = vertex.serve(
-            "127.0.0.1", 0, gcs_emulator_host=cloud_stack["STORAGE_EMULATOR_HOST"],
-            tmp_base=str(base / "vertex"),
-        )  # fmt: skip
-        started["azureml"] = azureml.serve(
-            "127.0.0.1", 0,
-            storage_connection_string=cloud_stack["AZURE_STORAGE_CONNECTION_STRING"],
-            tmp_base=str(base / "azureml"), tls_dir=str(base / "azureml-tls"),
-        )  # fmt: skip
+    with private_fakes(cloud_stack) as started:
         yield started
-    finally:
-        for server in started.values():
-            server.shutdown()
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def _connections(cloud: dict[str, str], fakes: dict[str, Any]) -> dict[str, str]:
-    """The stack's connections (as .cloud/env writes them), pointed at this module's fakes."""
-    aws = json.loads(cloud["AIRFLOW_CONN_AWS_DEFAULT"])
-    aws["extra"]["service_config"]["sagemaker"]["endpoint_url"] = fakes["sagemaker"].url
-    gcp = json.loads(cloud["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"])
-    gcp["extra"].update(
-        project=GCP_PROJECT,
-        vertex_endpoint=fakes["vertex"].url,
-        logging_endpoint=fakes["vertex"].url,
-    )
-    azure = json.loads(cloud["AIRFLOW_CONN_AZUREML_DEFAULT"])
-    azure["extra"].update(endpoint=fakes["azureml"].https_url, ca_bundle=fakes["azureml"].ca_bundle)
-    return {
-        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(aws),
-        "AWS_ENDPOINT_URL_SAGEMAKER": fakes["sagemaker"].url,
-        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(gcp),
-        "AIRFLOW_CONN_AZUREML_DEFAULT": json.dumps(azure),
-    }
-
-
-def _aws(service: str, cloud: dict[str, str], endpoint: str = "") -> Any:
-    """A boto3 client of the emulated AWS, with the stack's credentials."""
-    import boto3
-
-    return boto3.client(
-        service,
-        endpoint_url=endpoint or cloud["AWS_ENDPOINT_URL"],
-        region_name=cloud["AWS_DEFAULT_REGION"],
-        aws_access_key_id=cloud["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=cloud["AWS_SECRET_ACCESS_KEY"],
-    )
-
-
-def _buckets(cloud: dict[str, str]) -> None:
-    from cloud.vertex.gcs import storage_client
-
-    s3 = _aws("s3", cloud)
-    with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
-        s3.create_bucket(Bucket=S3_BUCKET)
-    gcs = storage_client(cloud["STORAGE_EMULATOR_HOST"])
-    if gcs.lookup_bucket(GCS_BUCKET) is None:
-        gcs.create_bucket(GCS_BUCKET)
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +81,7 @@ def deployment(
     fakes: dict[str, Any],
 ) -> Iterator[dict[str, Any]]:
     """Airflow's services on a private PostgreSQL, every backend configured for the fakes."""
-    _buckets(cloud_stack)
+    make_buckets(cloud_stack, S3_BUCKET, GCS_BUCKET)
     base = Path(tempfile.mkdtemp(prefix="stepop-recreated-"))
     base.chmod(0o755)  # the PostgreSQL server runs as `postgres` when we are root
     prefix = f"recreated-{uuid.uuid4().hex[:8]}"
@@ -157,7 +93,7 @@ def deployment(
     }
     extra = {
         **{k: v for k, v in cloud_stack.items() if k != "STEPOP_CLOUD_DIR"},
-        **_connections(cloud_stack, fakes),
+        **connections(cloud_stack, fakes, GCP_PROJECT),
         "AIRFLOW__STEPOP__ARTIFACT_ROOT": roots["local"],
         "AIRFLOW__STEPOP__LOCAL_JOBS_DIR": str(base / "jobs"),
         "AIRFLOW__STEPOP__SAGEMAKER_ARTIFACT_ROOT": roots["sagemaker"],
@@ -265,7 +201,7 @@ def _jobs(backend: str, deployment: dict[str, Any], fakes: dict[str, Any]) -> di
             jobs[record.parent.name] = json.loads(record.read_text()).get("try_id", "")
         return jobs
     if backend == "sagemaker":
-        client = _aws("sagemaker", deployment["cloud"], fakes["sagemaker"].url)
+        client = aws_client("sagemaker", deployment["cloud"], fakes["sagemaker"].url)
         names = [
             s["TrainingJobName"]
             for s in client.list_training_jobs(NameContains=prefix, MaxResults=100)[
@@ -339,7 +275,7 @@ def _run_directories(backend: str, deployment: dict[str, Any]) -> dict[str, set[
 
 def _object_keys(cloud: dict[str, str], scheme: str, bucket: str, prefix: str) -> list[str]:
     if scheme == "s3":
-        s3 = _aws("s3", cloud)
+        s3 = aws_client("s3", cloud)
         pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         return [o["Key"] for page in pages for o in page.get("Contents", [])]
     if scheme == "gs":
