@@ -4,8 +4,9 @@ Worker side (boto3 through the amazon provider's hooks, so the connection's endp
 apply): the project (``[stepop] sagemaker_codebuild_project``) is created on first use with its
 service role (``[stepop] sagemaker_codebuild_role``, itself created where the connection may),
 then ``StartBuild`` with the archive as an S3 source override and the buildspec of
-``buildspec.py``. The idempotency token is the plan's digest: tasks that start one tag's build in
-the same minutes get the same build from CodeBuild itself, whatever raced before.
+``buildspec.py``. The idempotency token is the plan's digest and the second: workers that race
+to start one tag's build where the store has no conditional write get one build from CodeBuild
+itself; a start after a failed build (a retry) gets a new one.
 
 Triggerer side (aiobotocore): ``BatchGetBuilds`` for every watched build of the poll group in one
 call, the build's CloudWatch Logs stream (``/aws/codebuild/<project>``, ``<build uuid>``) read
@@ -92,7 +93,9 @@ class CodeBuildBuilder(ImageBuilder):
                 {"name": IMAGE_VARIABLE, "value": plan.reference, "type": "PLAINTEXT"}
             ],
             timeoutInMinutesOverride=config.get_int("image_build_timeout_minutes"),
-            idempotencyToken=plan.digest[:64],
+            # the same plan started in the same second (two workers racing where the store has
+            # no conditional write) is one build; a later start (a retry) is a new one
+            idempotencyToken=f"{plan.digest[:48]}-{int(time.time())}",
         )
         build_id = answer["build"]["id"]
         return {"job_id": build_id, "log_group": f"/aws/codebuild/{self.project}"}
