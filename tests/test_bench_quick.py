@@ -72,6 +72,11 @@ SCRIPTS = {
         r"^log calls \(.*\): .* \(\[stepop\] log_calls_per_second\)$",
         r"^triggerer CPU, steady state: .* \(target < 10%\)",
     ], arguments=("--backend", "sagemaker"), cloud=True, seconds=40),
+    "image_builds": Script([
+        r"^worker-slot seconds per step, engine path \(build \+ push on the worker\): ",
+        r"^worker-slot seconds per step, service path \(context upload \+ StartBuild\): ",
+        r"^build end -> job created, service path: .* poll intervals; target <= 1\)$",
+    ], cloud=True, seconds=40),
     "log_relay": Script([
         r"^relay memory growth: .* \(bound .* MiB\); every byte once, in order: yes$",
     ], seconds=4),
