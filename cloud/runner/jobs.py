@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from cloud.runner.images import BaseImage
 from cloud.runner.launch import (
     MODE_CONTAINER,
     MODE_PROCESS,
@@ -87,11 +88,17 @@ class JobRun:
 class Runner:
     """Starts jobs in one mode; remembers them so a fake can stop all on shutdown."""
 
-    def __init__(self, mode: str = MODE_PROCESS, tmp_base: str | None = None) -> None:
+    def __init__(
+        self,
+        mode: str = MODE_PROCESS,
+        tmp_base: str | None = None,
+        base_image: BaseImage | None = None,
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"runner mode {mode!r}: use one of {MODES}")
         self.mode = mode
         self.tmp_base = tmp_base
+        self.base_image = base_image  # None: read from the environment at each job
         self._runs: list[JobRun] = []
         self._lock = threading.Lock()
         self._client: Any = None
@@ -103,6 +110,19 @@ class Runner:
 
             self._client = docker.from_env()
         return self._client
+
+    def mode_for(self, image: str, requested: str | None = None) -> str:
+        """The mode a job of ``image`` runs in: ``requested`` (the job's own) when given, else
+        this runner's mode, except that process mode runs the plain base image only (any other
+        image runs in a container: see :mod:`cloud.runner.images`)."""
+        base = self.base_image or BaseImage.from_env()
+        return base.choose(image, self.mode, requested, self._engine_or_none)
+
+    def _engine_or_none(self) -> Any:
+        try:
+            return self.docker()
+        except Exception:  # no docker SDK or no socket: the registry alone is asked
+            return None
 
     def job_dir(self, launch: JobLaunch) -> str:
         """A fresh per-job temporary directory (process roots live under it)."""
@@ -118,10 +138,11 @@ class Runner:
     ) -> JobRun:
         """Start every node of ``launch``; raises LaunchError (nothing left running) on failure.
 
-        ``workdir`` is the per-job directory for process roots (made with job_dir() when None);
-        the fake usually creates it first to prepare the mounts' host directories inside it.
+        ``mode`` None is :meth:`mode_for` the launch's image. ``workdir`` is the per-job
+        directory for process roots (made with job_dir() when None); the fake usually creates
+        it first to prepare the mounts' host directories inside it.
         """
-        mode = mode or self.mode
+        mode = mode or self.mode_for(launch.image)
         nodes: list[Node] = []
         if mode == MODE_CONTAINER:
             client = self.docker()
