@@ -1,15 +1,16 @@
 """The Azure ML fake's environment versions: the routes, the lookup a job does, image builds.
 
 An environment version is immutable (a second PUT with another image or build is refused). A
-version with a build context (``build.contextUri``) is built into an image when a container-mode
-job first uses it, as Azure ML builds it in the workspace's registry.
+version with a build context (``build.contextUri``) is built into an image when a job first uses
+it, whatever the runner's mode, as Azure ML builds it in the workspace's registry before the
+job starts; the job then runs in that image, in a container.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -107,50 +108,71 @@ class EnvironmentRoutes(AzureMLState):
     def _build_image(self, job: AmlJob, environment: dict[str, Any], service: Any) -> str | None:
         """An environment with a build context: the image Azure ML builds in its own registry.
 
-        Container mode builds the context with the local engine (``network_mode`` host, as the
-        test engine has no bridge network) and pushes it to ``STEPOP_REGISTRY``; the build log
-        is ``system_logs/image_build.txt``. A process-mode job runs no image, so nothing is
-        built. Built images are reused by environment version. None: the job failed.
+        Every job of such an environment gets its image built, whatever the runner's mode, as
+        Azure ML builds it before the job starts; the job then runs in it (a built image is not
+        the plain base image, so process mode runs it in a container: :mod:`cloud.runner`).
+        The context is built with the local engine (``network_mode`` host, as the test engine
+        has no bridge network) and pushed to the stack's registry; the build log is the job's
+        ``system_logs/image_build.txt``. One build per environment version: jobs that start
+        together wait for it, later ones reuse its image. None: the job failed with the build's
+        reason (its error and the last lines of its log).
         """
-        mode = (job.props.get("tags") or {}).get("stepop_fake_mode") or self.runner.mode
         log_file = "system_logs/image_build.txt"
-        if mode != runner_mod.MODE_CONTAINER:
-            self._log(job, log_file, "process mode: the build context is not built")
-            return ""
         env_id = environment["id"].lower()
         with self._lock:
-            if env_id in self.built_images:
-                return self.built_images[env_id]
-        build = environment["properties"]["build"]
-        registry = os.environ.get("STEPOP_REGISTRY", "127.0.0.1:5000")
+            lock = self.build_locks.setdefault(env_id, threading.Lock())
+        with lock:
+            with self._lock:
+                built = self.built_images.get(env_id)
+            if built is not None:
+                self._log(job, log_file, f"Image {built} was built for this environment; reused")
+                return built
+            tag = self._build_tag(env_id)
+            try:
+                self._build_context(job, environment["properties"]["build"], tag, service)
+            except Exception as exc:
+                self._log(job, log_file, f"image build failed: {exc}")
+                self._fail(
+                    job, "ImageBuildFailure", f"Building the environment's image failed: {exc}"
+                )
+                return None
+            with self._lock:
+                self.built_images[env_id] = tag
+        return tag
+
+    def _build_tag(self, env_id: str) -> str:
+        """``<registry>/azureml/<environment>:<version>``, in the stack's registry."""
+        registry = (self.runner.base_image or runner_mod.BaseImage.from_env()).registry
         name, version = env_id.split("/environments/")[1].split("/versions/")
-        tag = f"{registry}/azureml/{name}:{version}"
+        return f"{registry}/azureml/{name}:{version}"
+
+    def _build_context(self, job: AmlJob, build: dict[str, Any], tag: str, service: Any) -> None:
+        """Download the build context, build it as ``tag`` and push it; raises on a failure."""
+        log_file = "system_logs/image_build.txt"
         context = tempfile.mkdtemp(prefix="stepop-azureml-build-", dir=self.tmp_base)
+        lines: list[str] = []
         try:
             if service is None:
                 raise RuntimeError("no storage is configured for this fake")
             container, path = parse_uri(build["contextUri"], DATASTORES)
             download(service, container, path, context, False)
+            self._log(job, log_file, f"Building image {tag} from {build['contextUri']}")
             client = self.runner.docker()
             for chunk in client.api.build(
                 path=context, dockerfile=build.get("dockerfilePath") or "Dockerfile", tag=tag,
-                network_mode="host", rm=True, decode=True,
+                network_mode="host", rm=True, forcerm=True, decode=True,
             ):  # fmt: skip
-                if "error" in chunk:
-                    raise RuntimeError(chunk["error"].strip())
                 for line in str(chunk.get("stream", "")).splitlines():
                     if line.strip():
+                        lines.append(line)
                         self._log(job, log_file, line)
+                if "error" in chunk:
+                    tail = "\n".join(lines[-5:])
+                    raise RuntimeError(f"{chunk['error'].strip()}\n{tail}".strip())
             repo, _, tag_name = tag.rpartition(":")
             for chunk in client.images.push(repo, tag=tag_name, stream=True, decode=True):
                 if "error" in chunk:
-                    raise RuntimeError(chunk["error"].strip())
-        except Exception as exc:
-            self._log(job, log_file, f"image build failed: {exc}")
-            self._fail(job, "ImageBuildFailure", f"Building the environment's image failed: {exc}")
-            return None
+                    raise RuntimeError(f"pushing {tag}: {chunk['error'].strip()}")
+            self._log(job, log_file, f"Image {tag} built and pushed")
         finally:
             shutil.rmtree(context, ignore_errors=True)
-        with self._lock:
-            self.built_images[env_id] = tag
-        return tag

@@ -2,9 +2,12 @@
 
 :meth:`JobLifecycle._lifecycle` runs in the job's own thread. It walks the job through
 Starting / Preparing / Queued (where faults may delay or fail it), prepares the data capability
-directories (:meth:`_run`), runs the command once per attempt (:meth:`_run_once`: one process or
-container per rank, a Spot job preempted is queued again) and, whatever happened, uploads the
-outputs and the log files and sets the final status (:meth:`_finalize`).
+directories (:meth:`_run`), builds the environment's image when it has a build context
+(:mod:`cloud.azureml.environments`), runs the command once per attempt (:meth:`_run_once`: one
+process or container per rank, a Spot job preempted is queued again) and, whatever happened,
+uploads the outputs and the log files and sets the final status (:meth:`_finalize`). Process
+mode runs the plain base image only; a job of any other image, a built one included, runs in a
+container (:mod:`cloud.runner.images`).
 """
 
 from __future__ import annotations
@@ -249,8 +252,11 @@ class JobLifecycle(EnvironmentRoutes):
                 nodes.append(
                     runner_mod.NodeSpec(f"node-{node_rank}-{local}", rank=rank, env=node_env)
                 )
-        tags = props.get("tags") or {}
-        mode = tags.get("stepop_fake_mode") or self.runner.mode
+        try:  # the job's own mode, else a built image runs in a container (cloud.runner)
+            mode = self.runner.mode_for(image, (props.get("tags") or {}).get("stepop_fake_mode"))
+        except runner_mod.LaunchError as exc:
+            job.final = ("Failed", {"code": "UserError", "message": str(exc)})
+            return "done"
         launch_env = dict(env)
         if mode == runner_mod.MODE_PROCESS:
             launch_env["PATH"] = os.pathsep.join(

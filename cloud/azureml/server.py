@@ -30,7 +30,10 @@ Microsoft.MachineLearningServices/workspaces/{ws}``; any ``api-version`` is acce
 ``GET {WS}``                                   the workspace (with ``discoveryUrl``)
 ``PUT|GET {WS}/environments/{n}/versions/{v}``  environment versions: an image, or a build
                                                context (``build.contextUri``) the fake builds
-                                               with the local engine in container mode
+                                               with the local engine for the first job that
+                                               uses it (log ``system_logs/image_build.txt``;
+                                               a failed build fails the job with
+                                               ``ImageBuildFailure``)
 ``GET {WS}/environments/{n}/versions``         list
 ``PUT|GET {WS}/jobs/{name}``, ``GET {WS}/jobs`` command jobs
 ``POST {WS}/jobs/{name}/cancel``               202 + ``Location`` (+ ``Retry-After``), polled at
@@ -66,7 +69,8 @@ on the fake's tracking server, :mod:`cloud.azureml.mlflow_tracking`), the job's
 start and outputs uploaded after the exit (a ``ReadWriteMount`` output first shows what its path
 already holds, as a mount would; see :mod:`cloud.azureml.storage`); an output without a path goes
 to ``azureml://datastores/workspaceblobstore/paths/azureml/{job}/{output}/`` as Azure ML does. In
-process mode ``python`` in the command is this virtualenv's interpreter.
+process mode (the plain base image only) ``python`` in the command is this virtualenv's
+interpreter.
 
 Logs: ``user_logs/std_log.txt`` (``std_log_process_<rank>.txt`` when several processes), served
 live by the fake (run details ``logFiles``) and uploaded at the end to the artifact store
@@ -87,8 +91,15 @@ Settings (``serve(**settings)`` / command line / env):
 ``storage_connection_string``  Azurite (env ``AZURE_STORAGE_CONNECTION_STRING``); without it
                       inputs cannot be resolved and outputs are dropped.
 ``mode``              ``process`` (default), ``container`` or ``timer`` (env
-                      ``STEPOP_FAKE_MODE``; timer: see :mod:`cloud.runner`); a job tagged
-                      ``stepop_fake_mode: container|process`` overrides it.
+                      ``STEPOP_FAKE_MODE``; timer: see :mod:`cloud.runner`). Process mode
+                      runs only the plain base image (``STEPOP_TEST_BASE_IMAGE``, by name or
+                      by image ID: :mod:`cloud.runner.images`) as a local process; a job of any
+                      other image, one the fake built from a build context included, runs in a
+                      container, so it sees what was built. A job tagged
+                      ``stepop_fake_mode: process|container|timer`` chooses its own.
+``base_image``        the plain base image and the stack's registry
+                      (:class:`cloud.runner.BaseImage`; default: ``STEPOP_TEST_BASE_IMAGE`` and
+                      ``STEPOP_REGISTRY`` when each job starts); built images go there too.
 ``region``            the workspace location (``eastus``).
 ``phase_seconds``     time spent in each of Starting/Preparing/Queued (0.05 s).
 ``lro_retry_after``   ``Retry-After`` seconds on 202 answers (1; azure-core reads 0 as "use
@@ -217,6 +228,7 @@ def settings_from_env(env: dict[str, str]) -> dict[str, Any]:
         settings["tls_dir"] = tls_dir_for(env["STEPOP_CLOUD_DIR"])
     if env.get("STEPOP_FAKE_MODE"):
         settings["mode"] = env["STEPOP_FAKE_MODE"]
+    settings["base_image"] = runner_mod.BaseImage.from_env(env)  # process mode runs it only
     return settings
 
 

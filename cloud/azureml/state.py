@@ -87,6 +87,7 @@ class AzureMLState(FakeService):
         tmp_base: str | None = None,
         keep_workdirs: bool = False,
         max_page_size: int = 100,
+        base_image: runner_mod.BaseImage | None = None,
     ) -> None:
         super().__init__()
         self.page_size = PageSize(max_page_size)  # jobs a Jobs_List page holds, as the service
@@ -96,6 +97,7 @@ class AzureMLState(FakeService):
         self.runner = runner_mod.Runner(
             mode or os.environ.get("STEPOP_FAKE_MODE") or runner_mod.MODE_PROCESS,
             tmp_base=tmp_base,
+            base_image=base_image,  # None: STEPOP_TEST_BASE_IMAGE/STEPOP_REGISTRY at each job
         )
         self.region = region
         self.phase_seconds = float(phase_seconds)
@@ -106,6 +108,7 @@ class AzureMLState(FakeService):
         self.url = ""  # set by serve(): the fake's own base URL (discovery, log URLs)
         self.environments: dict[str, dict[str, Any]] = {}  # lower-cased id -> resource
         self.built_images: dict[str, str] = {}  # environment id -> image built from its context
+        self.build_locks: dict[str, threading.Lock] = {}  # environment id -> its one build
         self.jobs: dict[str, AmlJob] = {}  # lower-cased id -> job
         self.tracking = Tracking()  # every job is an MLflow run (cloud.azureml.mlflow_tracking)
         self._lock = threading.RLock()

@@ -43,6 +43,12 @@ class _Stop(Exception):
         self.message = message
 
 
+def requested_mode(job: Job) -> str | None:
+    """The job's own runner mode: its tag ``stepop_fake_mode``, as the other fakes take it."""
+    tags = {t.get("Key"): t.get("Value") for t in job.request.get("Tags") or []}
+    return tags.get("stepop_fake_mode") or None
+
+
 class JobLifecycle(SageMakerState):
     """Runs jobs: attempts, the nodes' launch and watch, stop and time limits, preemption."""
 
@@ -177,7 +183,7 @@ class JobLifecycle(SageMakerState):
             run = self.runner.launch(
                 launch,
                 on_line=lambda node, _s, line, ts: self.log_sink.put(streams[node.host], line, ts),
-                mode=self.mode,
+                mode=self.runner.mode_for(launch.image, requested_mode(job)),
                 workdir=str(workdir / f"run-{attempt}"),
             )
         except LaunchError as exc:

@@ -35,8 +35,12 @@ Control API (``/_fake/...``, see :mod:`cloud.control`): the fault rules of
 error -> 500 InternalFailure / 503 ServiceUnavailable; provisioning_delay; job_failure with
 ``reason``; preempt with ``after_seconds`` for managed spot jobs: Interrupted, checkpoints
 uploaded, Restarting, then the job runs again from its checkpoints; log_delay), counters by
-operation, reset, and ``POST /_fake/mode {"mode": "process"|"container"}``. The runner mode
-starts as ``STEPOP_SAGEMAKER_MODE`` (default process) or ``python -m cloud.sagemaker --mode``.
+operation, reset, and ``POST /_fake/mode {"mode": "process"|"container"|"timer"}``. The runner
+mode starts as ``STEPOP_SAGEMAKER_MODE`` (default process) or ``python -m cloud.sagemaker
+--mode``. In process mode only the plain base image (``STEPOP_TEST_BASE_IMAGE``, by name or by
+image ID: :mod:`cloud.runner.images`) runs as a local process; a job of any other image (one
+built with requirements, say) runs in a container, so it sees what was built. A job's tag
+``stepop_fake_mode`` (``process``, ``container`` or ``timer``) chooses its own mode.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import boto3
 import botocore.session
 
 from cloud.fake_http import FakeService
-from cloud.runner import Runner
+from cloud.runner import BaseImage, Runner
 from cloud.sagemaker.logs import LogSink
 from cloud.sagemaker.storage import JobStorage
 
@@ -166,13 +166,11 @@ class SageMakerState(FakeService):
         self.jobs_lock = threading.Lock()
         self.model = botocore.session.get_session().get_service_model("sagemaker")
         self.types = instance_types()
-        self.mode = env.get(
-            "STEPOP_SAGEMAKER_MODE", os.environ.get("STEPOP_SAGEMAKER_MODE", "process")
-        )
+        mode = env.get("STEPOP_SAGEMAKER_MODE", os.environ.get("STEPOP_SAGEMAKER_MODE", "process"))
         state = Path(env.get("STEPOP_CLOUD_DIR", "/tmp/stepop-cloud"))
         self.jobs_dir = state / "jobs" / SERVICE
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
-        self.runner = Runner(self.mode, tmp_base=str(self.jobs_dir))
+        self.runner = Runner(mode, tmp_base=str(self.jobs_dir), base_image=BaseImage.from_env(env))
         self.registry = env.get("STEPOP_REGISTRY", "127.0.0.1:5000")
         aws = {
             "endpoint_url": env.get("STEPOP_MOTO_ENDPOINT") or env.get("AWS_ENDPOINT_URL"),
@@ -184,6 +182,15 @@ class SageMakerState(FakeService):
         self.logs = boto3.client("logs", **aws)
         self.log_sink = LogSink(self.logs, self.faults)
         self.storage = JobStorage(self.s3)
+
+    @property
+    def mode(self) -> str:
+        """The runner's mode (``POST /_fake/mode`` sets it); a job's own mode may differ."""
+        return self.runner.mode
+
+    @mode.setter
+    def mode(self, value: str) -> None:
+        self.runner.mode = value
 
     def local_image(self, image: str) -> str:
         """The local-registry reference of ``image`` (an ECR URI keeps its repository and tag)."""

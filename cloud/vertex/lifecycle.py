@@ -170,7 +170,6 @@ class JobLifecycle(VertexState):
                 AIP_CHECKPOINT_DIR=f"{base}/checkpoints/",
                 AIP_TENSORBOARD_LOG_DIR=f"{base}/logs/",
             )
-        mode = (job.resource.get("labels") or {}).get("stepop_fake_mode") or self.runner.mode
         launches = []
         rank = 0
         for i, pool in enumerate(pools):
@@ -212,7 +211,7 @@ class JobLifecycle(VertexState):
                     env=env,
                     mounts=[runner_mod.Mount(gcs_dir, "/gcs")],
                     nodes=nodes,
-                    labels={"stepop.vertex.job": job.job_id, "stepop.mode": mode},
+                    labels={"stepop.vertex.job": job.job_id},
                 )
             )
         return launches
@@ -220,9 +219,10 @@ class JobLifecycle(VertexState):
     def _run_once(self, job: Job, workdir: str, gcs_dir: str, sched: dict[str, Any]) -> str:
         """Start every node, wait for the end; returns "done", "preempted" or "cancelled"."""
         launches = self._launches(job, workdir, gcs_dir)
+        requested = (job.resource.get("labels") or {}).get("stepop_fake_mode")
         runs: list[runner_mod.JobRun] = []
+        mode = self.runner.mode
         for launch in launches:
-            mode = launch.labels["stepop.mode"]
             pool_dir = os.path.join(workdir, "pools", launch.name, str(len(job.runs)))
             os.makedirs(pool_dir, exist_ok=True)
 
@@ -230,6 +230,9 @@ class JobLifecycle(VertexState):
                 self._log(job, node.host, stream, line, ts)
 
             try:
+                # the job's own mode, else a built image runs in a container (cloud.runner)
+                mode = self.runner.mode_for(launch.image, requested)
+                launch.labels["stepop.mode"] = mode
                 run = self.runner.launch(launch, on_line=sink, mode=mode, workdir=pool_dir)
             except runner_mod.LaunchError as exc:
                 for other in runs:

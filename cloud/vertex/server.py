@@ -73,8 +73,16 @@ Settings (``serve(**settings)`` / command line / env):
 ``gcs_emulator_host``  ``host:port`` of gcp-storage-emulator (env ``STORAGE_EMULATOR_HOST``);
                        without it /gcs is an empty scratch directory and nothing is synced.
 ``mode``               ``process`` (default), ``container`` or ``timer`` (env
-                       ``STEPOP_FAKE_MODE``; timer: see :mod:`cloud.runner`, and no /gcs copy);
-                       a job labelled ``stepop_fake_mode: container|process`` overrides it.
+                       ``STEPOP_FAKE_MODE``; timer: see :mod:`cloud.runner`, and no /gcs copy).
+                       Process mode runs only the plain base image (``STEPOP_TEST_BASE_IMAGE``,
+                       by name or by image ID: :mod:`cloud.runner.images`) as a local process;
+                       a pool whose ``imageUri`` is any other image (one built with
+                       requirements, say) runs in a container, so it sees what was built. A
+                       job labelled ``stepop_fake_mode: process|container|timer`` chooses its
+                       own.
+``base_image``         the plain base image and the stack's registry
+                       (:class:`cloud.runner.BaseImage`; default: ``STEPOP_TEST_BASE_IMAGE`` and
+                       ``STEPOP_REGISTRY`` when each job starts).
 ``queue_seconds``, ``provision_seconds``  time spent QUEUED and PENDING (0.05 s each).
 ``tmp_base``           where per-job directories go (default: the system temp dir).
 ``keep_workdirs``      keep per-job directories after the end (debugging).
@@ -178,6 +186,7 @@ def settings_from_env(env: dict[str, str]) -> dict[str, Any]:
         settings["tmp_base"] = jobs
     if env.get("STEPOP_FAKE_MODE"):
         settings["mode"] = env["STEPOP_FAKE_MODE"]
+    settings["base_image"] = runner_mod.BaseImage.from_env(env)  # process mode runs it only
     return settings
 
 

@@ -63,6 +63,7 @@ class VertexState(FakeService):
         tmp_base: str | None = None,
         keep_workdirs: bool = False,
         max_page_size: int = 1000,
+        base_image: runner_mod.BaseImage | None = None,
     ) -> None:
         super().__init__()
         self.page_size = PageSize(max_page_size)  # the service's own cap on pageSize
@@ -70,6 +71,7 @@ class VertexState(FakeService):
         self.runner = runner_mod.Runner(
             mode or os.environ.get("STEPOP_FAKE_MODE") or runner_mod.MODE_PROCESS,
             tmp_base=tmp_base,
+            base_image=base_image,  # None: STEPOP_TEST_BASE_IMAGE/STEPOP_REGISTRY at each job
         )
         self.queue_seconds = float(queue_seconds)
         self.provision_seconds = float(provision_seconds)

@@ -730,6 +730,39 @@ def test_container_mode_job(ml: MLClient, blobs: BlobServiceClient) -> None:
     assert got.readall().strip() == b"FROM AZURITE"
 
 
+@pytest.mark.container
+def test_a_failing_build_of_the_environment_fails_the_job_in_process_mode_with_its_reason(
+    ml: MLClient, blobs: BlobServiceClient, fake: Any
+) -> None:
+    """Azure ML builds an environment's build context for any job that uses it (not only in
+    container mode); the job fails with the build's error and the last lines of its log."""
+    if not _engine_has(IMAGE):
+        pytest.skip("no container engine (or no base image in the local registry)")
+    assert requests.get(f"{fake.url}/_fake/mode", timeout=5).json()["mode"] == "process"
+    context = unique("ctx")
+    dockerfile = f"FROM {IMAGE}\nRUN echo checking the requirements && exit 3\n"
+    blobs.get_blob_client(CONTAINER, f"{context}/Dockerfile").upload_blob(dockerfile.encode())
+    version = f"{WS_PATH}/environments/selftest-build/versions/{context}"
+    build = {
+        "contextUri": f"azureml://datastores/workspaceblobstore/paths/{context}/",
+        "dockerfilePath": "Dockerfile",
+    }
+    put = requests.put(
+        f"{fake.url}{version}?api-version=2023-04-01-preview",
+        json={"properties": {"build": build}},
+        timeout=5,
+    )
+    assert put.status_code == 201, put.text
+    name = unique("build-fails")
+    assert put_raw(fake, name, _props(ml, environmentId=f"azureml:{version}")).status_code == 201
+    assert wait_done(ml, name, timeout=120).status == "Failed"
+    error = run_details(fake, name)["error"]["error"]
+    assert error["code"] == "ImageBuildFailure"
+    assert "returned a non-zero code: 3" in error["message"]
+    assert "checking the requirements" in error["message"]  # the tail of the build's log
+    assert "Step 2/2 : RUN echo checking the requirements" in logs(fake, name)
+
+
 # --- the fake as `make cloud-up` runs it ---------------------------------------------------------
 def test_stack_fake_runs_a_job(cloud_stack: dict[str, str]) -> None:
     """What a new user does with only .cloud/env: the stack's fake, Azurite, MLClient."""

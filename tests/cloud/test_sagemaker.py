@@ -641,6 +641,18 @@ def test_ecr_uri_maps_to_the_local_registry(
     assert d["AlgorithmSpecification"]["TrainingImage"] == ecr
 
 
+def test_a_jobs_own_mode_is_its_stepop_fake_mode_tag(
+    sm: Any, request_for: Callable[..., dict[str, Any]]
+) -> None:
+    """As the Vertex AI and Azure ML fakes read a label or tag; a mode there is none of fails
+    the job and names the tag."""
+    req = request_for("ok", Tags=[{"Key": "stepop_fake_mode", "Value": "fast"}])
+    sm.create_training_job(**req)
+    d = finished(sm, req["TrainingJobName"])
+    assert d["TrainingJobStatus"] == "Failed"
+    assert "stepop_fake_mode='fast': use one of process, container, timer" in d["FailureReason"]
+
+
 # --- container mode ------------------------------------------------------------------------
 
 
