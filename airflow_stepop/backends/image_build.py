@@ -167,8 +167,8 @@ def start_or_join(
                      describe(found), builder.name)  # fmt: skip
             return _followed(builder, {**found, "joined": True}, plan, run_uri)
         source = join(folder, f"{plan.digest[:24]}.{builder.archive_kind}")
-        if not storage.exists(source):
-            storage.write_bytes(source, plan.archive(builder.archive_kind))
+        # written even where one is: the build checks every file against the plan
+        storage.write_bytes(source, plan.archive(builder.archive_kind))
         log.info("%s: %s builds it from %s", plan.what, builder.name, source)
         handle = {**builder.start(plan, source, folder), "image": plan.reference}
         record = {"image": plan.reference, "builder": builder.name, "build": handle,

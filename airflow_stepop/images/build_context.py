@@ -66,6 +66,22 @@ class BuildPlan:
             h.update(self.files[name])
         return h.hexdigest()
 
+    def verify_script(self) -> str:
+        """A bash script the build runs first, in the extracted archive: every file must be the
+        one this worker wrote (sha256) and no other file may be there. The archive lies where
+        jobs can write (the artifact root); the script travels in the build's own request,
+        which they cannot. It uses no ``$`` (Cloud Build would read one as a substitution) and
+        no file of its own (a host may run several builds)."""
+        names = sorted(self.files)
+        sums = [f"{hashlib.sha256(self.files[n]).hexdigest()}  ./{n}" for n in names]
+        return "\n".join([
+            "set -eu",
+            "sha256sum --check --strict --quiet - <<'STEPOP_SUMS'", *sums, "STEPOP_SUMS",
+            "diff <(find . -type f | LC_ALL=C sort) - <<'STEPOP_FILES'",
+            *(f"./{n}" for n in names), "STEPOP_FILES",
+            "echo 'stepop: the build context is the one the worker wrote'",
+        ])  # fmt: skip
+
     def archive(self, kind: str) -> bytes:
         """The files as a ``zip`` (AWS CodeBuild's S3 source) or ``tar.gz`` (Cloud Build's),
         with fixed times and modes, so one plan always makes the same bytes."""
@@ -165,6 +181,12 @@ def _user_context(dockerfile: Path) -> dict[str, bytes]:
         path = root / name
         if path.is_symlink() or not path.is_file():
             continue
+        if any(c in name for c in "\\\n\r"):
+            raise BuildContextError(
+                f"DockerSettings.dockerfile={str(dockerfile)!r}: its directory holds {name!r}, a "
+                "name with a backslash or a line break, which the build's check of its files "
+                "cannot name. Rename it, or list it in a .dockerignore there."
+            )
         total += path.stat().st_size
         if total > MAX_USER_CONTEXT_BYTES:
             raise BuildContextError(

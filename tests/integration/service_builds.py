@@ -23,8 +23,10 @@ def _step(i: int) -> int:
     return i
 
 
-def prepare_mapped(backend: StepBackend, root: str, conn_id: str) -> list[PreparedJob]:
-    """``TASKS`` map indexes of one step with one new environment, prepared concurrently."""
+def prepare_mapped(
+    backend: StepBackend, root: str, conn_id: str, tasks: int = TASKS
+) -> list[PreparedJob]:
+    """``tasks`` map indexes of one step with one new environment, prepared concurrently."""
     from airflow_stepop.artifacts.storage import worker_storage
     from airflow_stepop.backends.naming import job_name, task_key
     from airflow_stepop.packaging.staging import StepIdentity, stage_step
@@ -33,13 +35,13 @@ def prepare_mapped(backend: StepBackend, root: str, conn_id: str) -> list[Prepar
     docker = DockerSettings(parent_image=PARENT, environment={"SALT": uuid.uuid4().hex})
     run_id = f"run-{uuid.uuid4().hex[:6]}"
     requests = []
-    for index in range(TASKS):
+    for index in range(tasks):
         key = task_key("mapped_build", run_id, "step", index)
         step = StepIdentity("mapped_build", run_id, "step", index, 1)
         staged = stage_step(_step, [index], {}, root=root, step=step, storage=storage)
         uris = (staged.spec_uri, staged.run_uri, staged.code_uri)
         requests.append(JobRequest(job_name(key, 1), key, *uris, docker=docker))
-    prepared: list[Any] = [None] * TASKS
+    prepared: list[Any] = [None] * tasks
     errors: list[BaseException] = []
 
     def prepare(index: int) -> None:
@@ -48,7 +50,7 @@ def prepare_mapped(backend: StepBackend, root: str, conn_id: str) -> list[Prepar
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=prepare, args=(i,)) for i in range(TASKS)]
+    threads = [threading.Thread(target=prepare, args=(i,)) for i in range(tasks)]
     for thread in threads:
         thread.start()
     for thread in threads:

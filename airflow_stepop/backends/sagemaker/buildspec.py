@@ -1,7 +1,9 @@
 """The buildspec with which AWS CodeBuild builds a step's image, and its IAM documents.
 
-The build runs the plan's ``docker build``s (``images/build_context``) in the extracted archive,
-then pushes the content-hashed tag; on ECR it logs in first with the project's service role.
+The build first checks that the extracted archive holds exactly the files the worker wrote
+(``BuildPlan.verify_script``: the archive lies where jobs can write, the buildspec travels in the
+StartBuild request), then runs the plan's ``docker build``s (``images/build_context``) and
+pushes the content-hashed tag; on ECR it logs in first with the project's service role.
 Every value reaches the shell quoted (``shlex.quote``): a build argument's value is given as is.
 """
 
@@ -30,9 +32,10 @@ def buildspec(plan: BuildPlan) -> str:
         )
     commands = [_docker_build(plan, build) for build in plan.builds]
     commands.append(f"docker push {shlex.quote(plan.reference)}")
-    phases: dict[str, dict[str, list[str]]] = {"build": {"commands": commands}}
+    phases: dict[str, dict[str, list[str]]] = {"install": {"commands": [plan.verify_script()]}}
     if pre_build:
-        phases = {"pre_build": {"commands": pre_build}, **phases}
+        phases["pre_build"] = {"commands": pre_build}
+    phases["build"] = {"commands": commands}
     return json.dumps({"version": 0.2, "phases": phases}, indent=1)
 
 

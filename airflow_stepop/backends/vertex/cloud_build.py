@@ -84,7 +84,15 @@ class CloudBuildBuilder(ImageBuilder):
         bucket, _, key = source_uri.split("://", 1)[1].partition("/")
         build: dict[str, Any] = {
             "source": {"storage_source": {"bucket": bucket, "object_": key}},
-            "steps": [{"name": DOCKER_BUILDER, "args": _docker_args(plan, b)} for b in plan.builds],
+            "steps": [
+                # the archive lies where jobs can write: its files must be the worker's
+                {
+                    "name": DOCKER_BUILDER,
+                    "entrypoint": "bash",
+                    "args": ["-c", plan.verify_script()],
+                },
+                *({"name": DOCKER_BUILDER, "args": _docker_args(plan, b)} for b in plan.builds),
+            ],
             "images": [plan.reference],
             "tags": ["airflow-stepop", "stepop-" + plan.reference.rsplit(":", 1)[1]],
             "timeout": {"seconds": 60 * config.get_int("image_build_timeout_minutes")},
