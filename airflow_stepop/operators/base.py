@@ -373,7 +373,12 @@ class BaseStepOperator(ImageWait, BaseOperator):
         if event.get("phase") is not None:  # the job was not created (``triggers/image_phase``)
             return self._no_job(context, backend, event)
         storage = worker_storage(self.storage_conn_id)
-        self.stored_link_kinds = recall_links(backend, handle)
+        if handle.get("after_image_build"):  # created by the trigger: no link stored yet
+            from airflow_stepop.operators.job_links import store_links
+
+            self.stored_link_kinds = store_links(self.log, context, backend, handle)
+        else:
+            self.stored_link_kinds = recall_links(backend, handle)
         stopped_by_us = self._killed  # on_kill, not deferrable
         if event["status"] == "stopped" and handle.get("earlier_try") and not stopped_by_us:
             return self._run_again(context, backend, handle)

@@ -93,7 +93,8 @@ class ImagePhase:
                     return self._create_event("failed", f"{type(exc).__name__}: {exc}", build)
                 await self._back_off("Creating the job", exc, failures)  # type: ignore[attr-defined]
         self._creating = None
-        self.handle = {**handle, "submitted_at": time.time()}
+        # the worker stores the job's console links when the task resumes
+        self.handle = {**handle, "submitted_at": time.time(), "after_image_build": True}
         self.log.info("Submitted job %s", shown_job(self.handle))
         return None
 

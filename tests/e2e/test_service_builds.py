@@ -140,6 +140,7 @@ def test_each_clouds_builder_builds_the_pinned_environment_once_and_the_step_run
     assert "AWS CodeBuild builds it from s3://" in sagemaker_log
     assert "Waiting for image build" in sagemaker_log  # deferred: no worker slot meanwhile
     assert "is built: creating the job" in sagemaker_log
+    assert "Step job: " in sagemaker_log  # its console link, stored when the task resumed
     assert "Cloud Build builds it from gs://" in first["built_vertex"][2]
 
     second = _run(deployment, dag_ids, "second")  # the same environments: nothing to build

@@ -187,6 +187,9 @@ class CodeBuildBuilder(ImageBuilder):
         image = next((v.get("value") for v in variables if v.get("name") == IMAGE_VARIABLE), None)
         return build_status(builds[0]), image
 
+    def status(self, handle: dict[str, Any]) -> JobStatus:
+        return self.image_of(handle)[0]  # boto3 here: the worker has no event loop to share
+
     def stop(self, handle: dict[str, Any]) -> None:
         try:
             self._client.stop_build(id=handle["job_id"])

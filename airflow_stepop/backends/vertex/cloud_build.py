@@ -116,6 +116,9 @@ class CloudBuildBuilder(ImageBuilder):
         build = self.client.get_build(request={"name": handle["name"]})
         return build_status(build), (list(build.images) or [None])[0]
 
+    def status(self, handle: dict[str, Any]) -> JobStatus:
+        return self.image_of(handle)[0]
+
     def stop(self, handle: dict[str, Any]) -> None:
         from google.api_core import exceptions
 
