@@ -19,6 +19,10 @@ triggerer continues the relay where it stopped instead of from the start.
 
 A job that ends within seconds of its deferral holds its event a while (``_hold_seconds``): the
 resumed task must not be queued before Airflow's executor has reported the deferring try's exit.
+
+A step whose image a service builds defers before its job exists: the trigger then follows the
+build first, the same way, and creates the job when the build succeeds (``image_phase.py``); one
+deadline covers both. A user's kill stops whichever it follows (``user_kill.py``).
 """
 
 from __future__ import annotations
