@@ -21,7 +21,7 @@ from typing import Any
 
 from airflow_stepop.backends.base import JobStatus
 from airflow_stepop.backends.image_build import ImageBuilder
-from airflow_stepop.backends.log_lines import relayed_lines
+from airflow_stepop.backends.log_lines import MORE, relayed_lines
 from airflow_stepop.backends.ratelimit import log_limiter
 from airflow_stepop.backends.sagemaker.buildspec import (
     BUILD_IMAGE,
@@ -238,9 +238,11 @@ class CodeBuildBuilder(ImageBuilder):
         return out
 
     async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
-        """The build's CloudWatch Logs stream from the cursor's token, a few pages a read (a
-        finished build's to its end, over as many reads as that takes)."""
+        """The build's CloudWatch Logs stream from the cursor's token, ``PAGES_PER_READ`` pages
+        a read at most; the cursor says when more waits (the relay reads again at once), up to
+        ``FINAL_PAGES`` pages of a finished build."""
         cursor = dict(cursor) if isinstance(cursor, dict) else {"token": None, "pages": 0}
+        cursor.pop(MORE, None)
         final = handle["job_id"] in self._ended
         group = handle.get("log_group") or f"/aws/codebuild/{self.project}"
         stream = handle["job_id"].split(":", 1)[-1]
@@ -249,7 +251,7 @@ class CodeBuildBuilder(ImageBuilder):
         lines: list[str] = []
         for _ in range(PAGES_PER_READ):
             if not final and not limiter.try_acquire():
-                break
+                return lines, cursor
             kwargs: dict[str, Any] = {"logGroupName": group, "logStreamName": stream,
                                       "startFromHead": True}  # fmt: skip
             if cursor.get("token"):
@@ -258,17 +260,18 @@ class CodeBuildBuilder(ImageBuilder):
                 answer = await client.get_log_events(**kwargs)
             except Exception as exc:
                 if error_code(exc) == "ResourceNotFoundException":  # not started yet
-                    break
+                    return lines, cursor
                 raise
             events = answer.get("events") or []
             for event in events:
                 lines.extend(relayed_lines(event["message"]))
             cursor["pages"] = int(cursor.get("pages") or 0) + 1
             token = answer.get("nextForwardToken")
-            done = not events or token == cursor.get("token")
-            cursor["token"] = token or cursor.get("token")
-            if done or (final and cursor["pages"] >= FINAL_PAGES):
-                break
+            if not events or token == cursor.get("token"):  # the stream's end, for now
+                return lines, cursor
+            cursor["token"] = token
+        if not final or cursor["pages"] < FINAL_PAGES:
+            cursor[MORE] = True  # a full read: more waits
         return lines, cursor
 
     async def astop(self, handle: dict[str, Any]) -> None:

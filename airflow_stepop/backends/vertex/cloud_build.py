@@ -172,8 +172,8 @@ class CloudBuildBuilder(ImageBuilder):
         cursor["offset"] = offset + used
         if final:
             cursor["reads"] = int(cursor.get("reads") or 0) + 1
-            if full and cursor["reads"] < FINAL_READS:
-                cursor[MORE] = True
+        if full and (not final or cursor["reads"] < FINAL_READS):
+            cursor[MORE] = True  # more waits past this read: the relay reads again at once
         return lines, cursor
 
     def _read_log(self, uri: str, offset: int) -> bytes:
