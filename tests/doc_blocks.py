@@ -28,12 +28,18 @@ def run_dag_block(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     bundles: list[dict[str, Any]],
+    stand_ins: dict[str, str] | None = None,
 ) -> Any:
     """Save the block that defines ``dag_name`` as a DAG file, as a user would, and run its DAG
     with ``dag.test()`` (the file is a DAG bundle of its own: dag.test() runs a DAG as its
-    bundle has it). Returns the DAG run."""
+    bundle has it). ``stand_ins`` replaces text the block must hold (an image no machine here
+    can pull, say) with what stands in for it. Returns the DAG run."""
     module = f"doc_{dag_name}"
-    (tmp_path / f"{module}.py").write_text(python_block(page, f"def {dag_name}("))
+    code = python_block(page, f"def {dag_name}(")
+    for text, stand_in in (stand_ins or {}).items():
+        assert text in code, f"{page}: the block of {dag_name} no longer holds {text!r}"
+        code = code.replace(text, stand_in)
+    (tmp_path / f"{module}.py").write_text(code)
     monkeypatch.syspath_prepend(str(tmp_path))
     own = {
         "name": "doc-block",

@@ -5,9 +5,19 @@ from __future__ import annotations
 from tests.doc_blocks import run_dag_block
 from tests.integration.azureml.conftest import BUNDLES, jobs, xcoms
 
+# The README's image (PyTorch's) cannot be pulled here: the stack's base image stands in for it,
+# with what the README's comment says its image brings (python3, numpy). Any other image would
+# run in a container (cloud.runner), whose pull of PyTorch's image would fail.
+README_IMAGE = "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime"
+
 
 def test_the_readme_azureml_dag_runs_and_its_comments_hold(azure, ctl, tmp_path, monkeypatch):
-    run = run_dag_block("README.md", "on_azureml", tmp_path, monkeypatch, BUNDLES)
+    base = (
+        f"{azure['env'].get('STEPOP_REGISTRY', '127.0.0.1:5000')}/stepop-base/python:3.11-bookworm"
+    )
+    run = run_dag_block(
+        "README.md", "on_azureml", tmp_path, monkeypatch, BUNDLES, {README_IMAGE: base}
+    )
     assert run.state == "success"
     rows = xcoms(run)
     parts = [rows[("part", "return_value", k)] for k in range(4)]

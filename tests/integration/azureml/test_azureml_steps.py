@@ -391,6 +391,27 @@ def test_without_an_engine_azure_ml_builds_the_image_from_the_same_dockerfile(
     assert ctl.counters()["EnvironmentVersions_CreateOrUpdate"] == 1
 
 
+@pytest.mark.container
+def test_a_step_with_an_image_azure_ml_built_runs_in_it_while_the_fake_runs_processes(
+    azure, ctl, docker_engine, registry_image, build_settings, monkeypatch
+):
+    """The fake's default mode (process) runs a job with this virtualenv's packages; Azure ML
+    builds the environment of a step with requirements, and the job runs in that image (a
+    container), so it sees its pinned tabulate."""
+    import tabulate
+
+    assert tabulate.__version__ != "0.9.0"  # the virtualenv's own: what process mode would see
+    assert ctl.mode() == "process"
+    monkeypatch.setenv("AIRFLOW__STEPOP__AZUREML_IMAGE_BUILD", "service")
+
+    run = dags().aml_pinned_requirement().test()
+
+    assert run.state == "success"
+    assert xcoms(run)[("pinned", "return_value", -1)] == "0.9.0"
+    job = jobs(azure["fake"], "aml-pinned-requirement-pinned")[-1]["properties"]
+    assert "/environments/stepop-build/versions/" in job["environmentId"]
+
+
 def test_a_spot_retry_resumes_from_the_checkpoints_of_the_first_try(azure, ctl):
     run = dags().aml_spot_retry_resumes().test()
     assert run.state == "success"

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from tests.integration.sagemaker.conftest import dags, training_jobs
+from tests.integration.sagemaker.conftest import dags, training_jobs, xcoms
 
 
 @pytest.mark.container
@@ -79,3 +79,24 @@ def test_a_parent_image_sagemaker_cannot_pull_is_copied_to_the_repository_and_ru
     image = job[-1]["AlgorithmSpecification"]["TrainingImage"]
     assert image.startswith(f"{repository}:")  # a copy in the repository, not the parent
     assert docker_engine.images.get_registry_data(image).id  # pushed there
+
+
+@pytest.mark.container
+def test_a_step_with_a_built_image_runs_in_it_while_the_fake_runs_processes(
+    aws, ctl, docker_engine, registry_image
+):
+    """The fake's default mode (process) runs a job with this virtualenv's packages; a step
+    whose image was built runs in that image (a container), so it sees its pinned tabulate."""
+    import tabulate
+
+    assert tabulate.__version__ != "0.9.0"  # the virtualenv's own: what process mode would see
+    assert ctl.mode() == "process"
+
+    run = dags().sm_pinned_requirement().test()
+
+    assert run.state == "success"
+    assert xcoms(run)[("pinned", "return_value", -1)] == "0.9.0"
+    job = [j for j in training_jobs("pinned") if j["TrainingJobName"].startswith("sm-pinned")]
+    assert job[-1]["AlgorithmSpecification"]["TrainingImage"].startswith(
+        f"{aws['registry']}/stepop-it-env:"
+    )

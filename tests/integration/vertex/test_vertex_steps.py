@@ -339,6 +339,26 @@ def test_a_step_runs_in_the_image_in_container_mode(gcp, ctl, registry_image, do
     assert job["labels"]["stepop_fake_mode"] == "container"
 
 
+@pytest.mark.container
+def test_a_step_with_a_built_image_runs_in_it_while_the_fake_runs_processes(
+    gcp, ctl, registry_image, docker_engine, build_settings
+):
+    """The fake's default mode (process) runs a job with this virtualenv's packages; a step
+    whose image was built runs in that image (a container), so it sees its pinned tabulate."""
+    import tabulate
+
+    assert tabulate.__version__ != "0.9.0"  # the virtualenv's own: what process mode would see
+    assert ctl.mode() == "process"
+
+    run = dags().vx_pinned_requirement().test()
+
+    assert run.state == "success"
+    assert xcoms(run)[("pinned", "return_value", -1)] == "0.9.0"
+    job = custom_jobs(gcp["fake"], "pinned")[0]  # newest first
+    image = job["job_spec"]["worker_pool_specs"][0]["container_spec"]["image_uri"]
+    assert image.startswith(f"{gcp['registry']}/stepop-vertex-it:")
+
+
 def _count_lines(n: int) -> int:
     import time
 

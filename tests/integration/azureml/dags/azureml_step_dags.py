@@ -299,7 +299,8 @@ aml_spot_clusters()
 def aml_service_build():
     built_by_service = DockerSettings(parent_image=BASE, environment={"STEPOP_BUILT_BY": "azureml"})
 
-    @task.azureml_step(docker=built_by_service, tags={"stepop_fake_mode": "container"})
+    # no mode tag: the fake builds the image in any mode, and a built image runs in a container
+    @task.azureml_step(docker=built_by_service)
     def built():
         return os.environ["STEPOP_BUILT_BY"]
 
@@ -415,3 +416,22 @@ def aml_missing_container():
 
 
 aml_missing_container()
+
+
+# A pinned requirement the test virtualenv holds at another version: the step sees the pin only
+# when it runs in the image built for it (Azure ML builds it; a built image runs in a container).
+PINNED = DockerSettings(parent_image=BASE, requirements=["tabulate==0.9.0"])
+
+
+@dag(schedule=None)
+def aml_pinned_requirement():
+    @task.azureml_step(docker=PINNED)
+    def pinned():
+        import tabulate
+
+        return tabulate.__version__
+
+    pinned()
+
+
+aml_pinned_requirement()

@@ -335,3 +335,22 @@ def sm_parent_elsewhere():
 
 
 sm_parent_elsewhere()
+
+
+# A pinned requirement the test virtualenv holds at another version: the step sees the pin only
+# when it runs in the image built for it (a built image runs in a container, in any fake mode).
+PINNED = DockerSettings(parent_image=BASE, requirements=["tabulate==0.9.0"])
+
+
+@dag(schedule=None)
+def sm_pinned_requirement():
+    @task.sagemaker_step(docker=PINNED)
+    def pinned():
+        import tabulate
+
+        return tabulate.__version__
+
+    pinned()
+
+
+sm_pinned_requirement()

@@ -321,3 +321,22 @@ def vx_not_deferred():
 
 
 vx_not_deferred()
+
+
+# A pinned requirement the test virtualenv holds at another version: the step sees the pin only
+# when it runs in the image built for it (a built image runs in a container, in any fake mode).
+PINNED = DockerSettings(parent_image=BASE, requirements=["tabulate==0.9.0"])
+
+
+@dag(schedule=None)
+def vx_pinned_requirement():
+    @task.vertex_step(docker=PINNED)
+    def pinned():
+        import tabulate
+
+        return tabulate.__version__
+
+    pinned()
+
+
+vx_pinned_requirement()
