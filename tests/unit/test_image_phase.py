@@ -192,3 +192,16 @@ def test_a_users_kill_during_the_build_stops_the_build_not_a_job(tmp_path):
 async def _first(trigger):
     async for event in trigger.run():
         return event
+
+
+def test_the_tasks_deadline_during_the_build_stops_the_build_and_times_the_task_out(tmp_path):
+    Builds.polls = 10**6  # runs until stopped
+    trigger = _trigger(tmp_path)
+    trigger.time_left = 0.3  # what was left of execution_timeout at the deferral
+    event = _event(trigger)
+
+    assert event["status"] == "timeout" and event["phase"] == "image"
+    assert Builds.stopped == ["build-1"] and Jobs.created == []
+    error = before_job_failure(event)
+    assert type(error).__name__ == "AirflowTaskTimeout"
+    assert "reg/env:abc was not built" in str(error)
