@@ -124,12 +124,23 @@ class ImageBuilder(JobService):
 
     def hint(self, reason: str, log_tail: list[str]) -> str | None:
         """The fix for a failed build, where its reason or last lines tell it (a permission
-        the builder lacks, a registry it cannot push to)."""
-        return None
+        the builder lacks, a registry it cannot push to); ``build_hint`` the builders share."""
+        return build_hint("\n".join([reason, *log_tail]))
 
     @classmethod
     def path(cls) -> str:
         return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def build_hint(text: str) -> str | None:
+    """The fix for what any builder's failed ``pip install`` says, where it is known."""
+    if "No matching distribution found" in text or "Could not find a version" in text:
+        return ("A requirement does not exist on the package index the build reaches: check "
+                "DockerSettings.requirements (names and versions).")  # fmt: skip
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return ("pip does not trust the TLS certificate of the package index: set [stepop] "
+                "build_ca_bundle to the CA bundle of your proxy.")  # fmt: skip
+    return None
 
 
 def images_root(request: Any) -> str:

@@ -153,3 +153,18 @@ class AirflowServices:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+@contextlib.contextmanager
+def airflow_deployment(
+    base: Path, dags: Path, extra_env: dict[str, str]
+) -> Iterator[tuple[Api, Path]]:
+    """Airflow's four services on a private PostgreSQL under ``base`` (``base`` must not be a
+    0700 directory: the server runs as ``postgres`` when we are root); yields the REST API and
+    the AIRFLOW_HOME. Everything is stopped on exit; ``base`` is left to the caller."""
+    with postgres(base / "pg") as db_url:
+        services = AirflowServices(base / "home", db_url, dags, extra_env)
+        try:
+            yield services.start(), base / "home"
+        finally:
+            services.stop()

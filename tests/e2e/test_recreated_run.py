@@ -35,7 +35,7 @@ import pytest
 
 from cloud.pytest_plugin import cloud_stack, registry_image  # noqa: F401 - fixtures
 from tests.e2e.private_clouds import aws_client, connections, make_buckets, private_fakes
-from tests.e2e.services import AirflowServices, Api, postgres
+from tests.e2e.services import Api, airflow_deployment
 from tests.waiting import wait_for
 
 DAGS = Path(__file__).parent / "recreated_dags"
@@ -104,20 +104,9 @@ def deployment(
         "STEPOP_RECREATED_IMAGE": registry_image,
     }
     try:
-        with postgres(base / "pg") as db_url:
-            services = AirflowServices(base / "home", db_url, DAGS, extra)
-            try:
-                api = services.start()
-                _wait_for_dags(api)
-                yield {
-                    "api": api,
-                    "home": base / "home",
-                    "base": base,
-                    "roots": roots,
-                    "cloud": cloud_stack,
-                }
-            finally:
-                services.stop()
+        with airflow_deployment(base, DAGS, extra) as (api, home):
+            _wait_for_dags(api)
+            yield {"api": api, "home": home, "base": base, "roots": roots, "cloud": cloud_stack}
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -25,7 +25,7 @@ import pytest
 from cloud.control import FakeControl
 from cloud.pytest_plugin import cloud_stack, registry_image  # noqa: F401 - fixtures
 from tests.e2e.private_clouds import aws_client, connections, make_buckets, private_fakes
-from tests.e2e.services import AirflowServices, Api, postgres
+from tests.e2e.services import Api, airflow_deployment
 from tests.waiting import wait_for
 
 DAGS = Path(__file__).parent / "build_dags"
@@ -71,14 +71,9 @@ def deployment(
     if Path(CA_BUNDLE).exists():  # pip behind this machine's TLS-re-signing proxy
         extra["AIRFLOW__STEPOP__BUILD_CA_BUNDLE"] = CA_BUNDLE
     try:
-        with postgres(base / "pg") as db_url:
-            services = AirflowServices(base / "home", db_url, DAGS, extra)
-            try:
-                api = services.start()
-                wait_for(lambda: _parsed(api), 180, "the DAGs", tolerate=(OSError,), interval=1)
-                yield {"api": api, "home": base / "home", "cloud": cloud_stack}
-            finally:
-                services.stop()
+        with airflow_deployment(base, DAGS, extra) as (api, home):
+            wait_for(lambda: _parsed(api), 180, "the DAGs", tolerate=(OSError,), interval=1)
+            yield {"api": api, "home": home, "cloud": cloud_stack}
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

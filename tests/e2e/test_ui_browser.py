@@ -25,7 +25,7 @@ import pytest
 
 from airflow_stepop.backends.sagemaker.job import console_links
 from cloud.pytest_plugin import cloud_stack, registry_image  # noqa: F401 - fixtures
-from tests.e2e.services import AirflowServices, Api, postgres
+from tests.e2e.services import Api, airflow_deployment
 from tests.waiting import wait_for
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -58,16 +58,11 @@ def deployment(cloud_stack: dict[str, str], registry_image: str) -> Iterator[dic
         "STEPOP_UI_RELEASE": str(base / "release"),
     }
     try:
-        with postgres(base / "pg") as db_url:
-            dags = Path(__file__).parent / "ui_dags"
-            services = AirflowServices(base / "home", db_url, dags, extra)
-            try:
-                api = services.start()
-                wait_for(lambda: api.get(f"/api/v2/dags/{DAG}"), 120, f"the DAG {DAG}",
-                         tolerate=(OSError,), interval=0.5)  # fmt: skip
-                yield {"api": api, "release": base / "release"}
-            finally:
-                services.stop()
+        dags = Path(__file__).parent / "ui_dags"
+        with airflow_deployment(base, dags, extra) as (api, _):
+            wait_for(lambda: api.get(f"/api/v2/dags/{DAG}"), 120, f"the DAG {DAG}",
+                     tolerate=(OSError,), interval=0.5)  # fmt: skip
+            yield {"api": api, "release": base / "release"}
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

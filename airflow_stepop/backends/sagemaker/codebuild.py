@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from airflow_stepop.backends.base import JobStatus
-from airflow_stepop.backends.image_build import ImageBuilder
+from airflow_stepop.backends.image_build import ImageBuilder, build_hint
 from airflow_stepop.backends.log_lines import MORE, relayed_lines
 from airflow_stepop.backends.ratelimit import log_limiter
 from airflow_stepop.backends.sagemaker.buildspec import (
@@ -202,19 +202,13 @@ class CodeBuildBuilder(ImageBuilder):
 
     def hint(self, reason: str, log_tail: list[str]) -> str | None:
         text = "\n".join([reason, *log_tail])
-        if "No matching distribution found" in text or "Could not find a version" in text:
-            return ("A requirement does not exist on the package index the build reaches: check "
-                    "DockerSettings.requirements (names and versions).")  # fmt: skip
         if "denied" in text and ("ecr:" in text or "not authorized" in text):
             return ("The CodeBuild project's service role may not push to the image repository: "
                     "give it the ECR permissions of docs/sagemaker.md, IAM.")  # fmt: skip
         if "Cannot connect to the Docker daemon" in text:
             return (f"The CodeBuild project {self.project!r} runs without privileged mode, which "
                     "docker builds need: turn it on in the project's environment.")  # fmt: skip
-        if "CERTIFICATE_VERIFY_FAILED" in text:
-            return ("pip does not trust the TLS certificate of the package index: set [stepop] "
-                    "build_ca_bundle to the CA bundle of your proxy.")  # fmt: skip
-        return None
+        return build_hint(text)
 
     # ---- triggerer side ----------------------------------------------------------------
 

@@ -89,6 +89,16 @@ class GoogleAccess:
     project_id: str | None = None
     location: str | None = None
 
+    def arguments(self) -> dict[str, Any]:
+        """The keyword arguments a Vertex AI backend or a Cloud Build builder is made again
+        from in the triggerer: the connection's id and scopes, never its secret."""
+        return {
+            "gcp_conn_id": self.gcp_conn_id,
+            "project_id": self.project_id,
+            "location": self.location,
+            "impersonation_chain": list(self.impersonation_chain),
+        }
+
     @cached_property
     def hook(self) -> Any:
         from airflow.providers.google.common.hooks.base_google import GoogleBaseHook

@@ -90,12 +90,7 @@ class VertexBackend(StepBackend):
         self._final: dict[str, float] = {}  # job id -> when it ended (epoch seconds)
 
     def serialize(self) -> dict[str, Any]:
-        return {
-            "gcp_conn_id": self.gcp_conn_id,
-            "project_id": self.project_id,
-            "location": self.location,
-            "impersonation_chain": self.impersonation_chain,
-        }
+        return self.access.arguments()
 
     def poll_group(self) -> str:
         return f"vertex:{self.gcp_conn_id}:{self.project_id or ''}:{self.location or ''}"

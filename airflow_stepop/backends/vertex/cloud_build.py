@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import Any
 
 from airflow_stepop.backends.base import JobStatus
-from airflow_stepop.backends.image_build import ImageBuilder
+from airflow_stepop.backends.image_build import ImageBuilder, build_hint
 from airflow_stepop.backends.log_lines import MORE, take_lines
 from airflow_stepop.backends.ratelimit import log_limiter
 from airflow_stepop.backends.vertex.api import GoogleAccess, is_transient_error
@@ -54,12 +54,7 @@ class CloudBuildBuilder(ImageBuilder):
         self._ended: set[str] = set()
 
     def serialize(self) -> dict[str, Any]:
-        return {
-            "gcp_conn_id": self.gcp_conn_id,
-            "project_id": self.project_id,
-            "location": self.location,
-            "impersonation_chain": self.impersonation_chain,
-        }
+        return self.access.arguments()
 
     def poll_group(self) -> str:
         return f"cloudbuild:{self.gcp_conn_id}:{self.project_id or ''}:{self.location or ''}"
@@ -131,18 +126,12 @@ class CloudBuildBuilder(ImageBuilder):
 
     def hint(self, reason: str, log_tail: list[str]) -> str | None:
         text = "\n".join([reason, *log_tail])
-        if "No matching distribution found" in text or "Could not find a version" in text:
-            return ("A requirement does not exist on the package index the build reaches: check "
-                    "DockerSettings.requirements (names and versions).")  # fmt: skip
         if "denied" in text or "artifactregistry.repositories.uploadArtifacts" in text:
             return (
                 "Cloud Build's service account may not push to the image repository: give it "
-                "roles/artifactregistry.writer there (docs/vertex.md, Permissions)."
+                "roles/artifactregistry.writer there (docs/vertex.md, IAM roles)."
             )
-        if "CERTIFICATE_VERIFY_FAILED" in text:
-            return ("pip does not trust the TLS certificate of the package index: set [stepop] "
-                    "build_ca_bundle to the CA bundle of your proxy.")  # fmt: skip
-        return None
+        return build_hint(text)
 
     # ---- triggerer side ----------------------------------------------------------------
 
