@@ -25,6 +25,7 @@ import abc
 import json
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -111,11 +112,22 @@ class ImageBuilder(JobService):
     name: ClassVar[str]  # "AWS CodeBuild", in the task log and errors
     archive_kind: ClassVar[str]  # "zip" or "tar.gz": what the service's source takes
 
+    def ready(self, plan: BuildPlan, source_uri: str) -> None:  # noqa: B027 - optional
+        """Before this worker claims the build: what the builder needs once (a project, its
+        role), so that the claim is held only for the upload and the start."""
+
     @abc.abstractmethod
-    def start(self, plan: BuildPlan, source_uri: str, folder_uri: str) -> dict[str, Any]:
+    def start(self, plan: BuildPlan, source_uri: str, folder_uri: str, token: str) -> str:
         """Start building ``plan`` from the archive at ``source_uri`` and pushing
-        ``plan.reference``; ``folder_uri`` is the tag's folder (for a log the service writes
-        to the store). Returns the build's handle (``job_id``, and what ``alogs`` reads)."""
+        ``plan.reference``; ``folder_uri`` is the tag's folder (where a service writes the
+        build's log), ``token`` this claim's (a start call the client retries is one build).
+        Returns the build's id."""
+
+    @abc.abstractmethod
+    def handle_of(self, build_id: str, folder_uri: str) -> dict[str, Any] | None:
+        """The handle of the build ``build_id`` (``job_id`` and what ``alogs`` reads), made
+        from the builder's own settings; None when the id is not one of its builds' (a record
+        in the store is not trusted to name anything else)."""
 
     @abc.abstractmethod
     def image_of(self, handle: dict[str, Any]) -> tuple[JobStatus, str | None]:
@@ -140,7 +152,30 @@ def build_hint(text: str) -> str | None:
     if "CERTIFICATE_VERIFY_FAILED" in text:
         return ("pip does not trust the TLS certificate of the package index: set [stepop] "
                 "build_ca_bundle to the CA bundle of your proxy.")  # fmt: skip
+    if "toomanyrequests" in text:
+        return ("Docker Hub refused the parent image's pull (its anonymous rate limit, shared by "
+                "the builder's addresses): use a parent from another registry, e.g. "
+                "public.ecr.aws/docker/library/python:3.11-slim, or one in your own.")  # fmt: skip
     return None
+
+
+BUILD_MINUTES = (5, 1440)  # what both builders take: CodeBuild 5-2160, Cloud Build up to 24 h
+
+
+def build_minutes() -> int:
+    """``[stepop] image_build_timeout_minutes``, checked before any build starts."""
+    from airflow_stepop import config
+    from airflow_stepop.setting_values import SettingsError
+
+    minutes = config.get_int("image_build_timeout_minutes")
+    low, high = BUILD_MINUTES
+    if not low <= minutes <= high:
+        raise SettingsError(
+            f"[stepop] image_build_timeout_minutes={minutes} "
+            "(AIRFLOW__STEPOP__IMAGE_BUILD_TIMEOUT_MINUTES) is not between "
+            f"{low} and {high}, the minutes a service's image build may take; e.g. 60."
+        )
+    return minutes
 
 
 def images_root(request: Any) -> str:
@@ -169,23 +204,33 @@ def start_or_join(
     tag = plan.reference.rsplit(":", 1)[1]
     folder = join(images_root, tag)
     record_uri = join(folder, RECORD)
+    source = join(folder, f"{plan.digest[:24]}.{builder.archive_kind}")
+    builder.ready(plan, source)
     with build_lock(plan.reference):
-        found = _claim(builder, storage, record_uri, plan.reference, present)
+        found = _claim(builder, storage, record_uri, folder, plan.reference, present)
         if found is None:
             return None
-        if found is not _CLAIMED:
+        if isinstance(found, dict):
             log.info("%s is running already (%s): waiting for it, no second build",
-                     describe(found), builder.name)  # fmt: skip
+                     describe({**found, "image": plan.reference}), builder.name)  # fmt: skip
             return _followed(builder, {**found, "joined": True}, plan, run_uri)
-        source = join(folder, f"{plan.digest[:24]}.{builder.archive_kind}")
+        nonce = found
         # written even where one is: the build checks every file against the plan
         storage.write_bytes(source, plan.archive(builder.archive_kind))
+        _write_claim(storage, record_uri, plan.reference, nonce)  # fresh after a long upload
         log.info("%s: %s builds it from %s", plan.what, builder.name, source)
-        handle = {**builder.start(plan, source, folder), "image": plan.reference}
-        record = {"image": plan.reference, "builder": builder.name, "build": handle,
-                  "at": time.time()}  # fmt: skip
+        try:
+            build_id = builder.start(plan, source, folder, nonce)
+        except BaseException:  # the claim is given up: another task need not wait it out
+            storage.write_bytes(record_uri, json.dumps({"image": plan.reference}).encode())
+            raise
+        record = {"image": plan.reference, "builder": builder.name, "build_id": build_id,
+                  "nonce": nonce, "at": time.time()}  # fmt: skip
         storage.write_bytes(record_uri, json.dumps(record).encode())
-    log.info("%s started", describe(handle))
+    handle = builder.handle_of(build_id, folder)
+    if handle is None:
+        raise RuntimeError(f"{builder.name} answered a build id of another form: {build_id!r}")
+    log.info("%s started", describe({**handle, "image": plan.reference}))
     return _followed(builder, handle, plan, run_uri)
 
 
@@ -197,41 +242,51 @@ def _followed(
     return ImageBuild(builder.path(), builder.serialize(), handle)
 
 
-_CLAIMED: dict[str, Any] = {}  # _claim's answer when this worker is to start the build
+def _claim_document(reference: str, nonce: str) -> bytes:
+    return json.dumps({"image": reference, "nonce": nonce, "claimed_at": time.time()}).encode()
+
+
+def _write_claim(storage: Any, uri: str, reference: str, nonce: str) -> None:
+    storage.write_bytes(uri, _claim_document(reference, nonce))
 
 
 def _claim(
     builder: ImageBuilder,
     storage: Any,
     record_uri: str,
+    folder: str,
     reference: str,
     present: Callable[[], bool],
-) -> dict[str, Any] | None:
+) -> dict[str, Any] | str | None:
     """None when the image is in its registry; the handle of a running build of it that the
-    record names; or ``_CLAIMED`` once this worker holds the record's claim to start one."""
+    record names; or this worker's claim (a nonce) once it holds the record's claim to start
+    one. Waits at most ``CLAIM_SECONDS`` for another worker's claim or build, then takes over."""
     deadline = time.monotonic() + CLAIM_SECONDS
-    claim = json.dumps({"image": reference, "claimed_at": time.time()}).encode()
+    nonce = uuid.uuid4().hex
     while True:
+        waiting = time.monotonic() < deadline
         if present():
             return None
         record = _read_record(storage, record_uri)
         if record is None:
-            if storage.create_new(record_uri, claim):
-                return _CLAIMED
-            continue  # another worker claimed it this instant: read its record
-        build = record.get("build")
-        if isinstance(build, dict) and isinstance(build.get("job_id"), str):
-            state = _state(builder, build, reference)
-            if state == "running":
-                return build
-            if state == "succeeded" and time.monotonic() < deadline:
-                time.sleep(CLAIM_POLL_SECONDS)  # pushed: the registry says so in a moment
+            if storage.create_new(record_uri, _claim_document(reference, nonce)):
+                return nonce
+            if waiting:  # another worker claimed it this instant: read its record
+                time.sleep(CLAIM_POLL_SECONDS)
                 continue
-        elif _fresh_claim(record) and time.monotonic() < deadline:
+        elif isinstance(record.get("build_id"), str):
+            handle = builder.handle_of(record["build_id"], folder)
+            state = _state(builder, handle, reference) if handle is not None else None
+            if state == "running":
+                return handle
+            if state in ("succeeded", "unknown") and waiting:
+                time.sleep(CLAIM_POLL_SECONDS)  # pushed (the registry says so in a moment), or
+                continue  # the builder did not answer: asked again
+        elif _fresh_claim(record) and waiting:
             time.sleep(CLAIM_POLL_SECONDS)  # another worker is starting the build
             continue
-        storage.write_bytes(record_uri, claim)  # ended, failed, stale, or not ours: take it
-        return _CLAIMED
+        _write_claim(storage, record_uri, reference, nonce)  # ended, failed, stale, not ours
+        return nonce
 
 
 def _read_record(storage: Any, uri: str) -> dict[str, Any] | None:
@@ -250,10 +305,13 @@ def _fresh_claim(record: dict[str, Any]) -> bool:
 
 
 def _state(builder: ImageBuilder, handle: dict[str, Any], reference: str) -> str | None:
-    """The recorded build's state if the builder says it pushes ``reference``, else None."""
+    """The recorded build's state if the builder says it pushes ``reference`` (``unknown``:
+    the builder did not answer), else None."""
     try:
         status, image = builder.image_of(handle)
-    except Exception as exc:  # gone, or not the builder's: start our own
+    except Exception as exc:
+        if builder.is_transient(exc):
+            return "unknown"
         log.info("The recorded build %s cannot be used (%s)", handle.get("job_id"), exc)
         return None
     if image != reference:

@@ -66,7 +66,8 @@ class BaseStepOperator(ImageWait, BaseOperator):
     # re-attached to (with its backend), once there is one.
     _killed: bool = False
     _bind_when_rendered: bool = False  # op_args or op_kwargs is a template or an upstream output
-    _handle: tuple[StepBackend, dict[str, Any]] | None = None
+    _handle: tuple[JobService, dict[str, Any]] | None = None
+    _inline: StepJobDeferral | None = None  # the trigger this process runs (not deferrable)
 
     def __init__(
         self,
@@ -256,12 +257,15 @@ class BaseStepOperator(ImageWait, BaseOperator):
         return self.execute_complete(context, self._run_inline(trigger))
 
     def _run_inline(self, trigger: StepJobDeferral) -> dict[str, Any]:
-        """Run the trigger in this process (not deferrable): its event's payload."""
+        """Run the trigger in this process (not deferrable): its event's payload. Meanwhile
+        on_kill stops what it follows (the image's build, then the job it created)."""
+        self._inline = trigger
         try:
             return asyncio.run(first_event(trigger))
         except BaseException as exc:  # execution_timeout, SIGTERM...: the job must not outlive us
             service, handle = trigger.following()
-            service.stop(handle)
+            if not handle.get("joined"):  # a build other tasks wait for goes on for them
+                service.stop(handle)
             if type(exc).__name__ == "AirflowTaskTimeout":  # Airflow's says only "Timeout, PID"
                 from airflow_stepop.backends.base import StepBackend
 
@@ -373,9 +377,12 @@ class BaseStepOperator(ImageWait, BaseOperator):
         if event.get("phase") is not None:  # the job was not created (``triggers/image_phase``)
             return self._no_job(context, backend, event)
         storage = worker_storage(self.storage_conn_id)
-        if handle.get("after_image_build"):  # created by the trigger: no link stored yet
+        if handle.get("after_image_build"):  # created by the trigger: no record, no link yet
             from airflow_stepop.operators.job_links import store_links
 
+            ti = context["ti"]
+            remember(context.get("task_state_store"),
+                     {"handle": handle, "try_number": ti.try_number})  # fmt: skip
             self.stored_link_kinds = store_links(self.log, context, backend, handle)
         else:
             self.stored_link_kinds = recall_links(backend, handle)
@@ -412,7 +419,8 @@ class BaseStepOperator(ImageWait, BaseOperator):
         submitted or re-attached to. Before the submit there is none yet: ``_killed`` keeps
         ``execute()``, which Airflow lets go on, from submitting one."""
         self._killed = True  # a stop to end with, not one to run the step again after
-        if self._handle is not None:
-            backend, job = self._handle
-            self.log.info("Stopping job %s", shown_job(job))
-            backend.stop(job)
+        following = self._inline.following() if self._inline is not None else self._handle
+        if following is not None and not following[1].get("joined"):
+            service, job = following  # a build other tasks wait for goes on for them
+            self.log.info("Stopping %s", shown_job(job))
+            service.stop(job)

@@ -58,6 +58,13 @@ class ImageWait:
         if event["status"] == "name_taken":
             self.log.warning("%s", event.get("reason"))
             return self._start(context, task_identity(context), backend)
+        build = event["handle"]
+        if event["status"] == "stopped" and build.get("joined") and not self._killed:
+            self.log.warning(
+                "Image build %s, which this task waited for, was stopped by the task that "
+                "started it: this task builds the image itself", build.get("job_id"),
+            )  # fmt: skip
+            return self._start(context, task_identity(context), backend)
         raise before_job_failure(event)
 
 

@@ -93,6 +93,7 @@ class ImagePhase:
                     return self._create_event("failed", f"{type(exc).__name__}: {exc}", build)
                 await self._back_off("Creating the job", exc, failures)  # type: ignore[attr-defined]
         self._creating = None
+        self._cursors = None  # the build's: a kill now relays the job's log from its start
         # the worker stores the job's console links when the task resumes
         self.handle = {**handle, "submitted_at": time.time(), "after_image_build": True}
         self.log.info("Submitted job %s", shown_job(self.handle))

@@ -323,11 +323,18 @@ class StepJobTrigger(UserKill, ImagePhase, JobLogRelay, BaseTrigger):
         """Stop the job at the task's deadline; with ``cursors`` (the service answers), relay
         what the step printed while it stopped (a ``finally:`` saving its work, say)."""
         job_id = shown_job(self.handle)
+        if self.handle.get("joined"):  # other tasks' build: it goes on for them
+            self.log.error("The task's execution_timeout passed while it waited for image build "
+                           "%s, which other tasks wait for too: it goes on", job_id)  # fmt: skip
+            return self._timeout_event(tail)
         self.log.error("Job %s passed the task's execution_timeout; stopping it", job_id)
         await backend.astop(self.handle)
         if cursors is not None:
             give_up = time.monotonic() + STOP_WAIT_SECONDS
             await self._relay_until_ended(backend, tail, cursor, cursors, give_up)
+        return self._timeout_event(tail)
+
+    def _timeout_event(self, tail: Collection[str]) -> TriggerEvent:
         return TriggerEvent(
             {
                 "status": "timeout",

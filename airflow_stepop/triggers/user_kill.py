@@ -27,8 +27,6 @@ STOP_WAIT_SECONDS = 60.0
 FLUSH_SECONDS = 2.0
 # The relay of the stopping job's lines ends this long before Airflow's on_kill_timeout.
 KILL_MARGIN_SECONDS = 5.0
-# How long a user's kill waits for a job create on its way (the build had just ended) to answer.
-CREATE_WAIT_SECONDS = 10.0
 
 
 class UserKill:
@@ -46,13 +44,20 @@ class UserKill:
         if self._job_ended:  # killed while its event waits: a finished job has nothing to stop
             self.log.info("Task killed by a user; job %s had ended", shown_job(self.handle))
             return
-        created = await self.created_meanwhile(CREATE_WAIT_SECONDS)
-        if created is not None:  # the job's create was on its way: stop what it made
+        began = time.monotonic()
+        # a create on its way (the build had just ended) is waited for, to stop what it made
+        created = await self.created_meanwhile(_kill_limit() - KILL_MARGIN_SECONDS)
+        if created is not None:
             self.handle, self._cursors = created, None
             self._following = (self.backend_path, self.backend_kwargs)
+        if self.handle.get("joined"):  # other tasks' build: it goes on for them
+            self.log.info(
+                "Task killed by a user while it waited for image build %s, which other tasks "
+                "wait for too: it goes on", shown_job(self.handle),
+            )  # fmt: skip
+            return
         what = "job" if self._following[0] == self.backend_path else "image build"
         self.log.info("Task killed by a user: stopping %s %s", what, shown_job(self.handle))
-        began = time.monotonic()
         service = await asyncio.to_thread(self._prepared_backend)
         try:
             await service.astop(self.handle)
@@ -67,15 +72,7 @@ class UserKill:
         cursors = self._cursors
         if cursors is None:  # killed before it followed the job: no cursor to go on from
             return
-        from airflow.sdk import conf
-
-        limit, _ = bounded(
-            "[triggerer] on_kill_timeout",
-            conf.getfloat("triggerer", "on_kill_timeout", fallback=30.0),
-            ON_KILL_TIMEOUT_RANGE,
-            30.0,
-        )
-        give_up = began + min(STOP_WAIT_SECONDS, limit - KILL_MARGIN_SECONDS)
+        give_up = began + min(STOP_WAIT_SECONDS, _kill_limit() - KILL_MARGIN_SECONDS)
         cursor, tail = cursors.latest
         tail = collections.deque(tail, maxlen=LOG_TAIL_LINES)
         # a last read that hangs is cut before Airflow's own cut, so the cursor is still saved
@@ -87,3 +84,16 @@ class UserKill:
         # what it relayed is not relayed again by a later trigger of the job (a re-attached try)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(cursors.flush(), FLUSH_SECONDS)
+
+
+def _kill_limit() -> float:
+    """Airflow's ``[triggerer] on_kill_timeout``: when it cancels ``on_kill``."""
+    from airflow.sdk import conf
+
+    limit, _ = bounded(
+        "[triggerer] on_kill_timeout",
+        conf.getfloat("triggerer", "on_kill_timeout", fallback=30.0),
+        ON_KILL_TIMEOUT_RANGE,
+        30.0,
+    )
+    return limit

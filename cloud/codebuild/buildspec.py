@@ -96,7 +96,7 @@ def parse(text: str, location: str) -> Buildspec:
     variables = env.get("variables") or {}
     if not isinstance(variables, dict):
         raise BuildspecError("invalid buildspec: env/variables must be a mapping")
-    shell = str(env.get("shell", "bash"))
+    shell = str(env.get("shell", "sh"))  # CodeBuild's default on Linux images: sh
     if shell not in ("bash", "sh", "/bin/sh"):
         raise BuildspecError(f"Unsupported shell: {shell}")
     return Buildspec(

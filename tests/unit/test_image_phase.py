@@ -43,6 +43,9 @@ class Builds(ImageBuilder):
     def image_of(self, handle):
         raise NotImplementedError
 
+    def handle_of(self, build_id, folder_uri):
+        raise NotImplementedError
+
     def stop(self, handle):
         self.stopped.append(handle["job_id"])
 
@@ -106,10 +109,12 @@ def fresh_services():
     Jobs.created, Jobs.refuse = [], None
 
 
-def _trigger(tmp_path) -> StepJobTrigger:
+def _trigger(tmp_path, joined: bool = False) -> StepJobTrigger:
     group = f"g{next(_groups)}"
     run_uri = str(tmp_path / "run")
     build = {"job_id": "build-1", "run_uri": run_uri, "image": "reg/env:abc", "builder": "Fake"}
+    if joined:  # another task started it
+        build["joined"] = True
     return StepJobTrigger(
         backend_path=f"{__name__}.Jobs",
         backend_kwargs={"group": group},
@@ -205,3 +210,24 @@ def test_the_tasks_deadline_during_the_build_stops_the_build_and_times_the_task_
     error = before_job_failure(event)
     assert type(error).__name__ == "AirflowTaskTimeout"
     assert "reg/env:abc was not built" in str(error)
+
+
+def test_a_build_other_tasks_wait_for_goes_on_past_this_tasks_kill_and_deadline(tmp_path):
+    """A task that joined another's build (a mapped task, a retry) stops nothing of theirs."""
+    Builds.polls = 10**6
+    trigger = _trigger(tmp_path, joined=True)
+    trigger.time_left = 0.3
+    event = _event(trigger)
+    assert event["status"] == "timeout" and Builds.stopped == []
+
+    trigger = _trigger(tmp_path, joined=True)
+
+    async def kill_while_building():
+        running = asyncio.ensure_future(_first(trigger))
+        while not Builds.seen.get("build-1"):
+            await asyncio.sleep(0.01)
+        running.cancel()
+        await trigger.on_kill()
+
+    asyncio.run(kill_while_building())
+    assert Builds.stopped == []

@@ -15,7 +15,7 @@ from airflow_stepop.backends.base import JobStatus
 from airflow_stepop.backends.image_build import ImageBuilder, start_or_join
 from airflow_stepop.backends.sagemaker.buildspec import buildspec
 from airflow_stepop.images import builder
-from airflow_stepop.images.build_context import build_plan, layer_files
+from airflow_stepop.images.build_context import MANIFEST, build_plan, layer_files
 from airflow_stepop.runtime.storage import Storage
 from airflow_stepop.settings import DockerSettings
 
@@ -36,12 +36,15 @@ class CountingBuilder(ImageBuilder):
     def serialize(self):
         return {}
 
-    def start(self, plan, source_uri, folder_uri):
+    def start(self, plan, source_uri, folder_uri, token):
         build = f"build-{len(self.started) + 1}"
         self.started.append(source_uri)
         self.states[build] = "running"
         self.images[build] = plan.reference
-        return {"job_id": build}
+        return build
+
+    def handle_of(self, build_id, folder_uri):
+        return {"job_id": build_id} if build_id in self.states else None
 
     def image_of(self, handle):
         return JobStatus(self.states[handle["job_id"]]), self.images[handle["job_id"]]
@@ -110,7 +113,7 @@ def test_an_ended_or_foreign_build_in_the_record_is_not_waited_for(images, tmp_p
     CountingBuilder.states["build-2"] = "failed"
     CountingBuilder.states["other"], CountingBuilder.images["other"] = "running", "evil/img:1"
     record = f"{images}/{REFERENCE.rsplit(':', 1)[1]}/build.json"
-    storage.write_bytes(record, json.dumps({"build": {"job_id": "other"}}).encode())
+    storage.write_bytes(record, json.dumps({"build_id": "other"}).encode())
     third = start_or_join(CountingBuilder(), plan, storage, images, "r3", lambda: False)
     assert third.handle["job_id"] == "build-3" and third.handle["image"] == REFERENCE
 
@@ -119,7 +122,9 @@ def test_the_archive_holds_the_engine_paths_files_and_is_the_same_bytes_each_tim
     plan = _plan()
     archive = zipfile.ZipFile(io.BytesIO(plan.archive("zip")))
     files, args = layer_files(SETTINGS, "python:3.11-slim", None)
-    assert {n.removeprefix("stepop/"): archive.read(n) for n in archive.namelist()} == files
+    held = {n: archive.read(n) for n in archive.namelist()}
+    assert held.pop(MANIFEST) == plan.manifest()  # what the build checks the rest against
+    assert {n.removeprefix("stepop/"): data for n, data in held.items()} == files
     assert plan.builds[-1].build_args == args and plan.builds[-1].tag == REFERENCE
     assert plan.archive("zip") == _plan().archive("zip")
     assert plan.archive("tar.gz") == _plan().archive("tar.gz")
@@ -128,6 +133,8 @@ def test_the_archive_holds_the_engine_paths_files_and_is_the_same_bytes_each_tim
 def test_a_users_dockerfile_directory_goes_whole_less_its_dockerignore(tmp_path):
     (tmp_path / "Dockerfile").write_text("FROM python:3.11-slim\nCOPY app.py /app.py\n")
     (tmp_path / "app.py").write_text("print('hi')\n")
+    (tmp_path / "install.sh").write_text("#!/bin/sh\necho installed\n")
+    (tmp_path / "install.sh").chmod(0o755)
     (tmp_path / "data.bin").write_bytes(b"\0" * 10)
     (tmp_path / ".dockerignore").write_text("data.bin\n")
     settings = DockerSettings(dockerfile=tmp_path / "Dockerfile", requirements=["six"])
@@ -137,6 +144,9 @@ def test_a_users_dockerfile_directory_goes_whole_less_its_dockerignore(tmp_path)
     assert {"user/Dockerfile", "user/app.py"} <= set(plan.files)
     assert "user/data.bin" not in plan.files
     assert [b.tag for b in plan.builds] == [f"{reference}-base", reference]
+    with zipfile.ZipFile(io.BytesIO(plan.archive("zip"))) as archive:  # RUN ./install.sh works
+        modes = {i.filename: i.external_attr >> 16 for i in archive.infolist()}
+    assert modes["user/install.sh"] == 0o755 and modes["user/app.py"] == 0o644
     assert plan.files["stepop/Dockerfile"].startswith(f"FROM {reference}-base\n".encode())
 
 
@@ -166,9 +176,27 @@ def test_a_build_runs_only_the_context_the_worker_wrote(tmp_path):
         return subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True)
 
     assert verify().returncode == 0
+    (tmp_path / MANIFEST).write_text("")  # a manifest of the job's own naming nothing
+    assert verify().returncode != 0
+    (tmp_path / MANIFEST).write_bytes(plan.manifest())
     (tmp_path / "stepop" / "extra.py").write_text("import os; os.system('curl evil')\n")
     assert verify().returncode != 0  # a file the worker did not write
     (tmp_path / "stepop" / "extra.py").unlink()
     (tmp_path / "stepop" / "stepop-requirements.txt").write_text("evil-package\n")
     assert verify().returncode != 0  # a file the worker wrote, rewritten
     assert "$" not in plan.verify_script()  # Cloud Build would substitute it
+
+
+def test_cloud_build_gets_every_dollar_doubled_so_values_arrive_as_given():
+    from airflow_stepop.backends.vertex.cloud_build import _docker_args
+
+    plan = _plan()
+    assert "STEPOP_ENV_GREETING=it's $$HOME" in _docker_args(plan, plan.builds[-1])
+
+
+def test_the_buildspec_runs_in_bash_and_logs_in_to_the_ecr_registrys_own_region():
+    ecr = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/env"
+    spec = json.loads(buildspec(build_plan(SETTINGS, builder.image_reference(SETTINGS, ecr),
+                                           "python:3.11-slim")))  # fmt: skip
+    assert spec["env"]["shell"] == "bash"  # the check's process substitution needs bash
+    assert "--region eu-west-1 " in spec["phases"]["pre_build"]["commands"][0]

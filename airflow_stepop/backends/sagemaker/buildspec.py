@@ -22,13 +22,15 @@ ROLE_NAME = "airflow-stepop-codebuild"
 
 
 def buildspec(plan: BuildPlan) -> str:
-    """The buildspec (YAML; JSON is YAML) that builds ``plan`` and pushes its image."""
+    """The buildspec (YAML; JSON is YAML) that builds ``plan`` and pushes its image. Its
+    commands run in bash (the check's process substitution needs it; CodeBuild's default shell
+    on Linux is sh)."""
     host = registry_host(plan.reference)
     pre_build = []
-    if ecr_match(host):
+    if found := ecr_match(host):  # the registry's own region, whatever the build's is
         pre_build.append(
-            'aws ecr get-login-password --region "$AWS_REGION" | docker login --username AWS '
-            f"--password-stdin {shlex.quote(host)}"
+            f"aws ecr get-login-password --region {shlex.quote(found['region'])} | docker login "
+            f"--username AWS --password-stdin {shlex.quote(host)}"
         )
     commands = [_docker_build(plan, build) for build in plan.builds]
     commands.append(f"docker push {shlex.quote(plan.reference)}")
@@ -36,7 +38,8 @@ def buildspec(plan: BuildPlan) -> str:
     if pre_build:
         phases["pre_build"] = {"commands": pre_build}
     phases["build"] = {"commands": commands}
-    return json.dumps({"version": 0.2, "phases": phases}, indent=1)
+    spec = {"version": 0.2, "env": {"shell": "bash"}, "phases": phases}
+    return json.dumps(spec, indent=1)
 
 
 def _docker_build(plan: BuildPlan, build: DockerBuild) -> str:
@@ -49,29 +52,40 @@ def _docker_build(plan: BuildPlan, build: DockerBuild) -> str:
     return " ".join(shlex.quote(word) for word in words)
 
 
-def trust_policy() -> str:
-    """Who may assume the service role: CodeBuild."""
+def trust_policy(account: str) -> str:
+    """Who may assume the service role: CodeBuild, for builds of this account only."""
     return json.dumps({
         "Version": "2012-10-17",
         "Statement": [{"Effect": "Allow", "Principal": {"Service": "codebuild.amazonaws.com"},
-                       "Action": "sts:AssumeRole"}],
+                       "Action": "sts:AssumeRole",
+                       "Condition": {"StringEquals": {"aws:SourceAccount": account}}}],
     })  # fmt: skip
 
 
-def role_policy(bucket: str) -> str:
-    """What a build does: read its archive, write its log, push to ECR (docs/sagemaker.md)."""
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Effect": "Allow", "Action": ["s3:GetObject", "s3:GetObjectVersion"],
-             "Resource": f"arn:aws:s3:::{bucket}/*"},
-            {"Effect": "Allow", "Action": ["logs:CreateLogGroup", "logs:CreateLogStream",
-                                           "logs:PutLogEvents"],
-             "Resource": "arn:aws:logs:*:*:log-group:/aws/codebuild/*"},
-            {"Effect": "Allow", "Action": [
-                "ecr:GetAuthorizationToken", "ecr:BatchCheckLayerAvailability",
-                "ecr:InitiateLayerUpload", "ecr:UploadLayerPart", "ecr:CompleteLayerUpload",
-                "ecr:PutImage", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
-             "Resource": "*"},
-        ],
-    })  # fmt: skip
+def role_policy(images_uri: str, reference: str) -> str:
+    """What a build of one artifact root's images does, and no more: read its contexts
+    (``<root>/images/``), write its log, push to the image's own ECR repository (docs/
+    sagemaker.md). One such policy per artifact root and repository on the role we created."""
+    bucket_and_prefix = images_uri.split("://", 1)[1].rstrip("/")
+    statements: list[dict[str, object]] = [
+        {"Effect": "Allow", "Action": ["s3:GetObject", "s3:GetObjectVersion"],
+         "Resource": f"arn:aws:s3:::{bucket_and_prefix}/*"},
+        {"Effect": "Allow", "Action": ["logs:CreateLogGroup", "logs:CreateLogStream",
+                                       "logs:PutLogEvents"],
+         "Resource": "arn:aws:logs:*:*:log-group:/aws/codebuild/*"},
+        # pulling a parent image from ECR, wherever it is
+        {"Effect": "Allow", "Action": ["ecr:GetAuthorizationToken", "ecr:BatchGetImage",
+                                       "ecr:GetDownloadUrlForLayer",
+                                       "ecr:BatchCheckLayerAvailability"],
+         "Resource": "*"},
+    ]  # fmt: skip
+    found = ecr_match(registry_host(reference))
+    if found:
+        name = reference.split("/", 1)[1].rsplit(":", 1)[0]
+        statements.append({
+            "Effect": "Allow",
+            "Action": ["ecr:InitiateLayerUpload", "ecr:UploadLayerPart",
+                       "ecr:CompleteLayerUpload", "ecr:PutImage"],  # pushing: its repository only
+            "Resource": f"arn:aws:ecr:{found['region']}:{found['account']}:repository/{name}",
+        })  # fmt: skip
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})

@@ -16,11 +16,12 @@ within the log budget and a page bound, ``StopBuild`` on a kill or the task's de
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
 from airflow_stepop.backends.base import JobStatus
-from airflow_stepop.backends.image_build import ImageBuilder, build_hint
+from airflow_stepop.backends.image_build import ImageBuilder, build_hint, build_minutes
 from airflow_stepop.backends.log_lines import MORE, relayed_lines
 from airflow_stepop.backends.ratelimit import log_limiter
 from airflow_stepop.backends.sagemaker.buildspec import (
@@ -42,6 +43,7 @@ PENDING_PHASES = frozenset({"SUBMITTED", "QUEUED", "PROVISIONING"})
 FAILED = frozenset({"FAILED", "FAULT", "TIMED_OUT"})
 PAGES_PER_READ = 4
 FINAL_PAGES = 50
+MANAGED_TAG = {"Key": "airflow-stepop", "Value": "managed"}  # on the role we create
 # IAM is eventually consistent: a role created a moment ago may not be assumable by CodeBuild yet.
 ROLE_WAIT_SECONDS = 60.0
 
@@ -64,6 +66,7 @@ class CodeBuildBuilder(ImageBuilder):
         self.project = project
         self._clients = Clients(aws_conn_id, region_name, kinds=("codebuild", "logs"))
         self._ended: set[str] = set()
+        self._logs: dict[str, tuple[str, str]] = {}  # build -> (group, stream) CodeBuild said
 
     def serialize(self) -> dict[str, Any]:
         return {"aws_conn_id": self.aws_conn_id, "region_name": self.region_name,
@@ -78,36 +81,55 @@ class CodeBuildBuilder(ImageBuilder):
 
     # ---- worker side -------------------------------------------------------------------
 
-    def start(self, plan: BuildPlan, source_uri: str, folder_uri: str) -> dict[str, Any]:
-        from airflow_stepop import config
+    def ready(self, plan: BuildPlan, source_uri: str) -> None:
+        """The project (created on first use, by whichever worker gets there first) and, on the
+        role we created, a policy for this artifact root's images and this repository."""
+        role = self._ensure_project(source_uri)
+        if role is not None:
+            self._allow(role, source_uri.rsplit("/", 2)[0], plan.reference)
 
-        self._ensure_project(source_uri)
+    def start(self, plan: BuildPlan, source_uri: str, folder_uri: str, token: str) -> str:
         bucket_key = source_uri.split("://", 1)[1]
-        answer = self._client.start_build(
-            projectName=self.project,
-            sourceTypeOverride="S3",
-            sourceLocationOverride=bucket_key,
-            buildspecOverride=buildspec(plan),
-            privilegedModeOverride=True,
-            environmentVariablesOverride=[
-                {"name": IMAGE_VARIABLE, "value": plan.reference, "type": "PLAINTEXT"}
-            ],
-            timeoutInMinutesOverride=config.get_int("image_build_timeout_minutes"),
-            # the same plan started in the same second (two workers racing where the store has
-            # no conditional write) is one build; a later start (a retry) is a new one
-            idempotencyToken=f"{plan.digest[:48]}-{int(time.time())}",
-        )
-        build_id = answer["build"]["id"]
-        return {"job_id": build_id, "log_group": f"/aws/codebuild/{self.project}"}
+        try:
+            answer = self._client.start_build(
+                projectName=self.project,
+                sourceTypeOverride="S3",
+                sourceLocationOverride=bucket_key,
+                buildspecOverride=buildspec(plan),
+                privilegedModeOverride=True,
+                environmentVariablesOverride=[
+                    {"name": IMAGE_VARIABLE, "value": plan.reference, "type": "PLAINTEXT"}
+                ],
+                timeoutInMinutesOverride=build_minutes(),
+                idempotencyToken=token,  # a StartBuild the client retries is one build
+            )
+        except Exception as exc:
+            if error_code(exc) in ("AccessDeniedException", "AccessDenied"):
+                raise SettingsError(
+                    f"The connection may not start AWS CodeBuild builds of the project "
+                    f"{self.project!r} ({exc}): give its identity codebuild:StartBuild, "
+                    "BatchGetBuilds and StopBuild (docs/sagemaker.md, IAM), or build the image "
+                    "with a container engine ([stepop] sagemaker_image_build = engine)."
+                ) from exc
+            raise
+        return answer["build"]["id"]
 
-    def _ensure_project(self, source_uri: str) -> None:
-        """The project, created on first use (by whichever worker gets there first)."""
+    def handle_of(self, build_id: str, folder_uri: str) -> dict[str, Any] | None:
+        if not re.fullmatch(rf"{re.escape(self.project)}:[0-9a-f-]{{36}}", build_id):
+            return None  # not a build of this project: a record is not trusted beyond that
+        return {"job_id": build_id}
+
+    def _ensure_project(self, source_uri: str) -> str | None:
+        """Make the project where it is missing; the name of its role when we created that role
+        (and so keep its policies), else None."""
         from airflow_stepop import config
 
         client = self._client
-        if client.batch_get_projects(names=[self.project]).get("projects"):
-            return
-        role = self._service_role(source_uri.split("://", 1)[1].split("/", 1)[0])
+        found = client.batch_get_projects(names=[self.project]).get("projects") or []
+        if found:
+            role = found[0].get("serviceRole", "")
+            return self._managed_role(role.rsplit("/", 1)[-1])
+        role, managed = self._service_role()
         give_up = time.monotonic() + ROLE_WAIT_SECONDS
         while True:
             try:
@@ -123,15 +145,15 @@ class CodeBuildBuilder(ImageBuilder):
                         "privilegedMode": True,
                     },
                     serviceRole=role,
-                    timeoutInMinutes=config.get_int("image_build_timeout_minutes"),
+                    timeoutInMinutes=build_minutes(),
                     logsConfig={"cloudWatchLogs": {"status": "ENABLED"}},
                 )
                 log.info("Created the CodeBuild project %s (role %s)", self.project, role)
-                return
+                return role.rsplit("/", 1)[-1] if managed else None
             except Exception as exc:
                 code = error_code(exc)
                 if code == "ResourceAlreadyExistsException":
-                    return
+                    return role.rsplit("/", 1)[-1] if managed else None
                 assumable = code == "InvalidInputException" and "AssumeRole" in str(exc)
                 if not assumable or time.monotonic() > give_up:
                     raise SettingsError(
@@ -143,18 +165,19 @@ class CodeBuildBuilder(ImageBuilder):
                     ) from exc
                 time.sleep(5)  # a role created a moment ago: IAM has not told CodeBuild yet
 
-    def _service_role(self, bucket: str) -> str:
-        """The project's role: ``[stepop] sagemaker_codebuild_role`` (a name or an ARN), else
-        ``airflow-stepop-codebuild``, created with what a build needs where the connection may."""
+    def _service_role(self) -> tuple[str, bool]:
+        """The project's role and whether we manage it: ``[stepop] sagemaker_codebuild_role``
+        (a name or an ARN), else ``airflow-stepop-codebuild``, created where the connection may
+        (tagged ``airflow-stepop=managed``: its policies are ours to keep)."""
         from airflow_stepop import config
 
         named = config.get("sagemaker_codebuild_role")
         if named.startswith("arn:"):
-            return named
+            return named, False
         iam = self._clients.hook("iam").conn
         name = named or ROLE_NAME
         try:
-            return iam.get_role(RoleName=name)["Role"]["Arn"]
+            return iam.get_role(RoleName=name)["Role"]["Arn"], self._managed_role(name) is not None
         except Exception as exc:
             if error_code(exc) != "NoSuchEntity" or named:
                 raise SettingsError(
@@ -162,22 +185,49 @@ class CodeBuildBuilder(ImageBuilder):
                     f"cannot be read ({exc}): give an existing role's name or ARN "
                     "(docs/sagemaker.md, IAM)."
                 ) from exc
+        account = self._clients.hook("sts").conn.get_caller_identity()["Account"]
         try:
-            created = iam.create_role(RoleName=name, AssumeRolePolicyDocument=trust_policy(),
-                                      Description="airflow-stepop image builds")  # fmt: skip
-            arn = created["Role"]["Arn"]
-            iam.put_role_policy(RoleName=name, PolicyName="airflow-stepop-image-build",
-                                PolicyDocument=role_policy(bucket))  # fmt: skip
+            created = iam.create_role(
+                RoleName=name, AssumeRolePolicyDocument=trust_policy(account),
+                Description="airflow-stepop image builds", Tags=[MANAGED_TAG],
+            )  # fmt: skip
         except Exception as exc:
             if error_code(exc) == "EntityAlreadyExists":
-                return iam.get_role(RoleName=name)["Role"]["Arn"]
+                return iam.get_role(RoleName=name)["Role"]["Arn"], True
             raise SettingsError(
                 f"CodeBuild needs a service role to build the step's image, and the role "
                 f"{name!r} cannot be created ({exc}). Create it once (docs/sagemaker.md, IAM) "
                 "or name one with [stepop] sagemaker_codebuild_role."
             ) from exc
         log.info("Created the IAM role %s for CodeBuild", name)
-        return arn
+        return created["Role"]["Arn"], True
+
+    def _managed_role(self, name: str) -> str | None:
+        """``name`` when the role carries our tag (we created it), else None."""
+        try:
+            tags = self._clients.hook("iam").conn.list_role_tags(RoleName=name).get("Tags") or []
+        except Exception:  # not ours to read: not ours to change either
+            return None
+        return name if MANAGED_TAG in tags else None
+
+    def _allow(self, role: str, images_uri: str, reference: str) -> None:
+        """On the role we created: a policy for builds of this artifact root's images that
+        push to this repository (one inline policy each; putting one is idempotent)."""
+        import hashlib
+
+        scope = hashlib.sha256(f"{images_uri}|{reference.rsplit(':', 1)[0]}".encode())
+        try:
+            self._clients.hook("iam").conn.put_role_policy(
+                RoleName=role, PolicyName=f"airflow-stepop-{scope.hexdigest()[:16]}",
+                PolicyDocument=role_policy(images_uri, reference),
+            )  # fmt: skip
+        except Exception as exc:
+            raise SettingsError(
+                f"The CodeBuild service role {role!r} needs a policy to read {images_uri} and "
+                f"push {reference.rsplit(':', 1)[0]}, and it cannot be put ({exc}): give the "
+                "connection iam:PutRolePolicy on it, or give the role those permissions "
+                "yourself and remove its tag airflow-stepop=managed (docs/sagemaker.md, IAM)."
+            ) from exc
 
     def image_of(self, handle: dict[str, Any]) -> tuple[JobStatus, str | None]:
         builds = self._client.batch_get_builds(ids=[handle["job_id"]]).get("builds") or []
@@ -227,6 +277,9 @@ class CodeBuildBuilder(ImageBuilder):
             for build in answer.get("builds") or []:
                 status = build_status(build)
                 out[build["id"]] = status
+                logs = build.get("logs") or {}
+                if logs.get("groupName") and logs.get("streamName"):  # a project's own config
+                    self._logs[build["id"]] = (logs["groupName"], logs["streamName"])
                 if status.terminal:
                     self._ended.add(build["id"])
         return out
@@ -238,8 +291,10 @@ class CodeBuildBuilder(ImageBuilder):
         cursor = dict(cursor) if isinstance(cursor, dict) else {"token": None, "pages": 0}
         cursor.pop(MORE, None)
         final = handle["job_id"] in self._ended
-        group = handle.get("log_group") or f"/aws/codebuild/{self.project}"
-        stream = handle["job_id"].split(":", 1)[-1]
+        group, stream = self._logs.get(handle["job_id"]) or (
+            f"/aws/codebuild/{self.project}",
+            handle["job_id"].split(":", 1)[-1],
+        )
         client = await self._clients.get("logs")
         limiter = log_limiter(self.poll_group())
         lines: list[str] = []
@@ -281,6 +336,7 @@ class CodeBuildBuilder(ImageBuilder):
 
     def forget(self, handle: dict[str, Any]) -> None:
         self._ended.discard(handle["job_id"])
+        self._logs.pop(handle["job_id"], None)
 
 
 def build_status(build: dict[str, Any]) -> JobStatus:

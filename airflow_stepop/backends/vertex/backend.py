@@ -138,11 +138,18 @@ class VertexBackend(StepBackend):
             "image_built": image.built or image.build is not None,
             "price_per_hour": self.job.price_per_hour,
             "experiment": self.job.experiment,
+            # created by a trigger after the build: one resumed by another triggerer creates
+            # it again, and display names are not unique, so it looks for its own first
+            "look_first": image.build is not None,
         }
         return PreparedJob(prepared, image.build)
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
-        created = self._create(body["custom_job"], body.get("try_id") or "")
+        try_id = body.get("try_id") or ""
+        created = self._own(body["custom_job"]["display_name"], try_id) if (
+            body.get("look_first") and try_id
+        ) else None  # fmt: skip
+        created = created or self._create(body["custom_job"], try_id)
         handle = self.handle_of(created, body["task_key"], body.get("price_per_hour"),
                                 body.get("experiment"))  # fmt: skip
         log.info("CustomJob %s (%s): %s, image %s", handle["job_id"], body["name"],
@@ -174,6 +181,14 @@ class VertexBackend(StepBackend):
                 log.warning("CreateCustomJob failed (%s); retrying in %.1fs", exc, delay)
                 time.sleep(delay)
         raise AssertionError("unreachable")
+
+    def _own(self, display_name: str, try_id: str) -> Any:
+        """This try's CustomJob of the name, if one exists already (None if not)."""
+        for found in self._list(f'display_name="{display_name}"'):
+            if container_env(found).get(TRY_ID_ENV) == try_id:
+                log.info("CustomJob %s of this try exists already; attaching to it", display_name)
+                return found
+        return None
 
     def _refusal(self, exc: Any) -> Exception:
         from airflow_stepop.catalog import load

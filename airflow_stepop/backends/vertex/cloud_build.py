@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from functools import cached_property
 from typing import Any
 
 from airflow_stepop.backends.base import JobStatus
-from airflow_stepop.backends.image_build import ImageBuilder, build_hint
+from airflow_stepop.backends.image_build import ImageBuilder, build_hint, build_minutes
 from airflow_stepop.backends.log_lines import MORE, take_lines
 from airflow_stepop.backends.ratelimit import log_limiter
 from airflow_stepop.backends.vertex.api import GoogleAccess, is_transient_error
 from airflow_stepop.images.build_context import BuildPlan
 from airflow_stepop.runtime.storage import join
+from airflow_stepop.setting_values import SettingsError
 
 DOCKER_BUILDER = "gcr.io/cloud-builders/docker"
 PENDING = frozenset({"QUEUED", "PENDING", "STATUS_UNKNOWN"})
@@ -73,7 +75,7 @@ class CloudBuildBuilder(ImageBuilder):
 
     # ---- worker side -------------------------------------------------------------------
 
-    def start(self, plan: BuildPlan, source_uri: str, folder_uri: str) -> dict[str, Any]:
+    def start(self, plan: BuildPlan, source_uri: str, folder_uri: str, token: str) -> str:
         from airflow_stepop import config
 
         bucket, _, key = source_uri.split("://", 1)[1].partition("/")
@@ -90,7 +92,7 @@ class CloudBuildBuilder(ImageBuilder):
             ],
             "images": [plan.reference],
             "tags": ["airflow-stepop", "stepop-" + plan.reference.rsplit(":", 1)[1]],
-            "timeout": {"seconds": 60 * config.get_int("image_build_timeout_minutes")},
+            "timeout": {"seconds": 60 * build_minutes()},
             "logs_bucket": folder_uri,
             "options": {"logging": "GCS_ONLY"},
         }
@@ -99,12 +101,26 @@ class CloudBuildBuilder(ImageBuilder):
             if "/" not in account:
                 account = f"projects/{self.access.project}/serviceAccounts/{account}"
             build["service_account"] = account
-        parent = self.access.parent
-        operation = self.client.create_build(
-            request={"parent": parent, "project_id": self.access.project, "build": build}
-        )
-        build_id = operation.metadata.build.id
-        return {"job_id": build_id, "name": f"{parent}/builds/{build_id}",
+        try:
+            operation = self.client.create_build(
+                request={"parent": self.access.parent, "project_id": self.access.project,
+                         "build": build}
+            )  # fmt: skip
+        except Exception as exc:
+            if getattr(exc, "code", None) == 403:
+                raise SettingsError(
+                    f"The connection may not create Cloud Build builds in "
+                    f"{self.access.parent} ({exc}): give its identity "
+                    "roles/cloudbuild.builds.editor (docs/vertex.md, IAM roles), or build the "
+                    "image with a container engine ([stepop] vertex_image_build = engine)."
+                ) from exc
+            raise
+        return operation.metadata.build.id
+
+    def handle_of(self, build_id: str, folder_uri: str) -> dict[str, Any] | None:
+        if not re.fullmatch(r"[0-9a-f-]{36}", build_id):
+            return None  # not a Cloud Build id: a record is not trusted beyond that
+        return {"job_id": build_id, "name": f"{self.access.parent}/builds/{build_id}",
                 "log_uri": join(folder_uri, f"log-{build_id}.txt")}  # fmt: skip
 
     def image_of(self, handle: dict[str, Any]) -> tuple[JobStatus, str | None]:
@@ -169,6 +185,8 @@ class CloudBuildBuilder(ImageBuilder):
         """Up to ``LOG_READ_BYTES`` + 1 bytes of the log from ``offset`` (b"" before it exists)."""
         from airflow_stepop.artifacts.storage import worker_storage
 
+        if not uri.startswith("gs://"):  # where the build writes: nothing else is read
+            raise ValueError(f"a Cloud Build log is in Cloud Storage, not at {uri!r}")
         fs, path = worker_storage(self.gcp_conn_id).resolver(uri)
         try:
             return fs.cat_file(path, start=offset, end=offset + LOG_READ_BYTES + 1)
@@ -183,12 +201,15 @@ class CloudBuildBuilder(ImageBuilder):
 
 
 def _docker_args(plan: BuildPlan, build: Any) -> list[str]:
+    """``docker build``'s arguments, each ``$`` doubled: Cloud Build reads ``$X`` as a
+    substitution, and a value must reach the build as given."""
     args = ["build", "--tag", build.tag]
     if plan.network_mode:
         args += ["--network", plan.network_mode]
     for key, value in build.build_args.items():
         args += ["--build-arg", f"{key}={value}"]
-    return [*args, "--file", f"{build.directory}/{build.dockerfile}", build.directory]
+    args += ["--file", f"{build.directory}/{build.dockerfile}", build.directory]
+    return [arg.replace("$", "$$") for arg in args]
 
 
 def build_status(build: Any) -> JobStatus:
