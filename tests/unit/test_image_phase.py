@@ -181,15 +181,7 @@ def test_a_create_the_service_refuses_fails_the_step_saying_the_image_was_built(
 def test_a_users_kill_during_the_build_stops_the_build_not_a_job(tmp_path):
     Builds.polls = 10**6  # runs until stopped
     trigger = _trigger(tmp_path)
-
-    async def kill_while_building():
-        running = asyncio.ensure_future(_first(trigger))
-        while not Builds.seen.get("build-1"):
-            await asyncio.sleep(0.01)
-        running.cancel()
-        await trigger.on_kill()
-
-    asyncio.run(kill_while_building())
+    _kill_while_building(trigger)
     assert Builds.stopped == ["build-1"]
     assert Jobs.created == []
 
@@ -197,6 +189,19 @@ def test_a_users_kill_during_the_build_stops_the_build_not_a_job(tmp_path):
 async def _first(trigger):
     async for event in trigger.run():
         return event
+
+
+def _kill_while_building(trigger: StepJobTrigger) -> None:
+    """A user's kill once the trigger follows the build: its run cancelled, then on_kill."""
+
+    async def kill():
+        running = asyncio.ensure_future(_first(trigger))
+        while not Builds.seen.get("build-1"):
+            await asyncio.sleep(0.01)
+        running.cancel()
+        await trigger.on_kill()
+
+    asyncio.run(kill())
 
 
 def test_the_tasks_deadline_during_the_build_stops_the_build_and_times_the_task_out(tmp_path):
@@ -221,13 +226,5 @@ def test_a_build_other_tasks_wait_for_goes_on_past_this_tasks_kill_and_deadline(
     assert event["status"] == "timeout" and Builds.stopped == []
 
     trigger = _trigger(tmp_path, joined=True)
-
-    async def kill_while_building():
-        running = asyncio.ensure_future(_first(trigger))
-        while not Builds.seen.get("build-1"):
-            await asyncio.sleep(0.01)
-        running.cancel()
-        await trigger.on_kill()
-
-    asyncio.run(kill_while_building())
+    _kill_while_building(trigger)
     assert Builds.stopped == []
