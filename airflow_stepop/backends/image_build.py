@@ -205,6 +205,7 @@ def start_or_join(
     folder = join(images_root, tag)
     record_uri = join(folder, RECORD)
     source = join(folder, f"{plan.digest[:24]}.{builder.archive_kind}")
+    build_minutes()  # a wrong [stepop] image_build_timeout_minutes stops here, before any claim
     builder.ready(plan, source)
     with build_lock(plan.reference):
         found = _claim(builder, storage, record_uri, folder, plan.reference, present)

@@ -200,3 +200,12 @@ def test_the_buildspec_runs_in_bash_and_logs_in_to_the_ecr_registrys_own_region(
                                            "python:3.11-slim")))  # fmt: skip
     assert spec["env"]["shell"] == "bash"  # the check's process substitution needs bash
     assert "--region eu-west-1 " in spec["phases"]["pre_build"]["commands"][0]
+
+
+@pytest.mark.parametrize("minutes", ["0", "-5", "100000"])
+def test_a_build_timeout_out_of_range_is_refused_before_any_build(images, monkeypatch, minutes):
+    monkeypatch.setenv("AIRFLOW__STEPOP__IMAGE_BUILD_TIMEOUT_MINUTES", minutes)
+    # the field, the value, and what to give instead
+    with pytest.raises(ValueError, match=rf"image_build_timeout_minutes='?{minutes}'?.*\b60\b"):
+        start_or_join(CountingBuilder(), _plan(), Storage(), images, "r", lambda: False)
+    assert CountingBuilder.started == []
