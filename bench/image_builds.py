@@ -28,7 +28,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="stepop-bench-"))
 
-from bench.sagemaker_control_plane import _TI  # noqa: E402 - after the path is set
+from bench.sagemaker_control_plane import _TI, start_fake  # noqa: E402 - after the path is set
 
 ROLE = "arn:aws:iam::123456789012:role/stepop-bench"
 NOWHERE = "tcp://127.0.0.1:9"  # no engine answers there
@@ -103,18 +102,6 @@ def _created(backend: Any, job: dict[str, Any]) -> Any:
     return client.describe_training_job(TrainingJobName=job["job_id"])["CreationTime"]
 
 
-def _start_fake(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    fake = subprocess.Popen(
-        [sys.executable, "-m", "cloud.sagemaker", "--port", "0"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    line = fake.stdout.readline() if fake.stdout else ""
-    if "serving on" not in line:
-        fake.terminate()
-        sys.exit(f"the SageMaker fake did not start: {line!r}")
-    return fake, line.split("serving on ", 1)[1].split()[0]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=3, help="steps per path")
@@ -132,7 +119,7 @@ def main() -> None:
         sys.exit("The emulated cloud (with its CodeBuild fake) is not running: make cloud-up")
     os.environ.update(env)
     docker_host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    fake, fake_url = _start_fake(env)
+    fake, fake_url = start_fake()
     try:
         connection = json.loads(env["AIRFLOW_CONN_AWS_DEFAULT"])
         connection["extra"]["service_config"]["sagemaker"]["endpoint_url"] = fake_url

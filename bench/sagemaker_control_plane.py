@@ -81,6 +81,20 @@ class _TI:
         self.xcom[key] = value
 
 
+def start_fake() -> tuple[subprocess.Popen, str]:
+    """A private SageMaker fake in its own process (its counters are ours alone): it and its
+    URL; exits the benchmark when it does not start."""
+    fake = subprocess.Popen(
+        [sys.executable, "-m", "cloud.sagemaker", "--port", "0"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    line = fake.stdout.readline() if fake.stdout else ""
+    if "serving on" not in line:
+        fake.terminate()
+        sys.exit(f"the SageMaker fake did not start: {line!r}")
+    return fake, line.split("serving on ", 1)[1].split()[0]
+
+
 def _sleep_step(seconds: float) -> str:
     import time as clock
 
@@ -185,15 +199,7 @@ def main() -> None:
         sys.exit("The emulated cloud is not running: make cloud-up")
     os.environ.update(env)
     # A private fake in its own process: its counters and our call counts are ours alone.
-    fake = subprocess.Popen(
-        [sys.executable, "-m", "cloud.sagemaker", "--port", "0"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    line = fake.stdout.readline() if fake.stdout else ""
-    if "serving on" not in line:
-        fake.terminate()
-        sys.exit(f"the SageMaker fake did not start: {line!r}")
-    fake_url = line.split("serving on ", 1)[1].split()[0]
+    fake, fake_url = start_fake()
     connection = json.loads(env["AIRFLOW_CONN_AWS_DEFAULT"])
     connection["extra"]["service_config"]["sagemaker"]["endpoint_url"] = fake_url
     os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(connection)
