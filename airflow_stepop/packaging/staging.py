@@ -6,6 +6,7 @@ import hashlib
 import json
 import string
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from airflow_stepop.artifacts.ref import as_record
@@ -99,6 +100,26 @@ def run_uri_for(root: str, step: StepIdentity) -> str:
     return join(root, *(_segment(p) for p in parts if p != ""), _segment(step.try_number))
 
 
+class EncodedStep:
+    """A step made ready to stage, with nothing uploaded yet: its spec, the code bundle and
+    its inputs written to a local scratch directory, their digests known. The step cache keys
+    a step on this (``packaging.cache_key``); ``publish_step`` uploads it, ``discard`` drops it
+    (a cache hit uploads nothing)."""
+
+    def __init__(self, spec: dict[str, Any], run_uri: str, bundle: CodeBundle) -> None:
+        import tempfile
+
+        self.spec = spec
+        self.run_uri = run_uri
+        self.bundle = bundle
+        self.code_uri: str = spec["code"]["uri"]
+        self.pending: list[tuple[str, Any]] = []  # (uri, local path) to upload
+        self.scratch = tempfile.TemporaryDirectory(prefix="stepop-stage-")
+
+    def discard(self) -> None:
+        self.scratch.cleanup()
+
+
 def stage_step(
     function: Callable[..., Any],
     args: Sequence[Any],
@@ -112,6 +133,27 @@ def stage_step(
     mapped_downstream: bool = False,
 ) -> StagedStep:
     """Upload the code bundle (once per content) and the inputs, then write the spec."""
+    encoded = encode_step(
+        function, args, kwargs, root=root, step=step, storage=storage,
+        multiple_outputs=multiple_outputs, inline_limit=inline_limit,
+        mapped_downstream=mapped_downstream,
+    )  # fmt: skip
+    return publish_step(encoded, storage)
+
+
+def encode_step(
+    function: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    root: str,
+    step: StepIdentity,
+    storage: Storage,
+    multiple_outputs: bool = False,
+    inline_limit: int = 64 * 1024,
+    mapped_downstream: bool = False,
+) -> EncodedStep:
+    """The step's spec, code bundle and inputs, written locally (``EncodedStep``)."""
     shipped = as_function(function)
     run_uri = run_uri_for(root, step)
     cache = BundleCache.default()
@@ -119,33 +161,7 @@ def stage_step(
     if bundle is None:
         bundle = _build_bundle(shipped, cache)
     code_uri = join(root, "code", f"{bundle.sha256}.zip")
-    if not storage.exists(code_uri):
-        storage.write_bytes(code_uri, bundle.data)
-
-    def write_input(value: Any, name: str) -> dict[str, Any]:
-        try:
-            return values.write_artifact(value, join(run_uri, specs.INPUTS_DIR, name), storage)
-        except NoMaterializerError as exc:
-            raise NoMaterializerError(
-                f"The step's argument {_argument_label(function, name)} cannot be sent to its job: "
-                f"{exc.reason}. Pass a value of one of those types instead; for a lock, a client "
-                "or an open file, pass what the step needs to make its own (a path, a URL, "
-                "settings).",
-                exc.reason,
-            ) from exc.__cause__
-
-    def as_ref(value: Any) -> dict[str, Any] | None:
-        record = as_record(value)
-        if record is None or same_store(record["uri"], run_uri):
-            return record
-        return carry_in(value, record, join(run_uri, specs.INPUTS_DIR), storage)
-
-    def encode(value: Any, name: str) -> dict[str, Any]:
-        return values.encode(
-            value, name=name, inline_limit=inline_limit, write=write_input, as_ref=as_ref
-        )
-
-    spec = {
+    spec: dict[str, Any] = {
         "spec_version": specs.SPEC_VERSION,
         "python": specs.python_version(),
         "step": {
@@ -158,23 +174,78 @@ def stage_step(
         },
         "code": {"uri": code_uri, "sha256": bundle.sha256},
         "callable": bundle.callable_entry,
-        "args": [encode(v, f"arg{i}") for i, v in enumerate(args)],
-        "kwargs": {k: encode(v, f"kwarg-{k}") for k, v in kwargs.items()},
-        "multiple_outputs": multiple_outputs,
-        "inline_limit_bytes": inline_limit,
-        "mapped_downstream": mapped_downstream,
     }
-    spec_uri = join(run_uri, specs.SPEC_NAME)
+    encoded = EncodedStep(spec, run_uri, bundle)
+    scratch = Path(encoded.scratch.name)
+    inputs_uri = join(run_uri, specs.INPUTS_DIR)
+
+    def write_input(value: Any, name: str) -> dict[str, Any]:
+        try:
+            record, path = values.materialize_artifact(value, join(inputs_uri, name), scratch)
+        except NoMaterializerError as exc:
+            raise NoMaterializerError(
+                f"The step's argument {_argument_label(function, name)} cannot be sent to its job: "
+                f"{exc.reason}. Pass a value of one of those types instead; for a lock, a client "
+                "or an open file, pass what the step needs to make its own (a path, a URL, "
+                "settings).",
+                exc.reason,
+            ) from exc.__cause__
+        encoded.pending.append((record["uri"], path))
+        return record
+
+    def as_ref(value: Any) -> dict[str, Any] | None:
+        record = as_record(value)
+        if record is None or same_store(record["uri"], run_uri):
+            return record
+        carried, path = carry_in(value, record, inputs_uri, scratch)
+        encoded.pending.append((carried["uri"], path))
+        return carried
+
+    def encode(value: Any, name: str) -> dict[str, Any]:
+        return values.encode(
+            value, name=name, inline_limit=inline_limit, write=write_input, as_ref=as_ref
+        )
+
+    try:
+        spec["args"] = [encode(v, f"arg{i}") for i, v in enumerate(args)]
+        spec["kwargs"] = {k: encode(v, f"kwarg-{k}") for k, v in kwargs.items()}
+    except BaseException:
+        encoded.discard()
+        raise
+    spec["multiple_outputs"] = multiple_outputs
+    spec["inline_limit_bytes"] = inline_limit
+    spec["mapped_downstream"] = mapped_downstream
+    return encoded
+
+
+def publish_step(
+    encoded: EncodedStep, storage: Storage, extra: Mapping[str, Any] | None = None
+) -> StagedStep:
+    """Upload what ``encode_step`` made (the code bundle once per content), then write the spec,
+    with ``extra`` fields (the step cache's key): the job reads them as the worker wrote them."""
+    try:
+        if not storage.exists(encoded.code_uri):
+            storage.write_bytes(encoded.code_uri, encoded.bundle.data)
+        for uri, path in encoded.pending:
+            local = storage.local_path(uri)
+            if local is None:
+                storage.put(path, uri)
+            else:
+                values.publish_local(path, local)
+    finally:
+        encoded.discard()
+    spec = {**encoded.spec, **(extra or {})}
+    spec_uri = join(encoded.run_uri, specs.SPEC_NAME)
     # On one line: json's C encoder writes it (indented, the pure-Python one: ~0.2 ms a step).
     # Keys keep their order: a dict argument reaches the step as a plain XCom gives it.
     spec_bytes = json.dumps(spec).encode()
     storage.write_bytes(spec_uri, spec_bytes)
     return StagedStep(
         spec_uri=spec_uri,
-        run_uri=run_uri,
-        code_uri=code_uri,
+        run_uri=encoded.run_uri,
+        code_uri=encoded.code_uri,
         spec_sha256=hashlib.sha256(spec_bytes).hexdigest(),
-        code_sha256=bundle.sha256,
+        code_sha256=encoded.bundle.sha256,
     )
 
 
@@ -197,20 +268,22 @@ def same_store(uri: str, root: str) -> bool:
     return implementation(ours) == implementation(theirs)
 
 
-def carry_in(ref: Any, record: dict[str, Any], inputs_uri: str, storage: Storage) -> dict[str, Any]:
+def carry_in(
+    ref: Any, record: dict[str, Any], inputs_uri: str, scratch: Path
+) -> tuple[dict[str, Any], Path]:
     """An artifact from another store (a local step's ``file://`` result given to a cloud step,
-    or the reverse), copied into this run: the job reads only its own store. It is read with
-    the connection that wrote it and checked against its digest on the way."""
+    or the reverse), to copy into this run: the job reads only its own store. It is read into
+    ``scratch`` with the connection that wrote it and checked against its digest on the way;
+    its record (for its place in this run) and that copy are returned."""
     import tempfile
-    from pathlib import Path
 
     from airflow_stepop.artifacts.storage import worker_storage
 
     target = join(inputs_uri, record["sha256"][:16], record["uri"].rstrip("/").rsplit("/", 1)[-1])
-    with tempfile.TemporaryDirectory(prefix="stepop-carry-") as scratch:
-        source = values.verified_path(record, worker_storage(ref.conn_id), Path(scratch))
-        storage.put(source, target)
-    return {**record, "uri": target}
+    source = values.verified_path(
+        record, worker_storage(ref.conn_id), Path(tempfile.mkdtemp(prefix="carry-", dir=scratch))
+    )
+    return {**record, "uri": target}, source
 
 
 def _build_bundle(function: Callable[..., Any], cache: BundleCache | None = None) -> CodeBundle:

@@ -269,12 +269,43 @@ def write_artifact(value: Any, uri: str, storage: Storage) -> dict[str, Any]:
         temporary = temporary_beside(local)
         try:
             hexdigest, size = _materialize(materializer, value, temporary)
-            if local.is_dir():
-                shutil.rmtree(local)
-            os.replace(temporary, local)
+            publish_local(temporary, local)
         except BaseException:
             _remove(temporary)
             raise
+    return _record(materializer, value, uri, hexdigest, size)
+
+
+def materialize_artifact(value: Any, uri: str, scratch: Path) -> tuple[dict[str, Any], Path]:
+    """Write a value into the ``scratch`` directory, not yet to ``uri``: its reference record
+    (for ``uri``, suffix added) and the local file or tree to upload there. A worker stages a
+    step's inputs this way so that it knows their digests before it uploads anything (a step
+    whose result is cached uploads nothing)."""
+    materializer = materializers.for_value(value)
+    path = Path(tempfile.mkdtemp(prefix="input-", dir=scratch)) / "artifact"
+    hexdigest, size = _materialize(materializer, value, path)
+    return _record(materializer, value, uri + materializer.uri_suffix(value), hexdigest, size), path
+
+
+def publish_local(source: Path, target: Path) -> None:
+    """Move a written file or tree to ``target``, replacing what is there (a rename where both
+    are on one file system)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir():
+        shutil.rmtree(target)
+    try:
+        os.replace(source, target)
+    except OSError:  # another file system: copy, then drop the source
+        if source.is_dir():
+            shutil.copytree(source, target)
+        else:
+            shutil.copyfile(source, target)
+        _remove(source)
+
+
+def _record(
+    materializer: materializers.Materializer, value: Any, uri: str, hexdigest: str, size: int
+) -> dict[str, Any]:
     ref = {
         "uri": uri,
         "sha256": hexdigest,
