@@ -71,6 +71,13 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "Bytes of code bundles the worker keeps under $AIRFLOW_HOME/stepop-cache/bundles for "
         "later tasks before the least recently used are removed.",
     ),
+    "cache": (
+        "boolean",
+        "False",
+        "Whether steps reuse the result of an earlier job with the same code, inputs and "
+        "environment (the step cache) when they do not say so themselves (cache=). Off: a step "
+        "that reads the outside world must not silently return an old result.",
+    ),
     "worker_unpickle": (
         "boolean",
         "False",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:  # annotations only: a DAG without settings never builds one
     from airflow_stepop.backends.image_build import ImageBuild
@@ -122,6 +122,16 @@ class JobStatus:
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
+
+
+class JobRecord(NamedTuple):
+    """What a service's own record of a job says, for the step cache (``StepBackend.job_record``):
+    its status, the sha256 of the spec it was submitted with (None where the record has none),
+    and its handle as made from that record (where it read its spec, where its results are)."""
+
+    status: JobStatus
+    spec_sha256: str | None
+    handle: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -273,6 +283,24 @@ class StepBackend(JobService):
         A fallback that may cost a List call: take a token of ``list_limiter(self.poll_group())``
         before each one.
         """
+
+    @abc.abstractmethod
+    def job_record(self, job_id: str) -> JobRecord:
+        """What the service's own record of job ``job_id`` says: its status, its handle, and
+        the sha256 of the spec it was submitted with (``STEPOP_SPEC_SHA256`` in its
+        environment, stored with the job at its create, never changed after). Looked up where
+        this backend starts jobs (its account, project, workspace or jobs directory), never
+        where a caller says: the id comes from a cache entry in the artifact store. The step
+        cache uses a result only when the job that made it ran a spec naming the same key.
+        Raises what ``status`` raises; ``is_gone`` tells a job the service no longer has."""
+
+    def environment_id(self, docker: DockerSettings | None) -> str:
+        """What the job runs in, as the step cache keys it, with no registry or engine call:
+        the content hash of ``docker``'s image (what its tag is made of). A backend that runs
+        a named image (``image_uri=``) or an interpreter of its own says so instead."""
+        from airflow_stepop.images.builder import environment_hash
+
+        return f"docker:{environment_hash(docker)}" if docker is not None else "no image"
 
     def artifact_root(self, root: str) -> str:
         """The URL the worker stages to for a configured artifact root: the root itself, or

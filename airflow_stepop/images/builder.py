@@ -64,6 +64,11 @@ class BuildOptions:
         )
 
 
+def environment_hash(settings: DockerSettings) -> str:
+    """The content hash an image of ``settings`` is tagged by, whether or not it is built."""
+    return settings.content_hash(settings.parent_image or default_parent_image(), RECIPE_VERSION)
+
+
 class ImageBuildError(RuntimeError):
     """A failed image build; the message carries the tail of the build log (colour codes
     stripped) and, for a failure a ``[stepop]`` build option fixes, that option."""
@@ -75,7 +80,7 @@ def image_reference(settings: DockerSettings, repository: str, *, copy: bool = F
     parent = settings.parent_image or default_parent_image()
     if not (settings.needs_build or copy):
         return parent
-    return f"{repository}:{settings.content_hash(parent, RECIPE_VERSION)[:24]}"
+    return f"{repository}:{environment_hash(settings)[:24]}"
 
 
 def _context(files: dict[str, bytes]) -> io.BytesIO:

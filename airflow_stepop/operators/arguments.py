@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -333,3 +334,37 @@ def rendered_environment(name: str, environment: Mapping[str, Any]) -> dict[str,
             )
         text[key] = value
     return text
+
+
+def check_cache_arguments(
+    owner: str, cache: Any, cache_version: Any, cache_expires_after: Any
+) -> float | None:
+    """The step cache's arguments, checked at parse; the expiry in seconds."""
+    if cache is not None and not isinstance(cache, bool):
+        raise SettingsError(
+            f"{owner}.cache={cache!r} must be True or False (or left out: [stepop] cache "
+            "decides, off by default)."
+        )
+    if cache_version is not None and (
+        not isinstance(cache_version, str) or not cache_version.strip()
+    ):
+        raise SettingsError(
+            f"{owner}.cache_version={cache_version!r} must be a non-empty string, e.g. "
+            "cache_version='2' (change it to run the step again); leave it out for none."
+        )
+    if cache_expires_after is None:
+        return None
+    seconds = cache_expires_after
+    if isinstance(seconds, timedelta):
+        seconds = seconds.total_seconds()
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not (0 < seconds < float("inf"))
+    ):
+        raise SettingsError(
+            f"{owner}.cache_expires_after={cache_expires_after!r} must be a positive "
+            "timedelta or number of seconds, e.g. cache_expires_after=timedelta(days=7); "
+            "leave it out for entries that never expire."
+        )
+    return float(seconds)

@@ -26,6 +26,7 @@ from airflow_stepop.artifacts import ref as _xcom_registration  # noqa: F401
 from airflow_stepop.backends import arguments as check
 from airflow_stepop.backends.naming import shown_job
 from airflow_stepop.operators.arguments import (
+    check_cache_arguments,
     check_call_arguments,
     check_connection,
     check_default_args,
@@ -39,7 +40,7 @@ from airflow_stepop.operators.arguments import (
 from airflow_stepop.operators.image_wait import ImageWait, first_event, still_running
 
 if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
-    from airflow_stepop.backends.base import JobRequest, JobService, StepBackend
+    from airflow_stepop.backends.base import JobService, StepBackend
     from airflow_stepop.operators.task_identity import TaskIdentity
     from airflow_stepop.settings import DockerSettings, ResourceSettings
     from airflow_stepop.triggers.deferral import StepJobDeferral
@@ -48,7 +49,7 @@ if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
 class BaseStepOperator(ImageWait, BaseOperator):
     """Run ``python_callable`` as a job on a step backend; see the README for the arguments."""
 
-    template_fields = ("op_args", "op_kwargs", "environment")
+    template_fields = ("op_args", "op_kwargs", "environment", "cache_version")
     # Cloud operators show links to the job's console page and logs (see links/job.py).
     operator_extra_links: tuple = ()
     ui_color = "#c8e6f5"
@@ -82,6 +83,9 @@ class BaseStepOperator(ImageWait, BaseOperator):
         deferrable: bool = True,
         poll_interval: float | None = None,
         environment: Mapping[str, str] | None = None,
+        cache: bool | None = None,
+        cache_version: str | None = None,
+        cache_expires_after: timedelta | float | None = None,
         **kwargs: Any,
     ) -> None:
         refuse_unknown_arguments(type(self), kwargs)
@@ -114,6 +118,10 @@ class BaseStepOperator(ImageWait, BaseOperator):
         self.deferrable = check.boolean(name, "deferrable", deferrable)
         self.poll_interval = poll_interval
         self.environment = check.environment(name, environment)
+        self.cache_expires_after = check_cache_arguments(
+            name, cache, cache_version, cache_expires_after
+        )
+        self.cache, self.cache_version = cache, cache_version
 
     @classmethod
     def partial(cls, **kwargs: Any) -> Any:
@@ -200,7 +208,19 @@ class BaseStepOperator(ImageWait, BaseOperator):
         # the [stepop] numbers this task and its trigger read: a wrong one starts no job (read
         # only now, so a try that finds an earlier job still re-attaches to it or stops it)
         config.check_numbers()
-        request = self._prepare(context, identity, backend)
+        from airflow_stepop.operators import step_cache
+        from airflow_stepop.operators.job_request import encode_request, job_request
+
+        staging = encode_request(self, context, identity, backend)
+        cached = step_cache.check(self, context, backend, staging)
+        if cached is not None and cached.hit is not None:
+            staging.encoded.discard()
+            return self._cache_hit(context, backend, cached.hit)
+        extra = {"cache_key": cached.key.digest} if cached is not None else None
+        request = job_request(self, context, identity, staging, extra)
+        if cached is not None:  # the entry is written when the job succeeded
+            step_cache.remember_key(context.get("task_state_store"), context["ti"], cached.key,
+                                    cached.entry_uri, request.spec_sha256)  # fmt: skip
         prepared = backend.prepare(request)
         if prepared.image_build is not None:
             return self._wait_for_image(context, backend, prepared)
@@ -352,11 +372,14 @@ class BaseStepOperator(ImageWait, BaseOperator):
         only, never over a reference to one, so such a result is kept a list or dict."""
         return self.has_dag() and next(self.iter_mapped_dependants(), None) is not None
 
-    def _prepare(self, context: Any, identity: TaskIdentity, backend: StepBackend) -> JobRequest:
-        """Upload code and inputs, write the spec (``job_request``)."""
-        from airflow_stepop.operators.job_request import job_request
+    def _cache_hit(self, context: Any, backend: StepBackend, hit: Any) -> Any:
+        """The result the step cache verified: the UI links to the job that made it."""
+        from airflow_stepop.operators.job_links import store_links
+        from airflow_stepop.operators.step_cache import report_hit
 
-        return job_request(self, context, identity, backend)
+        self.stored_link_kinds = store_links(self.log, context, backend, hit.record.handle)
+        report_hit(self.log, context["ti"], backend, hit)
+        return hit.result
 
     # ---- completion ------------------------------------------------------------------------
 
@@ -398,7 +421,11 @@ class BaseStepOperator(ImageWait, BaseOperator):
                 raise step_failure(event, storage)
             result = read_result(handle, storage, self.storage_conn_id)
             self.log.info("Step job %s succeeded; result: %s", shown_job(handle), shown(result))
-            report_billing(self.log, context["ti"], backend, event)
+            billing = report_billing(self.log, context["ti"], backend, event)
+            from airflow_stepop.operators.step_cache import keep_result
+
+            keep_result(context.get("task_state_store"), context["ti"], handle, storage, billing,
+                        self.log)  # fmt: skip
             remember(
                 context.get("task_state_store"),
                 {"handle": handle, "try_number": context["ti"].try_number, "delivered": True},

@@ -6,7 +6,7 @@ arguments are checked for secrets here, as nothing of them may reach object stor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_stepop import config
 from airflow_stepop.operators.arguments import rendered_environment
@@ -21,18 +21,27 @@ if TYPE_CHECKING:
     from airflow_stepop.backends.base import JobRequest, StepBackend
     from airflow_stepop.operators.base import BaseStepOperator
     from airflow_stepop.operators.task_identity import TaskIdentity
+    from airflow_stepop.packaging.staging import EncodedStep
+    from airflow_stepop.runtime.storage import Storage
 
 
-def job_request(
+class Staging(NamedTuple):
+    """A step encoded on the worker, nothing uploaded yet (``packaging.staging``)."""
+
+    encoded: EncodedStep
+    root: str
+    storage: Storage
+
+
+def encode_request(
     op: BaseStepOperator, context: Any, identity: TaskIdentity, backend: StepBackend
-) -> JobRequest:
-    """Upload code and inputs, write the spec: everything the job reads, as the request the
-    backend submits. The operator's ``environment`` is rendered and checked for secrets first."""
-    from airflow_stepop.artifacts.storage import missing_store, worker_storage
-    from airflow_stepop.backends.base import JobRequest
-    from airflow_stepop.backends.naming import job_name
+) -> Staging:
+    """Encode the step (its code bundle, inputs and spec, written locally): what the step
+    cache keys, before anything is uploaded. The operator's ``environment`` is rendered and
+    checked for secrets first."""
+    from airflow_stepop.artifacts.storage import worker_storage
     from airflow_stepop.operators.context import context_arguments, without_pendulum
-    from airflow_stepop.packaging.staging import StepIdentity, stage_step
+    from airflow_stepop.packaging.staging import StepIdentity, encode_step
 
     op.environment = rendered_environment(op.argument_owner, op.environment)
     refuse_secrets(op.argument_owner, op.environment)
@@ -47,27 +56,46 @@ def job_request(
     ti = context["ti"]
     root = backend.artifact_root(op.step_artifact_root())
     storage = worker_storage(op.storage_conn_id)
+    encoded = encode_step(
+        function,
+        args,
+        kwargs,
+        root=root,
+        step=StepIdentity(
+            ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number, identity.instance
+        ),
+        storage=storage,
+        multiple_outputs=bool(op.multiple_outputs),
+        inline_limit=config.get_int("inline_result_max_bytes"),
+        mapped_downstream=op._mapped_over(),
+    )
+    return Staging(encoded, root, storage)
+
+
+def job_request(
+    op: BaseStepOperator,
+    context: Any,
+    identity: TaskIdentity,
+    staging: Staging,
+    extra: dict[str, Any] | None = None,
+) -> JobRequest:
+    """Upload code and inputs, write the spec (with ``extra`` fields: the step cache's key):
+    everything the job reads, as the request the backend submits."""
+    from airflow_stepop.artifacts.storage import missing_store
+    from airflow_stepop.backends.base import JobRequest
+    from airflow_stepop.backends.naming import job_name
+    from airflow_stepop.packaging.staging import publish_step
+
+    ti = context["ti"]
     try:
-        staged = stage_step(
-            function,
-            args,
-            kwargs,
-            root=root,
-            step=StepIdentity(
-                ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number, identity.instance
-            ),
-            storage=storage,
-            multiple_outputs=bool(op.multiple_outputs),
-            inline_limit=config.get_int("inline_result_max_bytes"),
-            mapped_downstream=op._mapped_over(),
-        )
+        staged = publish_step(staging.encoded, staging.storage, extra)
     except Exception as exc:
-        store = missing_store(root, storage)
+        store = missing_store(staging.root, staging.storage)
         if store is None:
             raise
         raise SettingsError(
-            f"{op.argument_owner}: the artifact root {root!r} is in {store}, which does not "
-            f"exist (or {credentials_of(op.storage_conn_id)} cannot see it). Create it, "
+            f"{op.argument_owner}: the artifact root {staging.root!r} is in {store}, which does "
+            f"not exist (or {credentials_of(op.storage_conn_id)} cannot see it). Create it, "
             f"or set {config.artifact_root_options(op.service)} to a bucket or container "
             "that exists."
         ) from exc

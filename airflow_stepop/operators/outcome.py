@@ -211,12 +211,14 @@ def read_result(
     )
 
 
-def report_billing(log: Logger, ti: Any, backend: StepBackend, event: dict[str, Any]) -> None:
-    """The finished job's billable time and cost: in the task log and an XCom."""
+def report_billing(
+    log: Logger, ti: Any, backend: StepBackend, event: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The finished job's billable time and cost: in the task log and an XCom; returned."""
     key = getattr(backend, "billing_xcom_key", None)
     billing = backend.billing(event.get("details") or {}) if key else None
     if not billing:
-        return
+        return None
     from airflow_stepop.triggers.progress import usd
 
     cost = billing.get("estimated_cost_usd")
@@ -232,6 +234,7 @@ def report_billing(log: Logger, ti: Any, backend: StepBackend, event: dict[str, 
         else " (no price in the catalog)",
     )
     ti.xcom_push(key=key, value=billing)
+    return billing
 
 
 def shown(result: Any, limit: int = 300) -> str:

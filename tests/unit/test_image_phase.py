@@ -89,6 +89,9 @@ class Jobs(StepBackend):
     def find_active(self, task_key):
         return None
 
+    def job_record(self, job_id):
+        raise NotImplementedError
+
     def stop(self, handle):
         raise NotImplementedError
 

@@ -22,7 +22,7 @@ import logging
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.backends.azureml.compute import named_cluster
 from airflow_stepop.backends.azureml.config import (
@@ -55,6 +55,7 @@ from airflow_stepop.backends.azureml.roots import (
 )
 from airflow_stepop.backends.base import (
     JobNameTakenError,
+    JobRecord,
     JobRequest,
     JobStatus,
     StepBackend,
@@ -68,7 +69,11 @@ from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
 from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.hooks.azureml_fs import quiet_request_logs
 from airflow_stepop.hooks.azureml_rest import epoch, is_transient_error
+from airflow_stepop.runtime.spec import SPEC_SHA256_ENV
 from airflow_stepop.runtime.storage import join
+
+if TYPE_CHECKING:
+    from airflow_stepop.settings import DockerSettings
 
 log = logging.getLogger(__name__)
 quiet_request_logs()  # the step's artifacts travel through Azure Blob (abfs://, az://)
@@ -256,6 +261,19 @@ class AzureMLBackend(StepBackend):
     def status(self, handle: dict[str, Any]) -> JobStatus:
         resource = self.arm.get(f"{self.workspace.path}/jobs/{handle['job_id']}")
         return map_status(resource["properties"]["status"])
+
+    def environment_id(self, docker: DockerSettings | None) -> str:
+        if self.job is not None and self.job.image_uri:  # keyed by its name: see the README
+            return f"image:{self.job.image_uri}"
+        return super().environment_id(docker)
+
+    def job_record(self, job_id: str) -> JobRecord:
+        """One GET of the job in this backend's workspace."""
+        resource = self.arm.get(f"{self.workspace.path}/jobs/{job_id}")
+        props = resource.get("properties", {})
+        spec_sha256 = (props.get("environmentVariables") or {}).get(SPEC_SHA256_ENV)
+        handle = self._handle(resource, task_key="", job=None)
+        return JobRecord(map_status(props.get("status", "")), spec_sha256, handle)
 
     def stop(self, handle: dict[str, Any]) -> None:
         from azure.core.exceptions import ResourceNotFoundError

@@ -23,10 +23,16 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.artifacts.caches import job_cache_environment
-from airflow_stepop.backends.base import JobNameTakenError, JobRequest, JobStatus, StepBackend
+from airflow_stepop.backends.base import (
+    JobNameTakenError,
+    JobRecord,
+    JobRequest,
+    JobStatus,
+    StepBackend,
+)
 from airflow_stepop.backends.bootstrap import bootstrap_environment
 from airflow_stepop.backends.local import process_logs, supervisor
 from airflow_stepop.backends.local.job import (
@@ -40,11 +46,15 @@ from airflow_stepop.backends.naming import key_prefix
 from airflow_stepop.runtime.spec import MAX_RUNTIME_ENV, RESULT_NAME
 from airflow_stepop.runtime.storage import Storage, join
 
+if TYPE_CHECKING:
+    from airflow_stepop.settings import DockerSettings
+
 log = logging.getLogger(__name__)
 
 STOP_GRACE_SECONDS = 10.0
 LOCK_FILE = "lock"
-JOB_RECORD = "job.json"
+JOB_RECORD = "job.json"  # the job's handle, and what only the record keeps (RECORD_ONLY)
+RECORD_ONLY = frozenset({"try_id", "spec_sha256"})
 _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
 
@@ -149,7 +159,9 @@ class LocalBackend(StepBackend):
                 log.warning("docker= is set but no container engine answers: running as a process")
             _warn_unapplied_resources(request)
             handle = self._submit_process(request, job_dir, bundle)
-        record = {**handle, "try_id": request.try_id} if request.try_id else handle
+        record = {**handle, "spec_sha256": request.spec_sha256}
+        if request.try_id:
+            record["try_id"] = request.try_id
         (job_dir / JOB_RECORD).write_bytes(json.dumps(record).encode())
         return handle
 
@@ -161,7 +173,7 @@ class LocalBackend(StepBackend):
         except (OSError, ValueError):  # being submitted, or left half-made: not this try's
             record = {}
         if record and request.owns(record.get("try_id")):
-            return {k: v for k, v in record.items() if k != "try_id"}
+            return {k: v for k, v in record.items() if k not in RECORD_ONLY}
         raise JobNameTakenError(request.job_name, record.get("try_id"))
 
     def _submit_process(self, request: JobRequest, job_dir: Path, bundle: Path) -> dict[str, Any]:
@@ -208,6 +220,26 @@ class LocalBackend(StepBackend):
             "job_dir": str(job_dir),
         }
 
+    def environment_id(self, docker: DockerSettings | None) -> str:
+        if docker is None:  # the interpreter's packages are not in it: see the README
+            return f"process:{self.python}"
+        return super().environment_id(docker)
+
+    def job_record(self, job_id: str) -> JobRecord:
+        """The record the job's directory under ``[stepop] local_jobs_dir`` keeps (the worker's
+        own disk, not the artifact store), and its exit code there."""
+        if not job_id or "/" in job_id or job_id.strip(".") == "":
+            raise FileNotFoundError(f"no local job is named {job_id!r}")
+        job_dir = self.jobs_dir / job_id
+        record = json.loads((job_dir / JOB_RECORD).read_bytes())
+        handle = {k: v for k, v in record.items() if k not in RECORD_ONLY}
+        exit_file = job_dir / supervisor.EXIT_CODE
+        if exit_file.exists():  # a container's is kept when it is removed
+            status = exit_status(int(exit_file.read_text()), (job_dir / "stop_requested").exists())
+        else:
+            status = self._status(handle)
+        return JobRecord(status, record.get("spec_sha256"), handle)
+
     def find_active(self, task_key: str) -> dict[str, Any] | None:
         prefix = key_prefix(task_key)
         if not self.jobs_dir.is_dir():
@@ -217,6 +249,7 @@ class LocalBackend(StepBackend):
             if not record.exists():
                 continue
             handle = json.loads(record.read_text())
+            handle = {k: v for k, v in handle.items() if k not in RECORD_ONLY}
             if handle.get("task_key") == task_key and not self._status(handle).terminal:
                 return handle
         return None

@@ -24,6 +24,7 @@ from airflow_stepop.backends.local.job import (
     local_bundle,
     runtime_arguments,
 )
+from airflow_stepop.backends.local.supervisor import EXIT_CODE
 from airflow_stepop.backends.naming import key_prefix
 from airflow_stepop.runtime.spec import MAX_RUNTIME_ENV
 from airflow_stepop.runtime.storage import Storage
@@ -246,13 +247,18 @@ def stop(client: Any, handle: dict[str, Any], timeout: float) -> None:
 
 
 def release(client: Any, handle: dict[str, Any]) -> None:
-    """Remove the finished container (its logs were relayed)."""
+    """Remove the finished container (its logs were relayed), keeping its exit code in the
+    job's directory, as a process job's supervisor does: the job's record outlives it."""
     if client is None:
         return
     import docker.errors
 
     try:
-        _container(client, handle).remove()
+        container = _container(client, handle)
+        state = container.attrs["State"]
+        if state["Status"] == "exited" and not state.get("OOMKilled"):
+            (Path(handle["job_dir"]) / EXIT_CODE).write_text(str(int(state.get("ExitCode", -1))))
+        container.remove()
     except (docker.errors.NotFound, *_engine_down()):
         pass
     except docker.errors.APIError as exc:  # still running (a re-attached try owns it)

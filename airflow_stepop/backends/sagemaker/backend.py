@@ -29,10 +29,11 @@ import logging
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.backends.base import (
     JobNameTakenError,
+    JobRecord,
     JobRequest,
     JobStatus,
     PreparedJob,
@@ -68,8 +69,12 @@ from airflow_stepop.backends.sagemaker.launch import (
 from airflow_stepop.backends.sagemaker.logs import read_new_lines
 from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.images.builder import ImageChoice
+from airflow_stepop.runtime.spec import SPEC_SHA256_ENV
 from airflow_stepop.runtime.storage import join
 from airflow_stepop.setting_values import SettingsError
+
+if TYPE_CHECKING:
+    from airflow_stepop.settings import DockerSettings
 
 log = logging.getLogger(__name__)
 
@@ -323,6 +328,18 @@ class SageMakerBackend(StepBackend):
 
     def status(self, handle: dict[str, Any]) -> JobStatus:
         return map_status(self.describe(handle))
+
+    def environment_id(self, docker: DockerSettings | None) -> str:
+        if self.job is not None and self.job.image_uri:  # keyed by its name: see the README
+            return f"image:{self.job.image_uri}"
+        return super().environment_id(docker)
+
+    def job_record(self, job_id: str) -> JobRecord:
+        """One DescribeTrainingJob in this backend's account and region."""
+        description = self.describe({"job_id": job_id})
+        spec_sha256 = (description.get("Environment") or {}).get(SPEC_SHA256_ENV)
+        handle = self.handle_from_description(description, task_key="")
+        return JobRecord(map_status(description), spec_sha256, handle)
 
     def is_transient(self, exc: Exception) -> bool:
         return is_transient_error(exc)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.backends.base import (
+    JobRecord,
     JobRequest,
     JobStatus,
     PreparedJob,
@@ -46,10 +47,12 @@ from airflow_stepop.backends.vertex.job import (
     rfc3339,
 )
 from airflow_stepop.backends.vertex.machines import CATALOG, split_machine
+from airflow_stepop.runtime.spec import SPEC_SHA256_ENV
 from airflow_stepop.runtime.storage import join
 
 if TYPE_CHECKING:
     from airflow_stepop.images.builder import ImageChoice
+    from airflow_stepop.settings import DockerSettings
 
 log = logging.getLogger(__name__)
 
@@ -251,6 +254,20 @@ class VertexBackend(StepBackend):
         return self._status(
             self.access.jobs.get_custom_job(name=handle["name"], retry=self._retry())
         )
+
+    def environment_id(self, docker: DockerSettings | None) -> str:
+        if self.job is not None and self.job.image_uri:  # keyed by its name: see the README
+            return f"image:{self.job.image_uri}"
+        return super().environment_id(docker)
+
+    def job_record(self, job_id: str) -> JobRecord:
+        """One GetCustomJob in this backend's project and region."""
+        access = self.access
+        name = f"projects/{access.project}/locations/{access.region}/customJobs/{job_id}"
+        job = self.access.jobs.get_custom_job(name=name, retry=self._retry())
+        pools = job.job_spec.worker_pool_specs
+        spec_sha256 = container_env(job).get(SPEC_SHA256_ENV) if pools else None
+        return JobRecord(self._status(job), spec_sha256, self.handle_of(job, task_key=""))
 
     def stop(self, handle: dict[str, Any]) -> None:
         from google.api_core import exceptions

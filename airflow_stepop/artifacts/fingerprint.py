@@ -1,0 +1,78 @@
+"""What an artifact in the store is now, by the store's own word, without reading its bytes.
+
+The step cache notes each output's fingerprint when it keeps a result and compares it before it
+hands that result out again: an object rewritten or deleted since (a lifecycle rule, a person, a
+job) no longer matches, and the step runs again. The store gives the stamps: an object's ETag
+(S3, Azure Blob) or generation (Cloud Storage), which change with every write, and its size; a
+local file's size, modification time (ns) and inode. A directory artifact is every file under it
+by its relative name. Reading a model's gigabytes back to hash them would cost a worker more
+than the job it saves; the digests themselves were checked when the job wrote them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from airflow_stepop.runtime.storage import Storage
+
+# The fields of an fsspec ``info()`` that change when an object is written again.
+_STAMPS = (
+    "ETag", "etag", "VersionId", "version_id", "generation", "md5Hash", "crc32c",
+    "LastModified", "last_modified", "updated", "mtime", "created",
+)  # fmt: skip
+MAX_FILES = 100_000  # in one directory artifact: more is no artifact of ours
+
+
+def fingerprint(storage: Storage, uri: str) -> str | None:
+    """The artifact's fingerprint (a sha256), or None when nothing is at ``uri``."""
+    local = storage.local_path(uri)
+    if local is not None:
+        files = _local_files(local)
+    else:
+        fs, path = storage.resolver(uri)
+        files = _remote_files(fs, path)
+    if files is None:
+        return None
+    return hashlib.sha256(json.dumps(files, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _local_files(path: Path) -> dict[str, Any] | None:
+    try:
+        found = path.lstat()
+    except FileNotFoundError:
+        return None
+    if not path.is_dir():
+        return {"": [found.st_size, found.st_mtime_ns, found.st_ino]}
+    files: dict[str, Any] = {}
+    for folder, _, names in os.walk(path):
+        for name in names:
+            file = Path(folder, name)
+            stat = file.lstat()
+            files[file.relative_to(path).as_posix()] = [stat.st_size, stat.st_mtime_ns, stat.st_ino]
+            if len(files) > MAX_FILES:
+                raise ValueError(f"{path} holds more than {MAX_FILES} files")
+    return files
+
+
+def _remote_files(fs: Any, path: str) -> dict[str, Any] | None:
+    try:
+        info = fs.info(path)
+    except FileNotFoundError:
+        return None
+    if info.get("type") != "directory":
+        return {"": _stamp(info)}
+    prefix = path.rstrip("/") + "/"
+    files: dict[str, Any] = {}
+    for key, detail in fs.find(path.rstrip("/"), detail=True).items():
+        files[key.removeprefix(prefix)] = _stamp(detail)
+        if len(files) > MAX_FILES:
+            raise ValueError(f"{path} holds more than {MAX_FILES} files")
+    return files or None
+
+
+def _stamp(info: dict[str, Any]) -> list[Any]:
+    return [info.get("size"), *(info[name] for name in _STAMPS if info.get(name) is not None)]

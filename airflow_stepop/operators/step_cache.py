@@ -1,0 +1,310 @@
+"""The step cache (``cache=True``): a step whose key is unchanged returns the result of the job
+that ran it before, with no job, no image build and no upload.
+
+The key (``packaging.cache_key``) is taken in ``execute()`` once the step is encoded, before
+anything is uploaded. Its entry, ``<root>/cache/<dag_id>/<key>.json``, names the job that made
+the result. The artifact store is writable by jobs, so the entry is only a hint; its result is
+handed out when
+
+1. the service's own record of that job (``StepBackend.job_record``: looked up in this backend's
+   account, by the job's id alone) says it succeeded, ran a spec of the sha256 the entry names,
+   and where that spec and its results are;
+2. that spec, read from there, has that sha256 and names this key (the worker wrote the key into
+   the spec before the job was created, and the service keeps the spec's digest with the job);
+3. every artifact of the result is still there and unchanged since the entry was written (the
+   store's own stamps, ``artifacts.fingerprint``).
+
+Anything else is a miss, and the task log says why; the job runs, and its entry replaces the
+old one once it succeeded and its result was read (``keep_result``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import time
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from airflow_stepop.backends.naming import shown_job
+
+if TYPE_CHECKING:
+    from airflow.sdk.types import Logger
+
+    from airflow_stepop.backends.base import JobRecord, StepBackend
+    from airflow_stepop.packaging.cache_key import CacheKey
+    from airflow_stepop.runtime.storage import Storage
+
+STATE_KEY = "stepop_cache"  # in the task state store: the key of the job this try started
+ENTRY_MAX_BYTES = 1 << 20
+SPEC_MAX_BYTES = 64 << 20  # a spec holds inline arguments of up to 64 KiB each
+RESULT_MAX_BYTES = 64 << 20
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,255}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class Hit(NamedTuple):
+    result: Any
+    entry: dict[str, Any]
+    record: JobRecord
+
+
+class MissError(Exception):
+    """Why an entry's result cannot be used (the task log says it)."""
+
+
+def look_up(
+    backend: StepBackend,
+    storage: Storage,
+    entry_uri: str,
+    key: CacheKey,
+    expires_after: float | None,
+    conn_id: str | None,
+    log: Logger,
+) -> Hit | None:
+    """The verified result the key's entry names, or None (a miss, logged with its reason)."""
+    from airflow_stepop.packaging.cache_key import shown_parts
+
+    try:
+        hit = _verified_hit(backend, storage, entry_uri, key, expires_after, conn_id)
+    except MissError as exc:
+        log.info("Step cache miss: %s. Key %s", exc, shown_parts(key))
+        return None
+    log.info("Step cache hit. Key %s", shown_parts(key))
+    return hit
+
+
+def _verified_hit(
+    backend: StepBackend,
+    storage: Storage,
+    entry_uri: str,
+    key: CacheKey,
+    expires_after: float | None,
+    conn_id: str | None,
+) -> Hit:
+    entry = _entry(storage, entry_uri, key)
+    age = time.time() - entry["created_at"]
+    if expires_after is not None and age > expires_after:
+        raise MissError(
+            f"the entry expired (written {_when(entry['created_at'])}, "
+            f"cache_expires_after={timedelta(seconds=expires_after)})"
+        )
+    job_id = entry["job_id"]
+    try:
+        record = backend.job_record(job_id)
+    except Exception as exc:
+        if backend.is_gone(exc):
+            raise MissError(f"the job that made the result, {job_id}, is gone ({exc})") from exc
+        raise MissError(f"the service did not answer for job {job_id} ({exc})") from exc
+    if record.status.state != "succeeded":
+        raise MissError(f"the service says job {job_id} {record.status.state}")
+    if not record.spec_sha256 or record.spec_sha256 != entry["spec_sha256"]:
+        raise MissError(f"the entry does not match the service's record of job {job_id}")
+    _check_spec(storage, record, key)
+    return Hit(_result(storage, record, entry, conn_id), entry, record)
+
+
+def _entry(storage: Storage, uri: str, key: CacheKey) -> dict[str, Any]:
+    """The key's entry, its fields checked: it comes from the artifact store."""
+    try:
+        entry = json.loads(storage.read_bounded(uri, ENTRY_MAX_BYTES))
+    except FileNotFoundError:
+        raise MissError(f"no entry at {uri}") from None
+    except Exception as exc:  # unreadable, too large, no JSON
+        raise MissError(f"the entry at {uri} cannot be read ({exc})") from exc
+    fine = (
+        isinstance(entry, dict)
+        and entry.get("key") == key.digest
+        and isinstance(entry.get("job_id"), str)
+        and _JOB_ID.fullmatch(entry["job_id"]) is not None
+        and isinstance(entry.get("spec_sha256"), str)
+        and _SHA256.fullmatch(entry["spec_sha256"]) is not None
+        and isinstance(entry.get("created_at"), (int, float))
+        and math.isfinite(entry["created_at"])
+        and isinstance(entry.get("outputs"), dict)
+    )
+    if not fine:
+        raise MissError(f"the entry at {uri} is not one this release writes for this key")
+    return entry
+
+
+def _check_spec(storage: Storage, record: JobRecord, key: CacheKey) -> None:
+    """The spec the job ran, found where the service's record says: its bytes are those the
+    service's record pins, and it names this key."""
+    from airflow_stepop.runtime import spec as specs
+    from airflow_stepop.runtime.storage import join
+
+    job = shown_job(record.handle)
+    uri = join(record.handle["run_uri"], specs.SPEC_NAME)
+    try:
+        data = storage.read_bounded(uri, SPEC_MAX_BYTES)
+    except Exception as exc:
+        raise MissError(f"the spec job {job} ran cannot be read ({exc})") from exc
+    if hashlib.sha256(data).hexdigest() != record.spec_sha256:
+        raise MissError(f"the spec of job {job} was changed after the job was created")
+    if json.loads(data).get("cache_key") != key.digest:
+        raise MissError(f"job {job} ran another key")
+
+
+def _result(storage: Storage, record: JobRecord, entry: dict[str, Any], conn_id: str | None) -> Any:
+    """The job's result, every artifact of it still there and as the entry found it."""
+    from airflow_stepop.artifacts.fingerprint import fingerprint
+    from airflow_stepop.artifacts.ref import ArtifactRef
+    from airflow_stepop.runtime import values
+
+    manifest = _manifest(storage, record.handle)
+    for ref in values.references(manifest["outputs"]):
+        now = fingerprint(storage, ref["uri"])
+        if now is None:
+            raise MissError(f"the result's artifact {ref['uri']} is gone")
+        if now != entry["outputs"].get(ref["uri"]):
+            raise MissError(f"the result's artifact {ref['uri']} changed since it was cached")
+    try:
+        return values.decode(
+            manifest["outputs"], lambda item: ArtifactRef.from_record(item, conn_id)
+        )
+    except Exception as exc:
+        job = shown_job(record.handle)
+        raise MissError(f"the result of job {job} is unreadable ({exc})") from exc
+
+
+def _manifest(storage: Storage, handle: dict[str, Any]) -> dict[str, Any]:
+    from airflow_stepop.operators.outcome import output_uri
+    from airflow_stepop.runtime import spec as specs
+    from airflow_stepop.runtime.storage import join
+
+    try:
+        manifest = json.loads(
+            storage.read_bounded(join(output_uri(handle), specs.RESULT_NAME), RESULT_MAX_BYTES)
+        )
+    except Exception as exc:
+        raise MissError(f"the result of job {shown_job(handle)} cannot be read ({exc})") from exc
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("outputs"), dict):
+        raise MissError(f"the result of job {shown_job(handle)} is no result manifest")
+    return manifest
+
+
+def keep_result(
+    store: Any, ti: Any, handle: dict[str, Any], storage: Storage, billing: Any, log: Logger
+) -> None:
+    """After the job this try started succeeded and its result was read: write the entry of
+    the key it ran (recorded by ``remember_key``), replacing any. A failure here never fails
+    the step: its result is good, only the next run will miss."""
+    from airflow_stepop.artifacts.fingerprint import fingerprint
+    from airflow_stepop.runtime import values
+
+    kept = store.get(STATE_KEY) if store is not None else None
+    if not isinstance(kept, dict) or kept.get("try_number") != ti.try_number:
+        return  # caching is off, or this try did not start the job (a re-attached one)
+    try:
+        manifest = _manifest(storage, handle)
+        outputs = {}
+        for ref in values.references(manifest["outputs"]):
+            outputs[ref["uri"]] = fingerprint(storage, ref["uri"])
+            if outputs[ref["uri"]] is None:
+                raise MissError(f"the result's artifact {ref['uri']} is gone already")
+        entry = {
+            "key": kept["key"],
+            "job_id": handle["job_id"],
+            "spec_sha256": kept["spec_sha256"],
+            "created_at": time.time(),
+            "made_by": {
+                "dag_id": ti.dag_id,
+                "run_id": ti.run_id,
+                "task_id": ti.task_id,
+                "map_index": ti.map_index,
+                "try_number": ti.try_number,
+            },
+            "billing": billing if isinstance(billing, dict) else None,
+            "outputs": outputs,
+        }
+        storage.write_bytes(kept["entry_uri"], json.dumps(entry, indent=1).encode())
+    except Exception as exc:
+        log.warning("Step cache: the result was not cached (%s)", exc)
+        return
+    log.info("Step cache: result of job %s kept under key %s", shown_job(handle), kept["key"])
+
+
+def remember_key(store: Any, ti: Any, key: CacheKey, entry_uri: str, spec_sha256: str) -> None:
+    """The key the job this try starts runs, for ``keep_result`` (in another process after a
+    deferral): the task state store keeps it across the deferral, never the artifact store."""
+    if store is not None:
+        store.set(STATE_KEY, {"key": key.digest, "entry_uri": entry_uri,
+                              "spec_sha256": spec_sha256, "try_number": ti.try_number})  # fmt: skip
+
+
+def report_hit(log: Logger, ti: Any, backend: StepBackend, hit: Hit) -> None:
+    """The task log's line for a hit: which run and task made the result and what it cost then;
+    the billing XCom says this try cost nothing and names the job that did."""
+    made_by = hit.entry.get("made_by") if isinstance(hit.entry.get("made_by"), dict) else {}
+    billing = hit.entry.get("billing") if isinstance(hit.entry.get("billing"), dict) else {}
+    saved = billing.get("estimated_cost_usd")
+    job = shown_job(hit.record.handle)
+    log.info(
+        "Step cache hit: returning the result of job %s (run %s, task %s%s, try %s, cached %s), "
+        "with no job of its own; it saved %s",
+        job,
+        made_by.get("run_id"),
+        made_by.get("task_id"),
+        "" if made_by.get("map_index", -1) == -1 else f"[{made_by.get('map_index')}]",
+        made_by.get("try_number"),
+        _when(hit.entry["created_at"]),
+        f"about ${saved:.4f} ({billing.get('billable_seconds')} billable s)"
+        if isinstance(saved, (int, float))
+        else "the job's time (no billing record)",
+    )
+    key = getattr(backend, "billing_xcom_key", None)
+    if key:
+        ti.xcom_push(key=key, value={
+            "cache_hit": True, "original_job": hit.record.handle.get("job_id"),
+            "made_by": made_by, "billable_seconds": 0, "estimated_cost_usd": 0.0,
+            "saved_usd": saved if isinstance(saved, (int, float)) else None,
+        })  # fmt: skip
+
+
+def _when(stamp: float) -> str:
+    return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class Lookup(NamedTuple):
+    key: CacheKey
+    entry_uri: str
+    hit: Hit | None
+
+
+def check(op: Any, context: Any, backend: StepBackend, staging: Any) -> Lookup | None:
+    """The step's key and what its entry holds; None when caching is off for the step."""
+    from airflow_stepop.packaging.cache_key import cache_key, entry_uri
+
+    enabled, version, expires_after = settings(op)
+    if not enabled:
+        return None
+    key = cache_key(
+        staging.encoded,
+        backend=type(backend).__name__,
+        environment=backend.environment_id(op.docker_settings),
+        env_vars=op.environment,
+        cache_version=version,
+    )
+    uri = entry_uri(staging.root, context["ti"].dag_id, key.digest)
+    hit = look_up(backend, staging.storage, uri, key, expires_after, op.storage_conn_id, op.log)
+    return Lookup(key, uri, hit)
+
+
+def settings(op: Any) -> tuple[bool, str | None, float | None]:
+    """Whether the step caches (its ``cache``, else ``[stepop] cache``), its rendered
+    ``cache_version`` and its expiry in seconds."""
+    from airflow_stepop import config
+    from airflow_stepop.setting_values import SettingsError
+
+    enabled = op.cache if op.cache is not None else config.get_bool("cache")
+    version = op.cache_version
+    if enabled and version is not None and (not isinstance(version, str) or not version.strip()):
+        raise SettingsError(
+            f"{op.argument_owner}.cache_version rendered to {version!r}: a cache version must be "
+            "a non-empty string (e.g. cache_version='2', or a template that renders to one); "
+            "leave it out for none."
+        )
+    return enabled, version, op.cache_expires_after
