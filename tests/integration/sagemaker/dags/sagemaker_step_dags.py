@@ -354,3 +354,37 @@ def sm_pinned_requirement():
 
 
 sm_pinned_requirement()
+
+
+@dag(schedule=None, default_args={"cache": True, "docker": PARENT_ONLY}, params={"scale": 2})
+def sm_cached():
+    """Every step caches but report; train reads params (the third run changes them)."""
+
+    @task.sagemaker_step
+    def prepare(n: int):
+        import numpy
+
+        return numpy.arange(n, dtype="float64")  # an artifact: a reference downstream
+
+    @task.sagemaker_step
+    def train(data, params):
+        return {"weights": float(data.sum()) * params["scale"]}
+
+    @task.sagemaker_step(multiple_outputs=True)
+    def evaluate(model, data):
+        return {"score": model["weights"] / data.size, "rows": int(data.size)}
+
+    @task.sagemaker_step
+    def square(x: int):
+        return x * x
+
+    @task.sagemaker_step(cache=False)
+    def report(score, squares):
+        return f"score {score}, squares {sorted(squares)}"
+
+    data = prepare(1000)
+    scores = evaluate(train(data), data)
+    report(scores["score"], square.expand(x=[1, 2, 3]))
+
+
+sm_cached()
