@@ -38,3 +38,19 @@ def cached_pipeline():
 
 
 pipeline = cached_pipeline()
+
+
+@dag(schedule=None)
+def cache_probe():
+    """One cached step whose result is an artifact, for the miss reasons."""
+
+    @task.local_step(cache=True, cache_expires_after=7 * 24 * 3600)
+    def double(rows: int):
+        import numpy as np
+
+        return np.arange(rows) * 2
+
+    double(100)
+
+
+probe = cache_probe()
