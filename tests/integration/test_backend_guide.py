@@ -9,7 +9,9 @@ the submit, after or before the task state store's record (a retry then finds th
 cancelled, then its ``on_kill`` awaited), and a ``max_runtime`` that the step's runtime enforces
 on itself (tinyjobs has no runtime limit of its own). The page's trust rules too: a code bundle
 rewritten in the artifact root after the submit never runs, and a job of the same name that
-another try started is never attached to.
+another try started is never attached to. And the step cache on the page's backend: its
+``job_record`` answers from the service's own record, and the page's DAG run again starts no
+second job for its ``cache=True`` step.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import importlib
 import io
 import json
@@ -133,6 +136,32 @@ def test_the_guides_dag_runs_its_steps_on_the_guides_service(guide, tmp_path, mo
     # 3. what the step printed reached the task log, relayed by the trigger as "[job] line"
     for epoch, loss in enumerate(("1.000", "0.500", "0.333")):
         assert f"[{train.name}] epoch {epoch}: loss {loss}" in logged.out
+
+    # The step cache's check: the service's own record of the job, its spec's sha256 from the
+    # env the service kept, the handle from its command (the run the spec is in).
+    backend = guide.tinyjobs.TinyJobsBackend(guide.service.url)
+    record = backend.job_record(train.name)
+    spec_uri = train.command[-1]  # the runtime's one argument
+    spec = Path(guide.tinyjobs.local_path(spec_uri)).read_bytes()
+    assert record.status.state == "succeeded"
+    assert record.handle == {"job_id": train.name, "run_uri": spec_uri.rsplit("/", 1)[0]}
+    assert record.spec_sha256 == hashlib.sha256(spec).hexdigest()
+    with pytest.raises(guide.tinyjobs.TinyJobsError) as missing:
+        backend.job_record("no-such-job")
+    assert backend.is_gone(missing.value)  # a miss: the step would run
+
+    # Run again, unchanged: train (cache=True) starts no job and returns the first job's result
+    # (the same reference); total, which does not cache, runs again.
+    again = _run(tmp_path, monkeypatch, "tinyjobs_dag", dag_file, "tinyjobs_demo")
+    logged = capfd.readouterr()
+    assert again.state == "success", logged.out[-4000:]
+    assert _jobs(guide.service, "train") == [train]
+    assert len(_jobs(guide.service, "total")) == 2
+    assert f"Step cache hit: returning the result of job {train.name} (run {run.run_id}," in (
+        logged.out + logged.err
+    )
+    assert _xcoms(again)[("train", "return_value")] == weights
+    assert f"{256 * 3} 6" in logged.out
 
 
 # Test DAGs of the page's operator: a step held until the test lets it go, with one retry.
