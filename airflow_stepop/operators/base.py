@@ -37,6 +37,7 @@ from airflow_stepop.operators.arguments import (
     rendered_later,
     resources_written_as,
 )
+from airflow_stepop.operators.completion import StepCompletion
 from airflow_stepop.operators.image_wait import ImageWait, first_event, still_running
 
 if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
@@ -46,7 +47,7 @@ if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
     from airflow_stepop.triggers.deferral import StepJobDeferral
 
 
-class BaseStepOperator(ImageWait, BaseOperator):
+class BaseStepOperator(StepCompletion, ImageWait, BaseOperator):
     """Run ``python_callable`` as a job on a step backend; see the README for the arguments."""
 
     template_fields = ("op_args", "op_kwargs", "environment", "cache_version")
@@ -296,21 +297,6 @@ class BaseStepOperator(ImageWait, BaseOperator):
                 ) from exc
             raise
 
-    def _run_again(self, context: Any, backend: StepBackend, handle: dict[str, Any]) -> Any:
-        """An earlier try's job that this try re-attached to was stopped: that try was cleared
-        or marked by a user, and its trigger stopped the job after the scheduler had started
-        this try (a triggerer notices a clear a moment later). Its result will never come, so
-        this try runs the step again, as for any earlier job that was stopped."""
-        self.log.warning(
-            "Job %s of an earlier try was stopped (that try was cleared or killed): running "
-            "the step again as a new job",
-            shown_job(handle),
-        )
-        self._release(backend, handle)
-        from airflow_stepop.operators.task_identity import task_identity
-
-        return self._start(context, task_identity(context), backend)
-
     def _trigger(
         self,
         backend: StepBackend,
@@ -380,66 +366,6 @@ class BaseStepOperator(ImageWait, BaseOperator):
         self.stored_link_kinds = store_links(self.log, context, backend, hit.record.handle)
         report_hit(self.log, context["ti"], backend, hit)
         return hit.result
-
-    # ---- completion ------------------------------------------------------------------------
-
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
-        from airflow_stepop.artifacts.storage import worker_storage
-        from airflow_stepop.operators.earlier_try import remember
-        from airflow_stepop.operators.job_links import recall_links
-        from airflow_stepop.operators.outcome import (
-            read_result,
-            report_billing,
-            shown,
-            step_failure,
-        )
-
-        self.stored_link_kinds = None  # execute() may have stored some: until recalled, ask
-        handle = event["handle"]
-        backend = self.make_backend()
-        if event.get("phase") is not None:  # the job was not created (``triggers/image_phase``)
-            return self._no_job(context, backend, event)
-        storage = worker_storage(self.storage_conn_id)
-        if handle.get("after_image_build"):  # created by the trigger: no record, no link yet
-            from airflow_stepop.operators.job_links import store_links
-
-            ti = context["ti"]
-            remember(context.get("task_state_store"),
-                     {"handle": handle, "try_number": ti.try_number})  # fmt: skip
-            self.stored_link_kinds = store_links(self.log, context, backend, handle)
-        else:
-            self.stored_link_kinds = recall_links(backend, handle)
-        stopped_by_us = self._killed  # on_kill, not deferrable
-        if event["status"] == "stopped" and handle.get("earlier_try") and not stopped_by_us:
-            return self._run_again(context, backend, handle)
-        # A job its trigger could not follow may still run: a retry re-attaches to it, or it
-        # is stopped now (and released below).
-        if event["status"] == "unwatched" and self._left_to_retry(backend, handle, context["ti"]):
-            raise step_failure(event, storage)
-        try:
-            if event["status"] != "succeeded":
-                raise step_failure(event, storage)
-            result = read_result(handle, storage, self.storage_conn_id)
-            self.log.info("Step job %s succeeded; result: %s", shown_job(handle), shown(result))
-            billing = report_billing(self.log, context["ti"], backend, event)
-            from airflow_stepop.operators.step_cache import keep_result
-
-            keep_result(context.get("task_state_store"), context["ti"], handle, storage, billing,
-                        self.log)  # fmt: skip
-            remember(
-                context.get("task_state_store"),
-                {"handle": handle, "try_number": context["ti"].try_number, "delivered": True},
-            )
-            return result
-        finally:
-            self._release(backend, handle)
-
-    def _release(self, backend: StepBackend, handle: dict[str, Any]) -> None:
-        """Free the finished job's resources; never hides the step's own result or error."""
-        try:
-            backend.release(handle)
-        except Exception as exc:
-            self.log.warning("Could not release job %s: %s", shown_job(handle), exc)
 
     def on_kill(self) -> None:
         """SIGTERM (a user's mark or clear, ``execution_timeout``): stop the job this try
