@@ -435,3 +435,27 @@ def aml_pinned_requirement():
 
 
 aml_pinned_requirement()
+
+
+@dag(schedule=None, default_args={"cache": True, "docker": PARENT_ONLY})
+def aml_cached():
+    """make and total cache (default_args); stamp has cache=False and always runs."""
+
+    @task.azureml_step
+    def make(n: int):
+        import numpy
+
+        return numpy.arange(n, dtype="float64")  # an artifact: a reference downstream
+
+    @task.azureml_step
+    def total(values):
+        return float(values.sum())
+
+    @task.azureml_step(cache=False)
+    def stamp(value):
+        return f"total {value}"
+
+    stamp(total(make(1000)))
+
+
+aml_cached()

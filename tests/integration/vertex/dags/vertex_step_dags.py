@@ -340,3 +340,27 @@ def vx_pinned_requirement():
 
 
 vx_pinned_requirement()
+
+
+@dag(schedule=None, default_args={"cache": True, "docker": PARENT_ONLY})
+def vx_cached():
+    """make and total cache (default_args); stamp has cache=False and always runs."""
+
+    @task.vertex_step
+    def make(n: int):
+        import numpy
+
+        return numpy.arange(n, dtype="float64")  # an artifact: a reference downstream
+
+    @task.vertex_step
+    def total(values):
+        return float(values.sum())
+
+    @task.vertex_step(cache=False)
+    def stamp(value):
+        return f"total {value}"
+
+    stamp(total(make(1000)))
+
+
+vx_cached()
