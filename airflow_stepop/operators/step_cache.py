@@ -156,7 +156,10 @@ def _result(storage: Storage, record: JobRecord, entry: dict[str, Any], conn_id:
 
     manifest = _manifest(storage, record.handle)
     for ref in values.references(manifest["outputs"]):
-        now = fingerprint(storage, ref["uri"])
+        try:
+            now = fingerprint(storage, ref["uri"])
+        except Exception as exc:  # access denied, too many files, the store down: a miss
+            raise MissError(f"the result's artifact {ref['uri']} cannot be checked ({exc})") from exc
         if now is None:
             raise MissError(f"the result's artifact {ref['uri']} is gone")
         if now != entry["outputs"].get(ref["uri"]):
