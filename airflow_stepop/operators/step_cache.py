@@ -159,7 +159,8 @@ def _result(storage: Storage, record: JobRecord, entry: dict[str, Any], conn_id:
         try:
             now = fingerprint(storage, ref["uri"])
         except Exception as exc:  # access denied, too many files, the store down: a miss
-            raise MissError(f"the result's artifact {ref['uri']} cannot be checked ({exc})") from exc
+            uri = ref["uri"]
+            raise MissError(f"the result's artifact {uri} cannot be checked ({exc})") from exc
         if now is None:
             raise MissError(f"the result's artifact {ref['uri']} is gone")
         if now != entry["outputs"].get(ref["uri"]):
