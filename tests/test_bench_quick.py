@@ -80,6 +80,15 @@ SCRIPTS = {
     "log_relay": Script([
         r"^relay memory growth: .* \(bound .* MiB\); every byte once, in order: yes$",
     ], seconds=4),
+    # a hit against a miss on the local backend, then the example pipeline run twice with
+    # `airflow dags test` (most of its half minute: the CLI's start and the DAG's jobs)
+    "step_cache": Script([
+        r"^ratio hit/miss execute\(\): ",
+        r"^ratio hit/miss worker slot: ",
+        r"^jobs made by the unchanged re-run: .* \(target 0",
+        r"^ratio second/first, command: ",
+        r"^ratio second/first, DAG run: ",
+    ], seconds=32),
     # the local backend's rows of two faults, through the suite's own tests
     "fault_matrix": Script([
         r"^failure in execute\(\) after submit, no retry left +local +survived ",
