@@ -119,8 +119,10 @@ def _entry(storage: Storage, uri: str, key: CacheKey) -> dict[str, Any]:
         and entry.get("key") == key.digest
         and isinstance(entry.get("job_id"), str)
         and _JOB_ID.fullmatch(entry["job_id"]) is not None
-        and isinstance(entry.get("spec_sha256"), str)
-        and _SHA256.fullmatch(entry["spec_sha256"]) is not None
+        and all(
+            isinstance(entry.get(name), str) and _SHA256.fullmatch(entry[name]) is not None
+            for name in ("spec_sha256", "result_sha256")
+        )
         and isinstance(entry.get("created_at"), (int, float))
         and math.isfinite(entry["created_at"])
         and isinstance(entry.get("outputs"), dict)
@@ -149,45 +151,47 @@ def _check_spec(storage: Storage, record: JobRecord, key: CacheKey) -> None:
 
 
 def _result(storage: Storage, record: JobRecord, entry: dict[str, Any], conn_id: str | None) -> Any:
-    """The job's result, every artifact of it still there and as the entry found it."""
+    """The job's result: its manifest the one the entry found (its sha256), every artifact of it
+    still there and as the entry found it. Whatever else is wrong with it is a miss too."""
     from airflow_stepop.artifacts.fingerprint import fingerprint
     from airflow_stepop.artifacts.ref import ArtifactRef
     from airflow_stepop.runtime import values
 
-    manifest = _manifest(storage, record.handle)
-    for ref in values.references(manifest["outputs"]):
+    job = shown_job(record.handle)
+    data = _manifest_bytes(storage, record.handle)
+    if hashlib.sha256(data).hexdigest() != entry["result_sha256"]:
+        raise MissError(f"the result manifest of job {job} changed since it was cached")
+    try:
+        outputs = json.loads(data)["outputs"]
+        refs = values.references(outputs)
+        uris = [ref["uri"] for ref in refs]
+    except Exception as exc:
+        raise MissError(f"the result of job {job} is no result manifest ({exc})") from exc
+    for uri in uris:
         try:
-            now = fingerprint(storage, ref["uri"])
+            now = fingerprint(storage, uri)
         except Exception as exc:  # access denied, too many files, the store down: a miss
-            uri = ref["uri"]
             raise MissError(f"the result's artifact {uri} cannot be checked ({exc})") from exc
         if now is None:
-            raise MissError(f"the result's artifact {ref['uri']} is gone")
-        if now != entry["outputs"].get(ref["uri"]):
-            raise MissError(f"the result's artifact {ref['uri']} changed since it was cached")
+            raise MissError(f"the result's artifact {uri} is gone")
+        if now != entry["outputs"].get(uri):
+            raise MissError(f"the result's artifact {uri} changed since it was cached")
     try:
-        return values.decode(
-            manifest["outputs"], lambda item: ArtifactRef.from_record(item, conn_id)
-        )
+        return values.decode(outputs, lambda item: ArtifactRef.from_record(item, conn_id))
     except Exception as exc:
-        job = shown_job(record.handle)
         raise MissError(f"the result of job {job} is unreadable ({exc})") from exc
 
 
-def _manifest(storage: Storage, handle: dict[str, Any]) -> dict[str, Any]:
+def _manifest_bytes(storage: Storage, handle: dict[str, Any]) -> bytes:
+    """The job's result manifest as stored, at most ``RESULT_MAX_BYTES``."""
     from airflow_stepop.operators.outcome import output_uri
     from airflow_stepop.runtime import spec as specs
     from airflow_stepop.runtime.storage import join
 
     try:
-        manifest = json.loads(
-            storage.read_bounded(join(output_uri(handle), specs.RESULT_NAME), RESULT_MAX_BYTES)
-        )
+        return storage.read_bounded(join(output_uri(handle), specs.RESULT_NAME), RESULT_MAX_BYTES)
     except Exception as exc:
         raise MissError(f"the result of job {shown_job(handle)} cannot be read ({exc})") from exc
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("outputs"), dict):
-        raise MissError(f"the result of job {shown_job(handle)} is no result manifest")
-    return manifest
 
 
 def keep_result(
@@ -203,9 +207,9 @@ def keep_result(
     if not isinstance(kept, dict) or kept.get("try_number") != ti.try_number:
         return  # caching is off, or this try did not start the job (a re-attached one)
     try:
-        manifest = _manifest(storage, handle)
+        data = _manifest_bytes(storage, handle)
         outputs = {}
-        for ref in values.references(manifest["outputs"]):
+        for ref in values.references(json.loads(data)["outputs"]):
             outputs[ref["uri"]] = fingerprint(storage, ref["uri"])
             if outputs[ref["uri"]] is None:
                 raise MissError(f"the result's artifact {ref['uri']} is gone already")
@@ -213,6 +217,7 @@ def keep_result(
             "key": kept["key"],
             "job_id": handle["job_id"],
             "spec_sha256": kept["spec_sha256"],
+            "result_sha256": hashlib.sha256(data).hexdigest(),
             "created_at": time.time(),
             "made_by": {
                 "dag_id": ti.dag_id,

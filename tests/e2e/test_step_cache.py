@@ -118,7 +118,15 @@ def test_each_reason_an_entry_cannot_be_used_runs_the_job_again_and_says_why(
     assert "was changed after the job was created" in run_and_log()
     assert _jobs(jobs_dir) == {"double": 6}
 
-    # 6. the service (here the local jobs directory) no longer knows the job
+    # 6. the job's result manifest rewritten (an inline value changed, say)
+    latest = json.loads(entry_file.read_text())["job_id"]
+    record = json.loads((jobs_dir / latest / "job.json").read_text())
+    manifest = Path(record["run_uri"].removeprefix("file://")) / "result.json"
+    manifest.write_text(manifest.read_text() + " ")
+    assert f"the result manifest of job {latest} changed since it was cached" in run_and_log()
+    assert _jobs(jobs_dir) == {"double": 7}
+
+    # 7. the service (here the local jobs directory) no longer knows the job
     latest = json.loads(entry_file.read_text())["job_id"]
     shutil.rmtree(jobs_dir / latest)
     assert f"the job that made the result, {latest}, is gone" in run_and_log()
