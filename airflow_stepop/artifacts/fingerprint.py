@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +46,22 @@ def _local_files(path: Path) -> dict[str, Any] | None:
         found = path.lstat()
     except FileNotFoundError:
         return None
-    if not path.is_dir():
+    if stat.S_ISLNK(found.st_mode):  # a job may have put a link in the artifact's place
+        raise ValueError(f"{path} is a symbolic link, not an artifact")
+    if not stat.S_ISDIR(found.st_mode):
         return {"": [found.st_size, found.st_mtime_ns, found.st_ino]}
     files: dict[str, Any] = {}
-    for folder, _, names in os.walk(path):
-        for name in names:
-            file = Path(folder, name)
-            stat = file.lstat()
-            files[file.relative_to(path).as_posix()] = [stat.st_size, stat.st_mtime_ns, stat.st_ino]
-            if len(files) > MAX_FILES:
-                raise ValueError(f"{path} holds more than {MAX_FILES} files")
+    for folder, folders, names in os.walk(path):  # links are not followed
+        for name in [*names, *folders]:
+            entry = Path(folder, name)
+            info = entry.lstat()
+            files[entry.relative_to(path).as_posix()] = [
+                stat.S_IFMT(info.st_mode),
+                info.st_size,
+                info.st_mtime_ns,
+                info.st_ino,
+            ]
+            _bounded(files, path)
     return files
 
 
@@ -67,11 +74,16 @@ def _remote_files(fs: Any, path: str) -> dict[str, Any] | None:
         return {"": _stamp(info)}
     prefix = path.rstrip("/") + "/"
     files: dict[str, Any] = {}
-    for key, detail in fs.find(path.rstrip("/"), detail=True).items():
-        files[key.removeprefix(prefix)] = _stamp(detail)
-        if len(files) > MAX_FILES:
-            raise ValueError(f"{path} holds more than {MAX_FILES} files")
+    for _, folders, names in fs.walk(path.rstrip("/"), detail=True):  # a listing at a time
+        for detail in [*names.values(), *folders.values()]:
+            files[detail["name"].removeprefix(prefix)] = _stamp(detail)
+            _bounded(files, path)
     return files or None
+
+
+def _bounded(files: dict[str, Any], path: Any) -> None:
+    if len(files) > MAX_FILES:
+        raise ValueError(f"{path} holds more than {MAX_FILES} files and folders")
 
 
 def _stamp(info: dict[str, Any]) -> list[Any]:

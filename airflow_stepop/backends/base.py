@@ -295,7 +295,7 @@ class StepBackend(JobService):
         Raises what ``status`` raises; ``is_gone`` tells a job the service no longer has."""
 
     def environment_id(self, docker: DockerSettings | None) -> str:
-        """What the job runs in, as the step cache keys it, with no registry or engine call:
+        """What the job runs in, as the step cache keys it, with no registry call and no build:
         the content hash of ``docker``'s image (what its tag is made of). A backend that runs
         a named image (``image_uri=``) or an interpreter of its own says so instead."""
         from airflow_stepop.images.builder import environment_hash

@@ -58,13 +58,13 @@ class StepCompletion:
         try:
             if event["status"] != "succeeded":
                 raise step_failure(event, storage)
-            result = read_result(handle, storage, self.storage_conn_id)
+            result, manifest = read_result(handle, storage, self.storage_conn_id)
             self.log.info("Step job %s succeeded; result: %s", shown_job(handle), shown(result))
             billing = report_billing(self.log, context["ti"], backend, event)
             from airflow_stepop.operators.step_cache import keep_result
 
-            keep_result(context.get("task_state_store"), context["ti"], handle, storage, billing,
-                        self.log)  # fmt: skip
+            keep_result(context.get("task_state_store"), context["ti"], handle, storage,
+                        manifest, billing, self.log)  # fmt: skip
             remember(
                 context.get("task_state_store"),
                 {"handle": handle, "try_number": context["ti"].try_number, "delivered": True},

@@ -103,7 +103,7 @@ def _reuse(
 
     storage = worker_storage(storage_conn_id)
     try:
-        result = read_result(handle, storage, storage_conn_id, check_artifacts=True)
+        result = read_result(handle, storage, storage_conn_id, check_artifacts=True).value
     except Exception as exc:
         log.warning("Job %s succeeded but its result cannot be used (%s)", shown_job(handle), exc)
         return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_stepop.artifacts.ref import ArtifactRef
 from airflow_stepop.backends.naming import shown_job
@@ -187,28 +187,43 @@ def _without_traceback(tail: list[str], traceback: str) -> list[str]:
     return kept[::-1]
 
 
+RESULT_MANIFEST_MAX_BYTES = 64 << 20  # a manifest of inline results of 64 KiB each
+
+
+class JobResult(NamedTuple):
+    value: Any  # what the task returns
+    manifest: bytes  # the result manifest as read (the step cache pins its sha256)
+
+
 def read_result(
     handle: dict[str, Any],
     storage: Storage,
     conn_id: str | None,
     *,
     check_artifacts: bool = False,
-) -> Any:
+) -> JobResult:
     """The step's result from its manifest; its references carry ``conn_id``, the operator's
     connection (the manifest is the job's: a connection named in it is never used).
     ``check_artifacts``: every artifact it names must still be there (a result reused from an
-    earlier try; a fresh one was just written)."""
+    earlier try; a fresh one was just written). The job writes the manifest: it is read as at
+    most ``RESULT_MANIFEST_MAX_BYTES``."""
+    import json
+
     from airflow_stepop.runtime import spec as specs
     from airflow_stepop.runtime import values
     from airflow_stepop.runtime.storage import join
 
-    manifest = storage.read_json(join(output_uri(handle), specs.RESULT_NAME))
+    data = storage.read_bounded(
+        join(output_uri(handle), specs.RESULT_NAME), RESULT_MANIFEST_MAX_BYTES
+    )
+    manifest = json.loads(data)
     for record in values.references(manifest["outputs"]) if check_artifacts else ():
         if not storage.exists(record["uri"]):
             raise values.ArtifactMissingError(f"the result names {record['uri']}, which is gone")
-    return values.decode(
+    value = values.decode(
         manifest["outputs"], lambda record: ArtifactRef.from_record(record, conn_id)
     )
+    return JobResult(value, data)
 
 
 def report_billing(

@@ -41,6 +41,7 @@ STATE_KEY = "stepop_cache"  # in the task state store: the key of the job this t
 ENTRY_MAX_BYTES = 1 << 20
 SPEC_MAX_BYTES = 64 << 20  # a spec holds inline arguments of up to 64 KiB each
 RESULT_MAX_BYTES = 64 << 20
+CLOCK_SKEW_SECONDS = 3600  # an entry written later than this from now is no entry of ours
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,255}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -58,7 +59,7 @@ class MissError(Exception):
 def look_up(
     backend: StepBackend,
     storage: Storage,
-    entry_uri: str,
+    root: str,
     key: CacheKey,
     expires_after: float | None,
     conn_id: str | None,
@@ -68,7 +69,7 @@ def look_up(
     from airflow_stepop.packaging.cache_key import shown_parts
 
     try:
-        hit = _verified_hit(backend, storage, entry_uri, key, expires_after, conn_id)
+        hit = _verified_hit(backend, storage, root, key, expires_after, conn_id)
     except MissError as exc:
         log.info("Step cache miss: %s. Key %s", exc, shown_parts(key))
         return None
@@ -79,12 +80,14 @@ def look_up(
 def _verified_hit(
     backend: StepBackend,
     storage: Storage,
-    entry_uri: str,
+    root: str,
     key: CacheKey,
     expires_after: float | None,
     conn_id: str | None,
 ) -> Hit:
-    entry = _entry(storage, entry_uri, key)
+    from airflow_stepop.packaging.cache_key import entry_uri
+
+    entry = _entry(storage, entry_uri(root, key.dag_id, key.digest), key)
     age = time.time() - entry["created_at"]
     if expires_after is not None and age > expires_after:
         raise MissError(
@@ -92,18 +95,28 @@ def _verified_hit(
             f"cache_expires_after={timedelta(seconds=expires_after)})"
         )
     job_id = entry["job_id"]
-    try:
-        record = backend.job_record(job_id)
-    except Exception as exc:
-        if backend.is_gone(exc):
-            raise MissError(f"the job that made the result, {job_id}, is gone ({exc})") from exc
-        raise MissError(f"the service did not answer for job {job_id} ({exc})") from exc
+    record = _job_record(backend, job_id)
     if record.status.state != "succeeded":
         raise MissError(f"the service says job {job_id} {record.status.state}")
     if not record.spec_sha256 or record.spec_sha256 != entry["spec_sha256"]:
         raise MissError(f"the entry does not match the service's record of job {job_id}")
     _check_spec(storage, record, key)
-    return Hit(_result(storage, record, entry, conn_id), entry, record)
+    return Hit(_result(storage, root, record, entry, conn_id), entry, record)
+
+
+def _job_record(backend: StepBackend, job_id: str) -> JobRecord:
+    """The service's record of the job, asked up to three times while it answers with a
+    transient error (throttling, 5xx): a miss costs a job."""
+    for attempt in range(3):
+        try:
+            return backend.job_record(job_id)
+        except Exception as exc:
+            if backend.is_gone(exc):
+                raise MissError(f"the job that made the result, {job_id}, is gone ({exc})") from exc
+            if attempt == 2 or not backend.is_transient(exc):
+                raise MissError(f"the service did not answer for job {job_id} ({exc})") from exc
+            time.sleep(2**attempt)
+    raise AssertionError("unreachable")
 
 
 def _entry(storage: Storage, uri: str, key: CacheKey) -> dict[str, Any]:
@@ -123,8 +136,8 @@ def _entry(storage: Storage, uri: str, key: CacheKey) -> dict[str, Any]:
             isinstance(entry.get(name), str) and _SHA256.fullmatch(entry[name]) is not None
             for name in ("spec_sha256", "result_sha256")
         )
-        and isinstance(entry.get("created_at"), (int, float))
-        and math.isfinite(entry["created_at"])
+        and type(entry.get("created_at")) in (int, float)
+        and 0 < entry["created_at"] <= time.time() + CLOCK_SKEW_SECONDS
         and isinstance(entry.get("outputs"), dict)
     )
     if not fine:
@@ -150,10 +163,11 @@ def _check_spec(storage: Storage, record: JobRecord, key: CacheKey) -> None:
         raise MissError(f"job {job} ran another key")
 
 
-def _result(storage: Storage, record: JobRecord, entry: dict[str, Any], conn_id: str | None) -> Any:
+def _result(
+    storage: Storage, root: str, record: JobRecord, entry: dict[str, Any], conn_id: str | None
+) -> Any:
     """The job's result: its manifest the one the entry found (its sha256), every artifact of it
     still there and as the entry found it. Whatever else is wrong with it is a miss too."""
-    from airflow_stepop.artifacts.fingerprint import fingerprint
     from airflow_stepop.artifacts.ref import ArtifactRef
     from airflow_stepop.runtime import values
 
@@ -164,12 +178,12 @@ def _result(storage: Storage, record: JobRecord, entry: dict[str, Any], conn_id:
     try:
         outputs = json.loads(data)["outputs"]
         refs = values.references(outputs)
-        uris = [ref["uri"] for ref in refs]
     except Exception as exc:
         raise MissError(f"the result of job {job} is no result manifest ({exc})") from exc
-    for uri in uris:
+    for ref in refs:
+        uri = ref.get("uri")
         try:
-            now = fingerprint(storage, uri)
+            now = _fingerprint(storage, root, ref)
         except Exception as exc:  # access denied, too many files, the store down: a miss
             raise MissError(f"the result's artifact {uri} cannot be checked ({exc})") from exc
         if now is None:
@@ -180,6 +194,23 @@ def _result(storage: Storage, record: JobRecord, entry: dict[str, Any], conn_id:
         return values.decode(outputs, lambda item: ArtifactRef.from_record(item, conn_id))
     except Exception as exc:
         raise MissError(f"the result of job {job} is unreadable ({exc})") from exc
+
+
+def _fingerprint(storage: Storage, root: str, ref: Any) -> str | None:
+    """An artifact's fingerprint (``artifacts.fingerprint``), only under the artifact root: the
+    job wrote its URI. A directory with no file in it has nothing in an object store: "empty"."""
+    from airflow_stepop.artifacts.fingerprint import fingerprint
+    from airflow_stepop.runtime.storage import unsafe_key
+    from airflow_stepop.runtime.verified import EMPTY_TREE
+
+    uri = ref.get("uri") if isinstance(ref, dict) else None
+    prefix = root.rstrip("/") + "/"
+    if not isinstance(uri, str) or not uri.startswith(prefix) or unsafe_key(uri[len(prefix) :]):
+        raise ValueError(f"{uri!r} is not under the artifact root {root}")
+    found = fingerprint(storage, uri)
+    if found is None and ref.get("size") == 0 and ref.get("sha256") == EMPTY_TREE:
+        return "empty"
+    return found
 
 
 def _manifest_bytes(storage: Storage, handle: dict[str, Any]) -> bytes:
@@ -195,111 +226,149 @@ def _manifest_bytes(storage: Storage, handle: dict[str, Any]) -> bytes:
 
 
 def keep_result(
-    store: Any, ti: Any, handle: dict[str, Any], storage: Storage, billing: Any, log: Logger
+    store: Any,
+    ti: Any,
+    handle: dict[str, Any],
+    storage: Storage,
+    manifest: bytes,
+    billing: Any,
+    log: Logger,
 ) -> None:
-    """After the job this try started succeeded and its result was read: write the entry of
-    the key it ran (recorded by ``remember_key``), replacing any. A failure here never fails
-    the step: its result is good, only the next run will miss."""
-    from airflow_stepop.artifacts.fingerprint import fingerprint
+    """After the job this try started succeeded and its result manifest (``manifest``, as the
+    task read it) was read: write the entry of the key it ran (``remember_key``), replacing
+    any. A failure here never fails the step: its result is good, only the next run misses."""
+    from airflow_stepop.packaging.cache_key import entry_uri
     from airflow_stepop.runtime import values
 
-    kept = store.get(STATE_KEY) if store is not None else None
-    if not isinstance(kept, dict) or kept.get("try_number") != ti.try_number:
-        return  # caching is off, or this try did not start the job (a re-attached one)
     try:
-        data = _manifest_bytes(storage, handle)
+        kept = store.get(STATE_KEY) if store is not None else None
+        if not isinstance(kept, dict) or kept.get("try_number") != ti.try_number:
+            return  # caching is off, or this try did not start the job (a re-attached one)
         outputs = {}
-        for ref in values.references(json.loads(data)["outputs"]):
-            outputs[ref["uri"]] = fingerprint(storage, ref["uri"])
+        for ref in values.references(json.loads(manifest)["outputs"]):
+            outputs[ref["uri"]] = _fingerprint(storage, kept["root"], ref)
             if outputs[ref["uri"]] is None:
                 raise MissError(f"the result's artifact {ref['uri']} is gone already")
         entry = {
             "key": kept["key"],
             "job_id": handle["job_id"],
             "spec_sha256": kept["spec_sha256"],
-            "result_sha256": hashlib.sha256(data).hexdigest(),
+            "result_sha256": hashlib.sha256(manifest).hexdigest(),
             "created_at": time.time(),
             "made_by": {
-                "dag_id": ti.dag_id,
                 "run_id": ti.run_id,
                 "task_id": ti.task_id,
                 "map_index": ti.map_index,
                 "try_number": ti.try_number,
             },
-            "billing": billing if isinstance(billing, dict) else None,
+            "billing": {
+                name: billing.get(name) for name in ("billable_seconds", "estimated_cost_usd")
+            }
+            if isinstance(billing, dict)
+            else None,  # fmt: skip
             "outputs": outputs,
         }
-        storage.write_bytes(kept["entry_uri"], json.dumps(entry, indent=1).encode())
+        uri = entry_uri(kept["root"], ti.dag_id, kept["key"])
+        _refuse_links(storage, kept["root"], uri)
+        storage.write_bytes(uri, json.dumps(entry, indent=1).encode())
     except Exception as exc:
         log.warning("Step cache: the result was not cached (%s)", exc)
         return
     log.info("Step cache: result of job %s kept under key %s", shown_job(handle), kept["key"])
 
 
-def remember_key(store: Any, ti: Any, key: CacheKey, entry_uri: str, spec_sha256: str) -> None:
+def _refuse_links(storage: Storage, root: str, uri: str) -> None:
+    """On a local root, where a job may have made ``cache/<dag_id>`` a link elsewhere: the
+    entry's directory must resolve to a directory under the root."""
+    from pathlib import Path
+
+    local, base = storage.local_path(uri), storage.local_path(root)
+    if local is None or base is None:
+        return
+    local.parent.mkdir(parents=True, exist_ok=True)
+    if not local.parent.resolve().is_relative_to(Path(base).resolve()):
+        raise ValueError(f"{local.parent} leads out of the artifact root {root}")
+
+
+def remember_key(store: Any, ti: Any, key: CacheKey, root: str, spec_sha256: str) -> None:
     """The key the job this try starts runs, for ``keep_result`` (in another process after a
     deferral): the task state store keeps it across the deferral, never the artifact store."""
     if store is not None:
-        store.set(STATE_KEY, {"key": key.digest, "entry_uri": entry_uri,
+        store.set(STATE_KEY, {"key": key.digest, "root": root,
                               "spec_sha256": spec_sha256, "try_number": ti.try_number})  # fmt: skip
 
 
 def report_hit(log: Logger, ti: Any, backend: StepBackend, hit: Hit) -> None:
-    """The task log's line for a hit: which run and task made the result and what it cost then;
-    the billing XCom says this try cost nothing and names the job that did."""
+    """The task log's line for a hit: which run and task made the result and what it cost then
+    (the entry's word, only shown); the billing XCom says this try cost nothing and names the
+    job that did (the service's word)."""
     made_by = hit.entry.get("made_by") if isinstance(hit.entry.get("made_by"), dict) else {}
+    made_by = {name: _shown(made_by.get(name)) for name in ("run_id", "task_id", "map_index",
+                                                            "try_number")}  # fmt: skip
     billing = hit.entry.get("billing") if isinstance(hit.entry.get("billing"), dict) else {}
     saved = billing.get("estimated_cost_usd")
+    saved = float(saved) if type(saved) in (int, float) and math.isfinite(saved) else None
     job = shown_job(hit.record.handle)
+    index = made_by["map_index"]
     log.info(
         "Step cache hit: returning the result of job %s (run %s, task %s%s, try %s, cached %s), "
         "with no job of its own; it saved %s",
         job,
-        made_by.get("run_id"),
-        made_by.get("task_id"),
-        "" if made_by.get("map_index", -1) == -1 else f"[{made_by.get('map_index')}]",
-        made_by.get("try_number"),
+        made_by["run_id"],
+        made_by["task_id"],
+        "" if index in (-1, None) else f"[{index}]",
+        made_by["try_number"],
         _when(hit.entry["created_at"]),
-        f"about ${saved:.4f} ({billing.get('billable_seconds')} billable s)"
-        if isinstance(saved, (int, float))
-        else "the job's time (no billing record)",
+        "the job's time (no billing record)" if saved is None else f"about ${saved:.4f}",
     )
     key = getattr(backend, "billing_xcom_key", None)
     if key:
         ti.xcom_push(key=key, value={
             "cache_hit": True, "original_job": hit.record.handle.get("job_id"),
             "made_by": made_by, "billable_seconds": 0, "estimated_cost_usd": 0.0,
-            "saved_usd": saved if isinstance(saved, (int, float)) else None,
+            "saved_usd": saved,
         })  # fmt: skip
 
 
+def _shown(value: Any) -> Any:
+    """A value of the entry as the log and an XCom show it: a number, or short printable text."""
+    if type(value) is int or value is None:
+        return value
+    text = str(value)[:250]
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def _when(stamp: float) -> str:
-    return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return "at an unknown time"
 
 
 class Lookup(NamedTuple):
     key: CacheKey
-    entry_uri: str
     hit: Hit | None
 
 
 def check(op: Any, context: Any, backend: StepBackend, staging: Any) -> Lookup | None:
     """The step's key and what its entry holds; None when caching is off for the step."""
-    from airflow_stepop.packaging.cache_key import cache_key, entry_uri
+    from airflow_stepop.packaging.cache_key import cache_key
 
     enabled, version, expires_after = settings(op)
     if not enabled:
         return None
     key = cache_key(
         staging.encoded,
+        dag_id=context["ti"].dag_id,
         backend=type(backend).__name__,
         environment=backend.environment_id(op.docker_settings),
         env_vars=op.environment,
         cache_version=version,
     )
-    uri = entry_uri(staging.root, context["ti"].dag_id, key.digest)
-    hit = look_up(backend, staging.storage, uri, key, expires_after, op.storage_conn_id, op.log)
-    return Lookup(key, uri, hit)
+    hit = look_up(
+        backend, staging.storage, staging.root, key, expires_after, op.storage_conn_id, op.log
+    )
+    return Lookup(key, hit)
 
 
 def settings(op: Any) -> tuple[bool, str | None, float | None]:
@@ -310,6 +379,8 @@ def settings(op: Any) -> tuple[bool, str | None, float | None]:
 
     enabled = op.cache if op.cache is not None else config.get_bool("cache")
     version = op.cache_version
+    if type(version) in (int, float):  # "{{ var.value.v }}" rendered natively: "2" is 2
+        version = str(version)
     if enabled and version is not None and (not isinstance(version, str) or not version.strip()):
         raise SettingsError(
             f"{op.argument_owner}.cache_version rendered to {version!r}: a cache version must be "

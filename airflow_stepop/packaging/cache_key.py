@@ -2,13 +2,14 @@
 
 Its parts are what the job reads and what it runs in: the code bundle's digest (the function
 and every module it carries), how the runtime finds the callable, the Python version, every
-input (inline values as canonical JSON, artifacts by their digest, never by URI: an upstream
-step whose result came from the cache hands the same bytes, so downstream keys stay equal), the
-job's environment variables, the shape the result is returned in, the environment the job runs
-in (``StepBackend.environment_id``), the backend and ``cache_version``. Not the run, the try or
-the logical date: a step that names ``ds`` or ``run_id`` as a parameter gets it as an input, so
-its key changes with it. Not ``resources``: the same function on another machine type reuses the
-result (the README says when to set ``cache_version`` instead).
+input (inline values as JSON, a dict's keys in the order the step gets them; artifacts by their
+digest, never by URI: an upstream step whose result came from the cache hands the same bytes,
+so downstream keys stay equal), the job's environment variables, the shape the result is
+returned in, the environment the job runs in (``StepBackend.environment_id``), the backend and
+``cache_version``. Not the run, the try or the logical date: a step that names ``ds`` or
+``run_id`` as a parameter gets it as an input, so its key changes with it. Not ``resources``:
+the same function on another machine type reuses the result (the README says when to set
+``cache_version`` instead).
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ _REF_FIELDS = ("sha256", "digest_kind", "materializer", "type_name", "python")
 class CacheKey(NamedTuple):
     digest: str  # sha256 hex of the canonical JSON of ``parts``
     parts: dict[str, Any]
+    dag_id: str  # whose entries it is among (``entry_uri``); not in the digest
 
 
 def cache_key(
     encoded: EncodedStep,
     *,
+    dag_id: str,
     backend: str,
     environment: str,
     env_vars: Mapping[str, str],
@@ -47,7 +50,7 @@ def cache_key(
         "callable": spec["callable"],
         "python": spec["python"],
         "args": [_keyed(node) for node in spec["args"]],
-        "kwargs": {name: _keyed(node) for name, node in spec["kwargs"].items()},
+        "kwargs": [[name, _keyed(node)] for name, node in spec["kwargs"].items()],
         "env": dict(sorted(env_vars.items())),
         "returns": {
             "multiple_outputs": spec["multiple_outputs"],
@@ -56,7 +59,7 @@ def cache_key(
         },
         "cache_version": cache_version,
     }
-    return CacheKey(_sha256(parts), parts)
+    return CacheKey(_sha256(parts), parts, dag_id)
 
 
 def _keyed(node: dict[str, Any]) -> dict[str, Any]:
@@ -67,8 +70,9 @@ def _keyed(node: dict[str, Any]) -> dict[str, Any]:
     if "list" in node:
         return {"list": [_keyed(item) for item in node["list"]], "tuple": node.get("tuple")}
     if "dict" in node:
-        return {"dict": {name: _keyed(item) for name, item in node["dict"].items()}}
-    return node
+        return {"dict": [[name, _keyed(item)] for name, item in node["dict"].items()]}
+    # as the step gets it: a dict's keys in their order (the key's own JSON sorts its keys)
+    return {"inline": json.dumps(node["inline"], separators=(",", ":"), ensure_ascii=False)}
 
 
 def _sha256(value: Any) -> str:
@@ -87,7 +91,7 @@ def shown_parts(key: CacheKey, limit: int = 60) -> str:
     else:
         callable_name = f"{target.get('qualname')} (pickled)"
     inputs = [f"op_args[{i}]={_shown_node(node, limit)}" for i, node in enumerate(parts["args"])]
-    inputs += [f"{name}={_shown_node(node, limit)}" for name, node in parts["kwargs"].items()]
+    inputs += [f"{name}={_shown_node(node, limit)}" for name, node in parts["kwargs"]]
     fields = [
         f"code={parts['code'][:12]}",
         f"callable={callable_name}",
@@ -106,7 +110,7 @@ def _shown_node(node: dict[str, Any], limit: int) -> str:
     if "ref" in node:
         return f"artifact sha256:{node['ref']['sha256'][:12]}"
     if "inline" in node:
-        text = json.dumps(node["inline"], sort_keys=True)
+        text = node["inline"]
         return text if len(text) <= limit else f"{text[: limit - 3]}... ({_sha256(node)[:12]})"
     return f"{'list' if 'list' in node else 'dict'} {_sha256(node)[:12]}"
 

@@ -81,7 +81,7 @@ def test_a_connection_named_in_the_result_manifest_is_never_used(tmp_path):
     manifest = {"spec_version": 1, "outputs": {"ref": {**record, "conn_id": "their_conn"}}}
     (tmp_path / "run" / "result.json").write_text(json.dumps(manifest))
 
-    ref = read_result({"run_uri": f"file://{tmp_path}/run"}, Storage(), "aws_default")
+    ref = read_result({"run_uri": f"file://{tmp_path}/run"}, Storage(), "aws_default").value
 
     assert ref.conn_id == "aws_default"
 

@@ -221,9 +221,12 @@ class LocalBackend(StepBackend):
         }
 
     def environment_id(self, docker: DockerSettings | None) -> str:
-        if docker is None:  # the interpreter's packages are not in it: see the README
-            return f"process:{self.python}"
-        return super().environment_id(docker)
+        """A container of the image, or (no ``docker=``, or no engine answers: ``submit`` runs
+        a process then) the interpreter, whose installed packages are not in it (README)."""
+        if docker is not None and (client := _engine(timeout=10)) is not None:
+            client.close()
+            return super().environment_id(docker)
+        return f"process:{self.python}"
 
     def job_record(self, job_id: str) -> JobRecord:
         """The record the job's directory under ``[stepop] local_jobs_dir`` keeps (the worker's
