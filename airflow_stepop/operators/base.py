@@ -221,7 +221,7 @@ class BaseStepOperator(StepCompletion, ImageWait, BaseOperator):
         request = job_request(self, context, identity, staging, extra)
         if cached is not None:  # the entry is written when the job succeeded
             step_cache.remember_key(context.get("task_state_store"), context["ti"], cached.key,
-                                    staging.root, request.spec_sha256)  # fmt: skip
+                                    staging.root, request.spec_sha256, self.log)  # fmt: skip
         prepared = backend.prepare(request)
         if prepared.image_build is not None:
             return self._wait_for_image(context, backend, prepared)

@@ -290,10 +290,15 @@ def _refuse_links(storage: Storage, root: str, uri: str) -> None:
         raise ValueError(f"{local.parent} leads out of the artifact root {root}")
 
 
-def remember_key(store: Any, ti: Any, key: CacheKey, root: str, spec_sha256: str) -> None:
+def remember_key(
+    store: Any, ti: Any, key: CacheKey, root: str, spec_sha256: str, log: Logger
+) -> None:
     """The key the job this try starts runs, for ``keep_result`` (in another process after a
     deferral): the task state store keeps it across the deferral, never the artifact store."""
-    if store is not None:
+    if store is None:
+        log.warning("Step cache: this Airflow gives the task no task state store; the result "
+                    "of its job will not be cached")  # fmt: skip
+    else:
         store.set(STATE_KEY, {"key": key.digest, "root": root,
                               "spec_sha256": spec_sha256, "try_number": ti.try_number})  # fmt: skip
 
