@@ -71,6 +71,12 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "Bytes of code bundles the worker keeps under $AIRFLOW_HOME/stepop-cache/bundles for "
         "later tasks before the least recently used are removed.",
     ),
+    "capacity_attempts": (
+        "integer",
+        "3",
+        "How many machine types a step tries, the cheapest fitting first, when the service "
+        "has no capacity or quota for one (a step's capacity_attempts= wins); 1: no failover.",
+    ),
     "cache": (
         "boolean",
         "False",

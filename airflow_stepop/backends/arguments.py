@@ -291,3 +291,46 @@ def artifact_root(owner: str, value: str | None, schemes: Sequence[str], example
             f"{owner}.artifact_root={value!r}: {bucket!r} is not a bucket name; "
             f"{BUCKET_NAME[scheme][1]} E.g. {example!r}."
         )
+
+
+MAX_FALLBACKS = 19  # machine types after the step's own: 20 attempts at most
+
+
+def fallback_machines(
+    owner: str,
+    catalog: Any,
+    *,
+    chosen: str | None,
+    named: bool,
+    resources: Any,
+    fallback_types: tuple[str, ...],
+    pattern: str,
+    what: str,
+    example: str,
+    resources_as: str = "resources",
+) -> tuple[str, ...]:
+    """The machine types a step fails over to after ``chosen`` when the service has no capacity:
+    ``fallback_types`` as given (each of the service's form, fitting ``resources``), else, for a
+    type chosen from ``resources`` (not ``named``), every other catalog type that fits, the
+    cheapest first; a named type without ``fallback_types`` fails over to nothing."""
+    if fallback_types:
+        for index, name in enumerate(fallback_types):
+            matching(owner, f"fallback_types[{index}]", name, pattern, what, example)
+            catalog.check_explicit(name, resources, owner=owner, explicit="fallback_types",
+                                   written=f"fallback_types[{index}]={name!r}",
+                                   wanted=resources_as)  # fmt: skip
+        repeated = sorted({n for n in fallback_types if fallback_types.count(n) > 1 or n == chosen})
+        if repeated:
+            raise SettingsError(
+                f"{owner}.fallback_types={list(fallback_types)!r} names {repeated[0]!r} twice "
+                "(or the step's own type): each type is tried once; drop the repeat."
+            )
+        if len(fallback_types) > MAX_FALLBACKS:
+            raise SettingsError(
+                f"{owner}.fallback_types has {len(fallback_types)} types; at most "
+                f"{MAX_FALLBACKS} are tried after the step's own. Keep the ones you prefer."
+            )
+        return fallback_types
+    if named or resources is None:
+        return ()
+    return tuple(m.name for m in catalog.fitting(resources) if m.name != chosen)[:MAX_FALLBACKS]

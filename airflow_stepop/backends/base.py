@@ -53,6 +53,9 @@ class JobRequest:
     # Airflow's id of this try (``ti.id``, new for every try and every re-created run): the
     # job carries it, so a job of the same name is only ever taken for this try's own.
     try_id: str = ""
+    # The machine type of this attempt, one of ``StepBackend.machine_choices()`` (None: the
+    # backend's configured one): a step fails over to the next when the service has none.
+    machine: str | None = None
 
     def __post_init__(self) -> None:
         if not self.code_sha256:  # a bundle's name is its digest (``<sha256>.zip``)
@@ -92,6 +95,22 @@ class JobRequest:
         return self.run_uri.rstrip("/").rsplit("/", 1)[0] + "/checkpoints"
 
 
+class MachineChoice(NamedTuple):
+    name: str  # the service's machine type (instance type, machine type, VM size)
+    price_per_hour: float | None  # of the whole job (every machine), as the catalog has it
+
+
+class NoCapacityError(RuntimeError):
+    """The service refused to create the job for want of capacity or quota for its machine
+    type (SageMaker's ResourceLimitExceeded, Vertex AI's RESOURCE_EXHAUSTED): nothing started,
+    and the step fails over to its next machine type."""
+
+    def __init__(self, machine: str | None, reason: str) -> None:
+        self.machine = machine
+        self.reason = reason
+        super().__init__(reason)
+
+
 class JobNameTakenError(RuntimeError):
     """``submit`` found a job of the request's name that another try started (another run of
     the same run_id, another Airflow on the same account): never this try's to attach to."""
@@ -118,6 +137,10 @@ class JobStatus:
     # A running job asked to stop (SageMaker's Stopping, Vertex AI's CANCELLING, Azure ML's
     # CancelRequested): it ends without a result, so a retry runs the step again, not re-attach.
     stopping: bool = False
+    # A failure for want of capacity or quota for the job's machine type, by the service's own
+    # code (SageMaker's CapacityError, Vertex AI's stockouts, Azure ML's capacity failures):
+    # the step fails over to its next machine type (``StepBackend.machine_choices``).
+    capacity: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -293,6 +316,14 @@ class StepBackend(JobService):
         where a caller says: the id comes from a cache entry in the artifact store. The step
         cache uses a result only when the job that made it ran a spec naming the same key.
         Raises what ``status`` raises; ``is_gone`` tells a job the service no longer has."""
+
+    def machine_choices(self) -> tuple[MachineChoice, ...]:
+        """The machine types this step may run on, in the order to try them: the one its
+        configuration chose (named, or the cheapest that fits ``resources``), then those it
+        fails over to when the service reports no capacity (``JobStatus.capacity``,
+        ``NoCapacityError``); () where the service has no such choice (the local backend).
+        ``prepare`` runs a request's ``machine`` instead of the configured one."""
+        return ()
 
     def environment_id(self, docker: DockerSettings | None) -> str:
         """What the job runs in, as the step cache keys it, with no registry call and no build:

@@ -151,6 +151,11 @@ class Catalog:
             "one that fits."
         )
 
+    def fitting(self, want: ResourceSettings) -> list[MachineType]:
+        """Every type that fits ``want``, the cheapest first (``resolve``'s order): what a step
+        fails over to when the service has no capacity for the one before."""
+        return sorted((m for m in self.types if m.fits(want)), key=_cost_order)
+
     def resolve(
         self,
         want: ResourceSettings,
@@ -164,9 +169,9 @@ class Catalog:
         ``explicit`` and ``count`` are the operator's own argument names for a machine type and
         a machine count, so that the error tells the user what to write.
         """
-        fitting = [m for m in self.types if m.fits(want)]
+        fitting = self.fitting(want)
         if fitting:
-            return min(fitting, key=_cost_order)
+            return fitting[0]
         models = sorted({m.gpu_model for m in self.types if m.gpu_model})
         known = frozenset().union(*(m.gpu_names() for m in self.types))
         if want.gpu_type and normalize_gpu(want.gpu_type) not in known:

@@ -368,3 +368,31 @@ def check_cache_arguments(
             "leave it out for entries that never expire."
         )
     return float(seconds)
+
+
+def check_capacity_arguments(owner: str, fallback_types: Any, capacity_attempts: Any) -> tuple:
+    """The failover arguments every operator takes, checked for their shape at parse (each
+    service checks the types' names and that they fit ``resources``)."""
+    if capacity_attempts is not None and (
+        type(capacity_attempts) is not int or not 1 <= capacity_attempts <= MAX_ATTEMPTS
+    ):
+        raise SettingsError(
+            f"{owner}.capacity_attempts={capacity_attempts!r} must be a whole number from 1 to "
+            f"{MAX_ATTEMPTS} (1: no failover), e.g. capacity_attempts=3; leave it out for "
+            "[stepop] capacity_attempts."
+        )
+    if fallback_types is None:
+        return ()
+    if (
+        isinstance(fallback_types, str)
+        or not isinstance(fallback_types, (list, tuple))
+        or not all(isinstance(name, str) and name.strip() for name in fallback_types)
+    ):
+        raise SettingsError(
+            f"{owner}.fallback_types={fallback_types!r} must be a list of machine type names, "
+            "in the order to try them after the step's own, e.g. fallback_types=['ml.g5.2xlarge']."
+        )
+    return tuple(fallback_types)
+
+
+MAX_ATTEMPTS = 20

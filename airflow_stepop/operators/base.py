@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -28,6 +28,7 @@ from airflow_stepop.backends.naming import shown_job
 from airflow_stepop.operators.arguments import (
     check_cache_arguments,
     check_call_arguments,
+    check_capacity_arguments,
     check_connection,
     check_default_args,
     check_step_arguments,
@@ -37,6 +38,7 @@ from airflow_stepop.operators.arguments import (
     rendered_later,
     resources_written_as,
 )
+from airflow_stepop.operators.capacity import CapacityFailover
 from airflow_stepop.operators.completion import StepCompletion
 from airflow_stepop.operators.image_wait import ImageWait, first_event, still_running
 
@@ -47,7 +49,7 @@ if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
     from airflow_stepop.triggers.deferral import StepJobDeferral
 
 
-class BaseStepOperator(StepCompletion, ImageWait, BaseOperator):
+class BaseStepOperator(CapacityFailover, StepCompletion, ImageWait, BaseOperator):
     """Run ``python_callable`` as a job on a step backend; see the README for the arguments."""
 
     template_fields = ("op_args", "op_kwargs", "environment", "cache_version")
@@ -87,6 +89,8 @@ class BaseStepOperator(StepCompletion, ImageWait, BaseOperator):
         cache: bool | None = None,
         cache_version: str | None = None,
         cache_expires_after: timedelta | float | None = None,
+        fallback_types: Sequence[str] | None = None,
+        capacity_attempts: int | None = None,
         **kwargs: Any,
     ) -> None:
         refuse_unknown_arguments(type(self), kwargs)
@@ -123,6 +127,8 @@ class BaseStepOperator(StepCompletion, ImageWait, BaseOperator):
             name, cache, cache_version, cache_expires_after
         )
         self.cache, self.cache_version = cache, cache_version
+        self.fallback_types = check_capacity_arguments(name, fallback_types, capacity_attempts)
+        self.capacity_attempts = capacity_attempts
 
     @classmethod
     def partial(cls, **kwargs: Any) -> Any:
@@ -198,7 +204,9 @@ class BaseStepOperator(StepCompletion, ImageWait, BaseOperator):
         services = [f for f in self.template_fields if f not in BaseStepOperator.template_fields]
         refuse_empty_renders(self.argument_owner, {f: getattr(self, f, None) for f in services})
 
-    def _start(self, context: Any, identity: TaskIdentity, backend: StepBackend) -> Any:
+    def _start(
+        self, context: Any, identity: TaskIdentity, backend: StepBackend, fresh: bool = True
+    ) -> Any:
         """Submit the step's job and wait for it, unless the task was killed while it was being
         prepared; or, where a service builds the job's image first, start (or join) that build
         and defer until it has built the image (the trigger then creates the job).
@@ -212,8 +220,10 @@ class BaseStepOperator(StepCompletion, ImageWait, BaseOperator):
         from airflow_stepop.operators import step_cache
         from airflow_stepop.operators.job_request import encode_request, job_request
 
+        if fresh:  # not the next machine type of a failover (``operators/capacity``)
+            self._reset_attempts(context)
         staging = encode_request(self, context, identity, backend)
-        cached = step_cache.check(self, context, backend, staging)
+        cached = step_cache.check(self, context, backend, staging) if fresh else None
         if cached is not None and cached.hit is not None:
             staging.encoded.discard()
             return self._cache_hit(context, backend, cached.hit)
@@ -222,6 +232,7 @@ class BaseStepOperator(StepCompletion, ImageWait, BaseOperator):
         if cached is not None:  # the entry is written when the job succeeded
             step_cache.remember_key(context.get("task_state_store"), context["ti"], cached.key,
                                     staging.root, request.spec_sha256, self.log)  # fmt: skip
+        request = self._attempt_request(context, backend, request)
         prepared = backend.prepare(request)
         if prepared.image_build is not None:
             return self._wait_for_image(context, backend, prepared)
@@ -229,10 +240,14 @@ class BaseStepOperator(StepCompletion, ImageWait, BaseOperator):
             from airflow_stepop.operators.outcome import StepKilledError
 
             raise StepKilledError("The task was killed before its job was submitted: no job ran")
+        from airflow_stepop.backends.base import NoCapacityError
         from airflow_stepop.operators.task_identity import submit_as_own
 
         ti = context["ti"]
-        submitted = submit_as_own(backend, request, ti.try_number, self.log, prepared)
+        try:
+            submitted = submit_as_own(backend, request, ti.try_number, self.log, prepared)
+        except NoCapacityError as exc:  # nothing started: the next machine type, if any
+            return self._fail_over(context, backend, exc.reason)
         handle = {**submitted, "submitted_at": time.time()}
         self._handle = (backend, handle)  # from now on, on_kill stops it
         self.log.info("Submitted job %s", shown_job(handle))

@@ -22,6 +22,9 @@ class StepCompletion:
     storage_conn_id: str | None
     _killed: bool
 
+    def _fail_over(self, context: Any, backend: StepBackend, reason: Any) -> Any:
+        raise NotImplementedError  # ``operators/capacity``
+
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         from airflow_stepop.artifacts.storage import worker_storage
         from airflow_stepop.operators.earlier_try import remember
@@ -55,6 +58,9 @@ class StepCompletion:
         # is stopped now (and released below).
         if event["status"] == "unwatched" and self._left_to_retry(backend, handle, context["ti"]):
             raise step_failure(event, storage)
+        if event["status"] == "failed" and event.get("capacity") and not self._killed:
+            self._release(backend, handle)  # it never ran: the next machine type, if any
+            return self._fail_over(context, backend, event.get("reason"))
         try:
             if event["status"] != "succeeded":
                 raise step_failure(event, storage)

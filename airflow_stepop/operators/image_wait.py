@@ -57,7 +57,9 @@ class ImageWait:
 
         if event["status"] == "name_taken":
             self.log.warning("%s", event.get("reason"))
-            return self._start(context, task_identity(context), backend)
+            return self._start(context, task_identity(context), backend, fresh=False)
+        if event["status"] == "no_capacity":  # the create after the build: the next type
+            return self._fail_over(context, backend, event.get("reason"))  # type: ignore[attr-defined]
         build = event["handle"]
         if event["status"] == "stopped" and build.get("joined") and not self._killed:
             self.log.warning(

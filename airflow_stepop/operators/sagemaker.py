@@ -99,6 +99,7 @@ class SageMakerStepOperator(BaseStepOperator):
             tags=tags,
             image_uri=image_uri,
             image_repository=image_repository,
+            fallback_types=self.fallback_types,
         )
         self.role = role
         self.image_uri = image_uri

@@ -23,7 +23,7 @@ from typing import Any
 
 from airflow.triggers.base import TriggerEvent
 
-from airflow_stepop.backends.base import JobNameTakenError
+from airflow_stepop.backends.base import JobNameTakenError, NoCapacityError
 from airflow_stepop.backends.naming import shown_job
 from airflow_stepop.triggers.relay_cursor import CursorStore
 
@@ -87,6 +87,8 @@ class ImagePhase:
                 break
             except JobNameTakenError as exc:
                 return self._create_event("name_taken", str(exc), build)
+            except NoCapacityError as exc:  # the worker fails over to the next machine type
+                return self._create_event("no_capacity", exc.reason, build)
             except Exception as exc:
                 failures += 1
                 if not backend.is_transient(exc) or failures >= CREATE_ATTEMPTS:

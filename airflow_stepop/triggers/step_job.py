@@ -367,6 +367,7 @@ class StepJobTrigger(UserKill, ImagePhase, JobLogRelay, BaseTrigger):
             {
                 "status": status.state,
                 "reason": status.reason,
+                "capacity": status.capacity,
                 "details": status.details,
                 "handle": self.handle,
                 "log_tail": list(tail),

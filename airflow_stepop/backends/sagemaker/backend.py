@@ -24,6 +24,7 @@ request's shape in ``launch.py``. How a step becomes a job:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -36,6 +37,8 @@ from airflow_stepop.backends.base import (
     JobRecord,
     JobRequest,
     JobStatus,
+    MachineChoice,
+    NoCapacityError,
     PreparedJob,
     StepBackend,
     service_refusal,
@@ -132,6 +135,8 @@ class SageMakerBackend(StepBackend):
         if self.job is None:
             raise RuntimeError("SageMakerBackend.prepare needs a job configuration")
         job = self.job
+        if request.machine:  # a failover's next instance type (``machine_choices``)
+            job = dataclasses.replace(job, instance_type=request.machine)
         storage = self._storage()
         spec = read_staged_spec(storage, request)
         channels, launch, environment, output_uri = build_launch(request, spec, request.job_name)
@@ -209,6 +214,10 @@ class SageMakerBackend(StepBackend):
             if error_code(exc) == "ValidationException":  # an image it cannot find, say
                 reason = exc.response["Error"].get("Message") or str(exc)  # type: ignore[attr-defined]
                 raise service_refusal("SageMaker", reason) from exc
+            if error_code(exc) == "ResourceLimitExceeded":  # a quota for the instance type
+                message = exc.response["Error"].get("Message") or str(exc)  # type: ignore[attr-defined]
+                instance_type = request["ResourceConfig"]["InstanceType"]
+                raise NoCapacityError(instance_type, f"ResourceLimitExceeded: {message}") from exc
             if error_code(exc) != "ResourceInUse":
                 raise
             existing = client.describe_training_job(TrainingJobName=name)
@@ -219,6 +228,16 @@ class SageMakerBackend(StepBackend):
             log.info("Training job %s exists already; attaching to it", name)
         log.info("Training job %s: %s, image %s", name, handle["machine"], handle["image"])
         return dict(handle)
+
+    def machine_choices(self) -> tuple[MachineChoice, ...]:
+        if self.job is None or not self.job.instance_type:
+            return ()
+        return tuple(
+            MachineChoice(
+                name, self._hourly_price(dataclasses.replace(self.job, instance_type=name))
+            )
+            for name in (self.job.instance_type, *self.job.fallback_types)
+        )
 
     @staticmethod
     def _hourly_price(job: SageMakerJobConfig) -> float | None:

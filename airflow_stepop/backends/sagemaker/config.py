@@ -63,6 +63,8 @@ class SageMakerJobConfig:
     tags: dict[str, str] = field(default_factory=dict)
     image_uri: str | None = None
     image_repository: str | None = None
+    # the instance types to fail over to, in order, when SageMaker has no capacity for one
+    fallback_types: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class SageMakerArguments:
     output_kms_key: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     image_repository: str | None = None
+    fallback_types: tuple[str, ...] = ()
 
     @classmethod
     def check(
@@ -108,6 +111,7 @@ class SageMakerArguments:
         tags: Any = None,
         image_uri: Any = None,
         image_repository: Any = None,
+        fallback_types: tuple[str, ...] = (),
         resources_as: str = "resources",
     ) -> SageMakerArguments:
         arn = "'arn:aws:iam::123456789012:role/SageMakerExecution'"
@@ -121,13 +125,19 @@ class SageMakerArguments:
             )
         check.conn_id(owner, "aws_conn_id", aws_conn_id, "aws_default", optional=True)
         check.matching(owner, "region_name", region_name, _REGION, "an AWS region", "us-east-1")
-        if instance_type is not None:
+        named = instance_type is not None
+        if named:
             check.matching(owner, "instance_type", instance_type, _INSTANCE_TYPE,
                            "a SageMaker instance type", "ml.g5.xlarge")  # fmt: skip
             _catalog().check_explicit(instance_type, resources, owner=owner,
                                    explicit="instance_type", wanted=resources_as)  # fmt: skip
         elif resources is not None:
             instance_type = _catalog().resolve(resources, owner=f"{owner}.{resources_as}").name
+        fallbacks = check.fallback_machines(
+            owner, _catalog(), chosen=instance_type, named=named, resources=resources,
+            fallback_types=fallback_types, pattern=_INSTANCE_TYPE,
+            what="a SageMaker instance type", example="ml.g5.2xlarge", resources_as=resources_as,
+        )  # fmt: skip
         count = check.whole_number(owner, "instance_count", instance_count, low=1, high=100)
         volume = check.whole_number(owner, "volume_size_gb", volume_size_gb, low=1, high=16384)
         runtime = _seconds(owner, "max_runtime", max_runtime, MAX_RUNTIME_LIMIT, low=1)
@@ -191,6 +201,7 @@ class SageMakerArguments:
             output_kms_key=output_kms_key,
             tags=tag_map,
             image_repository=image_repository,
+            fallback_types=fallbacks,
         )
 
     def job_config(

@@ -95,7 +95,9 @@ def map_status(description: dict[str, Any]) -> JobStatus:
     if status == "Completed":
         return JobStatus("succeeded")
     if status == "Failed":
-        return JobStatus("failed", description.get("FailureReason") or "the job failed")
+        reason = description.get("FailureReason") or "the job failed"
+        # SageMaker's own prefix for a job it could not provision (its docs' troubleshooting)
+        return JobStatus("failed", reason, capacity=reason.startswith("CapacityError"))
     if status == "Stopped":
         if secondary in ("MaxRuntimeExceeded", "MaxWaitTimeExceeded"):
             limit = "max_runtime" if secondary == "MaxRuntimeExceeded" else "max_wait"
