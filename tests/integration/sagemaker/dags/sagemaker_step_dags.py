@@ -388,3 +388,17 @@ def sm_cached():
 
 
 sm_cached()
+
+
+@dag(schedule=None)
+def sm_capacity():
+    """One T4 step: the tests take the capacity of its cheapest type away."""
+
+    @task.sagemaker_step(docker=PARENT_ONLY, resources=ResourceSettings(gpu_count=1, gpu_type="T4"))
+    def fit(n: int):
+        return n * 2
+
+    fit(21)
+
+
+sm_capacity()
