@@ -56,7 +56,7 @@ class RunHistoryRoutes(AzureMLState):
                 "tags": props.get("tags") or {},
                 "properties": props.get("properties") or {},
                 "logFiles": self._log_files(job, req.base_url),
-                "warnings": [],
+                "warnings": [dict(w) for w in job.warnings],
             }
             if job.error is not None:
                 body["error"] = {"error": job.error, "time": rfc3339(job.ended)}

@@ -22,7 +22,7 @@ from typing import Any
 
 from cloud import runner as runner_mod
 from cloud.azureml.environments import EnvironmentRoutes
-from cloud.azureml.state import DATASTORES, STUCK, AmlJob
+from cloud.azureml.state import DATASTORES, LOW_PRIORITY_PREFIX, STUCK, AmlJob
 from cloud.azureml.storage import blob_service, download, parse_uri, upload, upload_text
 from cloud.azureml.validation import PLACEHOLDER, iso_seconds
 
@@ -45,6 +45,8 @@ class JobLifecycle(EnvironmentRoutes):
                     extra = self.faults.seconds("provisioning_delay")
                     if extra and self._wait(job, extra):
                         return self._set_status(job, "Canceled")
+            if self._short_of_capacity(job):
+                return None
             failure = self.faults.take_job_fault("job_failure", job.name)
             if failure is not None:
                 code = str(failure.get("code") or "ServiceError")
@@ -65,6 +67,70 @@ class JobLifecycle(EnvironmentRoutes):
             self._fail(job, "SystemError", f"Internal error in the fake: {exc!r}")
         finally:
             self.runner.release(job.runs, workdir, keep=self.keep_workdirs)
+
+    def _vm_sizes(self, job: AmlJob) -> list[str]:
+        """The job's VM sizes: serverless ``resources.instanceType``, a cluster's ``vmSize``."""
+        sizes = [(job.props.get("resources") or {}).get("instanceType") or ""]
+        compute = (job.props.get("computeId") or "").rstrip("/").rsplit("/", 1)[-1]
+        sizes.append(self.computes.get(compute, "") if compute else "")
+        return [s for s in sizes if s]
+
+    def _short_of_capacity(self, job: AmlJob) -> bool:
+        """A ``capacity`` rule for the queued job: True when it ended the job's life here.
+
+        ``queue``: no VM of the size can be allocated; the job stays Queued with the service's
+        warning in its run details, for the rule's ``seconds`` and then runs, or, without
+        ``seconds``, until it is cancelled. ``provision``: the subscription's vCPU quota of the
+        size is 0, and the job fails with the service's JobNodeCountExceedsCoreQuota message.
+        """
+        sizes = self._vm_sizes(job)
+        nodes = int((job.props.get("resources") or {}).get("instanceCount") or 1)
+        held = self.faults.take_capacity("queue", sizes, self.region, job.name)
+        if held is not None:
+            with self._lock:
+                job.warnings.append({"source": "Compute", "message": self._stockout(job, nodes)})
+            seconds = float(held.get("seconds", 0))
+            while not self._wait(job, seconds or 3600):
+                if seconds:
+                    return False  # the VMs came back: the job runs
+            self._set_status(job, "Canceled")
+            return True
+        rule = self.faults.take_capacity("provision", sizes, self.region, job.name)
+        if rule is None:
+            return False
+        if self._wait(job, float(rule.get("seconds", 0))):
+            self._set_status(job, "Canceled")
+            return True
+        size = next(s for s in sizes if s.casefold() == rule["machine"].strip().casefold())
+        message = str(rule.get("reason") or "") or (
+            "Job submission to AzureML Compute encountered an Exception with status code "
+            f"JobNodeCountExceedsCoreQuota, The specified subscription has a vCPU quota of 0 for "
+            f"{size} and is less than the requested job node count of {nodes}. Talk to your "
+            "Subscription Admin or refer to https://docs.microsoft.com/azure/machine-learning/"
+            "how-to-manage-quotas#request-quota-increases to increase the vCPU quota"
+        )
+        self._fail(job, str(rule.get("code") or "UserError"), message)
+        return True
+
+    def _stockout(self, job: AmlJob, nodes: int) -> str:
+        """The run's warning while no VM of its size can be allocated (as the studio shows it
+        for a cluster; a low-priority cluster or a Spot job adds the low-priority sentence)."""
+        compute = (job.props.get("computeId") or "").rstrip("/").rsplit("/", 1)[-1]
+        where = f" '{compute}' cluster has encountered error(s)." if compute else ""
+        text = (
+            f"Run requested {nodes} node(s).{where} Instances of the specified VM size are not "
+            "currently available. Please retry later, try reducing the VM size or number of "
+            "instances, or try deploying to a different region"
+        )
+        tier = (job.props.get("queueSettings") or {}).get("jobTier")
+        if compute.startswith(LOW_PRIORITY_PREFIX) or tier == "Spot":
+            text += (
+                " The specified Virtual Machine size in low priority is currently out of "
+                "capacity. Please retry later, try reducing the Virtual Machine size or number "
+                "of instances, try using dedicated VMs to improve chances of capacity "
+                "allocations, or try deploying to a different region"
+            )
+        return text
 
     def _container_paths(self, job: AmlJob) -> tuple[str, str]:
         """The data capability and working directories, as Azure ML names them in the job."""

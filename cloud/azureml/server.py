@@ -84,7 +84,21 @@ Fault kinds: ``throttle`` (429 ``TooManyRequests`` with ``Retry-After``: rule fi
 ``provisioning_delay``, ``job_failure`` (``reason``; ``code`` default ``ServiceError``;
 ``status`` Failed (default), NotResponding or Paused: the job then stays there until cancelled),
 ``preempt`` (a ``queueSettings.jobTier: Spot`` job is requeued and restarted from scratch;
-other tiers fail), ``log_delay``.
+other tiers fail), ``log_delay``, and ``capacity`` (``{"kind": "capacity", "machine":
+"Standard_NC6s_v3", "at": ..., "region": ..., "count": null}``: every job on that VM size, the
+serverless ``resources.instanceType`` or the cluster's ``vmSize``, compared case-insensitively,
+in the workspace's region if ``region`` is given, or the next ``count``):
+
+* ``at: "queue"`` (the default), no VM of the size to allocate: the job reaches Queued and stays
+  there, its run details ``warnings`` saying "Run requested N node(s). '<cluster>' cluster has
+  encountered error(s). Instances of the specified VM size are not currently available. Please
+  retry later, ..." (plus the low-priority sentence for a ``lowpri-`` cluster or a Spot job),
+  until it is cancelled or, with the rule's ``seconds``, that long, after which it runs;
+* ``at: "provision"``, the subscription's vCPU quota: the job fails from Queued (after the rule's
+  ``seconds``, default 0) with run history ``error`` ``{"code": "UserError", "message": "Job
+  submission to AzureML Compute encountered an Exception with status code
+  JobNodeCountExceedsCoreQuota, The specified subscription has a vCPU quota of 0 for <size> and is
+  less than the requested job node count of N. ..."}`` (``code`` and ``reason`` replace them).
 
 Settings (``serve(**settings)`` / command line / env):
 

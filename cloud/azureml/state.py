@@ -31,6 +31,10 @@ DEFAULT_COMPUTES = {
     "lowpri-gpu-cluster": "Standard_NC6s_v3",
 }
 LOW_PRIORITY_PREFIX = "lowpri-"  # a cluster named so has LowPriority VMs, the others Dedicated
+# Where Azure ML signals a capacity shortage (the ``capacity`` fault's ``at``; the first is the
+# default): a job left Queued while no VM of its size can be allocated, or one failed for the
+# subscription's vCPU quota (JobNodeCountExceedsCoreQuota).
+CAPACITY_STAGES = ("queue", "provision")
 DATASTORES = {"workspaceblobstore": "azureml-blobstore", "workspaceartifactstore": "azureml"}
 DEFAULT_DATASTORE = "workspaceblobstore"
 AZURITE_ACCOUNT = "devstoreaccount1"
@@ -56,6 +60,7 @@ class AmlJob:
     started: float | None = None
     ended: float | None = None
     error: dict[str, Any] | None = None  # run history's error (the ARM resource carries none)
+    warnings: list[dict[str, str]] = field(default_factory=list)  # run history's warnings
     cancel: threading.Event = field(default_factory=threading.Event)
     logs: list[LogLine] = field(default_factory=list)
     thread: threading.Thread | None = None
@@ -90,6 +95,7 @@ class AzureMLState(FakeService):
         base_image: runner_mod.BaseImage | None = None,
     ) -> None:
         super().__init__()
+        self.faults.capacity_stages = CAPACITY_STAGES
         self.page_size = PageSize(max_page_size)  # jobs a Jobs_List page holds, as the service
         self.conn_str = storage_connection_string or os.environ.get(
             "AZURE_STORAGE_CONNECTION_STRING"

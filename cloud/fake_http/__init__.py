@@ -41,6 +41,19 @@ Fault rules (``kind`` picks the behaviour; unknown kinds are refused with 400):
 ``{"kind": "log_delay", "seconds": 2}``
     log lines become readable only that long after they were written, for as long as the rule
     stands: clearing the faults releases every line held back.
+``{"kind": "capacity", "machine": "<type>", "at": ..., "region": null, "count": null}``
+    the service has none of that machine (SageMaker ``ResourceConfig.InstanceType``, Vertex
+    ``machineSpec.machineType`` or ``acceleratorType``, Azure ML the job's VM size; compared
+    case-insensitively) for every matching job, or the next ``count``: each fake answers with
+    its service's own signal at ``at`` (SageMaker: ``provision``, the default, fails the job with
+    ``CapacityError``; ``create`` refuses CreateTrainingJob with ``ResourceLimitExceeded``.
+    Vertex: ``provision``, the default, fails the job with code 8 "Resources are insufficient in
+    region"; ``create`` answers 429 RESOURCE_EXHAUSTED "The following quota metrics exceed quota
+    limits". Azure ML: ``queue``, the default, holds the job Queued with the capacity warning
+    until it is cancelled; ``provision`` fails it with the vCPU quota error). ``region`` limits it
+    to one region (SageMaker: the request's signing region; Vertex: the location; Azure ML: the
+    workspace's), ``match`` to jobs whose name contains it, ``seconds`` is how long the job
+    stays provisioning first, ``reason`` (and ``code``) replace the service's message.
 
 ``operation`` is an operation name or ``"*"``; ``count`` is how many times the rule fires before
 it retires itself (default: no limit; 1 for ``job_failure`` and ``preempt``; ``null`` for no

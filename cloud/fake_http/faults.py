@@ -2,28 +2,36 @@
 
 Rates are deterministic (an accumulator, not a random draw), so a rule with ``rate: 0.5`` fires on
 exactly every second call.
+
+A ``capacity`` rule is matched on the job's machine (and region), not on its name: see
+:meth:`FaultBook.take_capacity`. Each fake names the points where its service signals a shortage
+(:attr:`FaultBook.capacity_stages`, the first being the default of a rule's ``at``); a fake that
+names none refuses the kind.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Iterable
 from typing import Any
 
-JOB_FAULT_KINDS = ("provisioning_delay", "job_failure", "preempt", "log_delay")
+JOB_FAULT_KINDS = ("provisioning_delay", "job_failure", "preempt", "log_delay", "capacity")
 REQUEST_FAULT_KINDS = ("throttle", "error")
 
 
 class FaultBook:
     """Fault rules in force, with deterministic rates."""
 
-    def __init__(self) -> None:
+    def __init__(self, capacity_stages: tuple[str, ...] = ()) -> None:
         self._lock = threading.Lock()
         self._serials = itertools.count(1)
         self.rules: list[dict[str, Any]] = []
+        # where the service signals a capacity shortage ("create", "provision", "queue"...);
+        # the first is a rule's default ``at``; none: the fake has no ``capacity`` fault
+        self.capacity_stages = capacity_stages
 
-    @staticmethod
-    def validate(rule: Any) -> dict[str, Any]:
+    def validate(self, rule: Any) -> dict[str, Any]:
         if not isinstance(rule, dict) or "kind" not in rule:
             raise ValueError('a fault rule is an object with a "kind"')
         kind = rule["kind"]
@@ -39,8 +47,33 @@ class FaultBook:
         clean.setdefault("operation", "*")
         if kind in ("job_failure", "preempt"):  # "the next matching job": once, unless told
             clean.setdefault("count", 1)
+        if kind == "capacity":
+            self._validate_capacity(clean)
         clean["_acc"] = 0.0
         return clean
+
+    def _validate_capacity(self, clean: dict[str, Any]) -> None:
+        """``machine`` (required), ``at`` (one of the fake's stages), ``region``; every matching
+        job unless ``count`` says how many."""
+        if not self.capacity_stages:
+            raise ValueError("fault kind 'capacity': this fake has no capacity to run short of")
+        machine = clean.get("machine")
+        if not isinstance(machine, str) or not machine.strip():
+            raise ValueError('a capacity rule names the "machine" that runs short')
+        at = clean.get("at") or self.capacity_stages[0]
+        if at not in self.capacity_stages:
+            raise ValueError(f"capacity at {at!r}: use one of {self.capacity_stages}")
+        clean["at"] = at
+        region = clean.get("region")
+        if region is not None and not isinstance(region, str):
+            raise ValueError('a capacity rule\'s "region" is a string')
+        count = clean.get("count")
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                                  or count < 1):  # fmt: skip
+            raise ValueError(f"capacity count {count!r}: use a positive integer, or null for all")
+        seconds = clean.get("seconds", 0)
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            raise ValueError(f"capacity seconds {seconds!r}: use a number >= 0")
 
     def add(self, rules: list[Any], replace: bool = False) -> None:
         clean = [self.validate(r) for r in rules]
@@ -104,6 +137,31 @@ class FaultBook:
                     if rule["_serial"] in seen:
                         continue
                     seen.add(rule["_serial"])
+                if self._fire(rule):
+                    return dict(rule)
+        return None
+
+    def take_capacity(
+        self, at: str, machines: Iterable[str], region: str | None, name: str = ""
+    ) -> dict[str, Any] | None:
+        """Consume a ``capacity`` rule of stage ``at`` for a job on ``machines``, in ``region``.
+
+        A rule matches when its ``machine`` is one of the job's machines (case-insensitively:
+        Azure compares VM sizes so, and a Vertex rule may name the accelerator type), its
+        ``region``, if any, is the job's, and its ``match``, if any, is in the job's ``name``.
+        Without ``count`` a rule stands for every matching job; with one, for the next ``count``.
+        """
+        wanted = {m.casefold() for m in machines if m}
+        with self._lock:
+            for rule in list(self.rules):
+                if rule["kind"] != "capacity" or rule["at"] != at:
+                    continue
+                if rule["machine"].strip().casefold() not in wanted:
+                    continue
+                if rule.get("region") and rule["region"].casefold() != (region or "").casefold():
+                    continue
+                if rule.get("match") and rule["match"] not in name:
+                    continue
                 if self._fire(rule):
                     return dict(rule)
         return None

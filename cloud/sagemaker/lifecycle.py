@@ -32,6 +32,8 @@ CAPACITY_ERROR = (
     "CapacityError: Unable to provision requested ML compute capacity. "
     "Please retry using a different ML instance type."
 )
+# the Starting status message while EC2 has none of the instances (DescribeTrainingJob docs)
+CAPACITY_RETRYING = "Insufficient capacity error from EC2 while launching instances, retrying!"
 
 
 class _Stop(Exception):
@@ -56,11 +58,22 @@ class JobLifecycle(SageMakerState):
         """The life of one job, on its own thread."""
         workdir = ""
         try:
+            # a capacity rule at "provision": EC2 has none of the instances; Starting says so
+            # while it retries, then the job fails with CapacityError
+            capacity = self.faults.take_capacity(
+                "provision", job.instance_types, job.region, job.name
+            )
             delay = self.faults.seconds("provisioning_delay")
+            if capacity is not None:
+                self._status_message(job, CAPACITY_RETRYING)
+                delay += float(capacity.get("seconds", 0))
             if delay and job.stop_requested.wait(delay):
                 raise _Stop("Stopped", "Training job stopped")
             if job.stop_requested.is_set():
                 raise _Stop("Stopped", "Training job stopped")
+            if capacity is not None:
+                self._fail(job, str(capacity.get("reason") or CAPACITY_ERROR))
+                return
             fault = self.faults.take_job_fault("job_failure", job.name)
             if fault is not None:
                 self._fail(job, str(fault.get("reason") or CAPACITY_ERROR))
@@ -104,6 +117,14 @@ class JobLifecycle(SageMakerState):
             self.log_sink.flush_all()
             if workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
+
+    @staticmethod
+    def _status_message(job: Job, message: str) -> None:
+        """A new StatusMessage for the current secondary status (it stays the same status)."""
+        with job.lock:
+            if job.transitions:
+                job.transitions[-1]["StatusMessage"] = message
+            job.modified = time.time()
 
     def _fail(self, job: Job, reason: str) -> None:
         with job.lock:

@@ -35,7 +35,8 @@ class TrainingJobOperations(JobLifecycle):
             self._check_image(image, body["RoleArn"])
         name = body["TrainingJobName"]
         now = time.time()
-        job = Job(name=name, request=body, created=now, modified=now)
+        region = getattr(self._local, "region", None) or self.region
+        job = Job(name=name, request=body, created=now, modified=now, region=region)
         with self.jobs_lock:
             if name in self.jobs:
                 raise ApiError(
@@ -43,10 +44,28 @@ class TrainingJobOperations(JobLifecycle):
                     f"Training job names must be unique within an AWS account and region, and a "
                     f"training job with this name already exists ({self.jobs[name].arn})",
                 )
+            self._check_quota(job)
             self.jobs[name] = job
         job.transition("Starting", "Launching requested ML instances")
         threading.Thread(target=self._work, args=(job,), daemon=True, name=f"job-{name}").start()
         return {"TrainingJobArn": job.arn}
+
+    def _check_quota(self, job: Job) -> None:
+        """A ``capacity`` rule at ``create``: the account's quota of the instance type is spent,
+        and CreateTrainingJob answers ``ResourceLimitExceeded`` as SageMaker does."""
+        rule = self.faults.take_capacity("create", job.instance_types, job.region, job.name)
+        if rule is None:
+            return
+        itype = next(t for t in job.instance_types if t.casefold() == rule["machine"].casefold())
+        usage = "spot training job usage" if job.spot else "training job usage"
+        raise ApiError(
+            "ResourceLimitExceeded",
+            str(rule.get("reason") or "")
+            or f"The account-level service limit '{itype} for {usage}' is 0 Instances, with "
+            f"current utilization of 0 Instances and a request delta of "
+            f"{job.instance_count(itype)} Instances. Please contact AWS support to request an "
+            "increase for this limit.",
+        )
 
     def _check_image(self, image: str, role: str) -> None:
         """Refuse an image the local registry does not hold (a v2 manifest HEAD), as ECR would."""

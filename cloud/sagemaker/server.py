@@ -34,13 +34,32 @@ Control API (``/_fake/...``, see :mod:`cloud.control`): the fault rules of
 :mod:`cloud.fake_http` (throttle -> ``ThrottlingException`` "Rate exceeded", HTTP 400;
 error -> 500 InternalFailure / 503 ServiceUnavailable; provisioning_delay; job_failure with
 ``reason``; preempt with ``after_seconds`` for managed spot jobs: Interrupted, checkpoints
-uploaded, Restarting, then the job runs again from its checkpoints; log_delay), counters by
+uploaded, Restarting, then the job runs again from its checkpoints; log_delay; capacity, see
+below), counters by
 operation, reset, and ``POST /_fake/mode {"mode": "process"|"container"|"timer"}``. The runner
 mode starts as ``STEPOP_SAGEMAKER_MODE`` (default process) or ``python -m cloud.sagemaker
 --mode``. In process mode only the plain base image (``STEPOP_TEST_BASE_IMAGE``, by name or by
 image ID: :mod:`cloud.runner.images`) runs as a local process; a job of any other image (one
 built with requirements, say) runs in a container, so it sees what was built. A job's tag
 ``stepop_fake_mode`` (``process``, ``container`` or ``timer``) chooses its own mode.
+
+Capacity (``{"kind": "capacity", "machine": "ml.p4d.24xlarge", "at": ..., "region": ...,
+"count": null}``: every job asking for that instance type, in ``ResourceConfig.InstanceType`` or
+an instance group, or the next ``count``), as SageMaker signals a shortage:
+
+* ``at: "provision"`` (the default): the job is created and stays InProgress/Starting (status
+  message "Insufficient capacity error from EC2 while launching instances, retrying!") for the
+  rule's ``seconds`` (default 0) on top of any ``provisioning_delay``, then ends Failed with
+  FailureReason ``CapacityError: Unable to provision requested ML compute capacity. Please retry
+  using a different ML instance type.`` (or the rule's ``reason``), never having trained;
+* ``at: "create"``: CreateTrainingJob is refused, HTTP 400 ``ResourceLimitExceeded`` "The
+  account-level service limit '<type> for training job usage' is 0 Instances, with current
+  utilization of 0 Instances and a request delta of <count> Instances. Please contact AWS support
+  to request an increase for this limit." (``spot training job usage`` for a managed spot job;
+  the rule's ``reason`` replaces the message); no job is created.
+
+``region`` matches the region the request was signed for (botocore's ``region_name``; the
+fake's ``AWS_DEFAULT_REGION`` for an unsigned call).
 """
 
 from __future__ import annotations
@@ -112,6 +131,8 @@ class SageMakerFake(TrainingJobOperations):
         if handler is None:
             msg = f"{operation} is not implemented by the SageMaker fake"
             return self._error(ApiError("UnknownOperationException", msg, 400))
+        # the region the call was signed for: what CreateTrainingJob's capacity rules match
+        self._local.region = self.request_region(req.headers.get("authorization"))
         try:
             body = req.json() or {}
             if not isinstance(body, dict):

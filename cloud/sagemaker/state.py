@@ -31,6 +31,11 @@ DATA = Path(__file__).parent / "data"
 TERMINAL = ("Completed", "Failed", "Stopped")
 ECR_IMAGE = re.compile(r"^\d{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/(?P<rest>.+)$")
 ENVIRONMENT_SPOT = "EnableManagedSpotTraining"
+# Where SageMaker signals a capacity shortage (the ``capacity`` fault's ``at``; the first is the
+# default): a job that fails to provision (FailureReason ``CapacityError: ...``), or a
+# CreateTrainingJob refused with ``ResourceLimitExceeded`` (the account's quota of the type).
+CAPACITY_STAGES = ("provision", "create")
+SIGNING_REGION = re.compile(r"Credential=[^/,\s]+/\d{8}/(?P<region>[a-z0-9-]+)/")
 
 
 def instance_types() -> list[str]:
@@ -55,6 +60,7 @@ class Job:
     training_end: float | None = None
     model_artifacts: str | None = None
     billable: float = 0.0
+    region: str = ""  # the region CreateTrainingJob was signed for (capacity rules match it)
     stop_requested: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -66,6 +72,25 @@ class Job:
     @property
     def spot(self) -> bool:
         return bool(self.request.get("EnableManagedSpotTraining"))
+
+    @property
+    def instance_types(self) -> list[str]:
+        """Every instance type the job asks for: ``ResourceConfig.InstanceType`` and, for a
+        heterogeneous cluster, each of ``InstanceGroups``."""
+        rc = self.request.get("ResourceConfig") or {}
+        types = [rc.get("InstanceType")] + [g.get("InstanceType") for g in
+                                             rc.get("InstanceGroups") or []]  # fmt: skip
+        return [t for t in types if isinstance(t, str) and t]
+
+    def instance_count(self, instance_type: str) -> int:
+        """How many instances of ``instance_type`` the job asks for."""
+        rc = self.request.get("ResourceConfig") or {}
+        groups = [rc] + list(rc.get("InstanceGroups") or [])
+        return sum(
+            int(g.get("InstanceCount", 1))
+            for g in groups
+            if str(g.get("InstanceType", "")).casefold() == instance_type.casefold()
+        )
 
     @property
     def hosts(self) -> list[str]:
@@ -161,6 +186,7 @@ class SageMakerState(FakeService):
 
     def __init__(self, env: dict[str, str]) -> None:
         super().__init__()
+        self.faults.capacity_stages = CAPACITY_STAGES
         self.env = env
         self.jobs: dict[str, Job] = {}
         self.jobs_lock = threading.Lock()
@@ -191,6 +217,17 @@ class SageMakerState(FakeService):
     @mode.setter
     def mode(self, value: str) -> None:
         self.runner.mode = value
+
+    @property
+    def region(self) -> str:
+        """The fake's own region (its AWS clients'), for a request that names none."""
+        return self.env.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+    def request_region(self, authorization: str | None) -> str:
+        """The region a request was signed for (its SigV4 credential scope), as SageMaker has one
+        endpoint per region; the fake's own region when the request carries none."""
+        found = SIGNING_REGION.search(authorization or "")
+        return found["region"] if found else self.region
 
     def local_image(self, image: str) -> str:
         """The local-registry reference of ``image`` (an ECR URI keeps its repository and tag)."""

@@ -16,7 +16,7 @@ from cloud.vertex.api import PARENT, ApiError, decode_token, encode_token, get_f
 from cloud.vertex.filters import matches, parse_filter
 from cloud.vertex.lifecycle import JobLifecycle
 from cloud.vertex.metadata import check_job_contexts
-from cloud.vertex.state import TERMINAL, Job
+from cloud.vertex.state import TERMINAL, Job, machine_names, pool_machines, quota_metric
 from cloud.vertex.validation import validate_custom_job
 
 # A CustomJob's fields, as a read mask may name them (camelCase, as in JSON).
@@ -84,6 +84,7 @@ class JobRoutes(JobLifecycle):
         with self._lock:
             check_job_contexts(self.contexts, get_field(body, "jobSpec") or {}, m["project"],
                                m["location"])  # fmt: skip
+        self._check_quota(body, m["location"])
         job_id = str(secrets.randbelow(9 * 10**18) + 10**18)
         name = f"projects/{m['project']}/locations/{m['location']}/customJobs/{job_id}"
         now = rfc3339(time.time())
@@ -107,6 +108,20 @@ class JobRoutes(JobLifecycle):
         )
         job.thread.start()
         return self._answer(req, job)
+
+    def _check_quota(self, body: dict[str, Any], location: str) -> None:
+        """A ``capacity`` rule at ``create``: the project's custom-training quota of the machine
+        is spent, and CreateCustomJob answers 429 RESOURCE_EXHAUSTED as Vertex AI does."""
+        name = str(get_field(body, "displayName") or "")
+        for machine in pool_machines(get_field(body, "jobSpec") or {}):
+            rule = self.faults.take_capacity("create", machine_names(machine), location, name)
+            if rule is not None:
+                raise ApiError(
+                    429,
+                    str(rule.get("reason") or "")
+                    or "The following quota metrics exceed quota limits: "
+                    f"aiplatform.googleapis.com/{quota_metric(machine)}",
+                )
 
     def get(self, req: Request) -> Response:
         return self._answer(req, self._job(req))

@@ -28,7 +28,7 @@ from cloud.vertex.api import (
     render,
 )
 from cloud.vertex.gcs import referenced_buckets, storage_client, sync_down, sync_up
-from cloud.vertex.state import Job, VertexState
+from cloud.vertex.state import Job, VertexState, machine_names, pool_machines
 
 
 class JobLifecycle(VertexState):
@@ -50,8 +50,19 @@ class JobLifecycle(VertexState):
                 return self._finish_cancel(job)
             self._set_state(job, "JOB_STATE_PENDING")
             delay = self.provision_seconds + self.faults.seconds("provisioning_delay")
+            capacity = self._capacity_rule(job)
+            stockout = f"Resources are insufficient in region: {job.location}."
+            if capacity is not None:  # the region has none of the machines: PENDING, then FAILED
+                self._log(job, "service", "stderr", stockout)
+                delay += float(capacity.get("seconds", 0))
             if self._wait(job, delay):
                 return self._finish_cancel(job)
+            if capacity is not None:
+                error = {
+                    "code": int(capacity.get("code") or CODE_RESOURCE_EXHAUSTED),
+                    "message": str(capacity.get("reason") or stockout),
+                }
+                return self._set_state(job, "JOB_STATE_FAILED", error=error)
             failure = self.faults.take_job_fault("job_failure", job.resource["displayName"])
             if failure is not None:
                 reason = failure.get("reason") or (
@@ -79,6 +90,13 @@ class JobLifecycle(VertexState):
             )
         finally:
             self.runner.release(job.runs, workdir, keep=self.keep_workdirs)
+
+    def _capacity_rule(self, job: Job) -> dict[str, Any] | None:
+        """The ``capacity`` rule at ``provision`` for any of the job's pools, if one matches."""
+        names = [n for m in pool_machines(job.resource["jobSpec"]) for n in machine_names(m)]
+        return self.faults.take_capacity(
+            "provision", names, job.location, job.resource["displayName"]
+        )
 
     def _run_attempts(self, job: Job, workdir: str) -> None:
         spec = job.resource["jobSpec"]

@@ -66,7 +66,20 @@ JOB_STATE_CANCELLED with ``{"code": 1, "message": "CANCELED"}``, ``scheduling.ti
 RESOURCE_EXHAUSTED, the stockout shape; ``state`` JOB_STATE_FAILED (default), JOB_STATE_EXPIRED,
 or JOB_STATE_PAUSED, where the job then stays until cancelled), ``preempt`` (a SPOT job is
 restarted from scratch while ``scheduling.disableRetries`` is false - resume from
-AIP_CHECKPOINT_DIR -; otherwise it fails with code 14 UNAVAILABLE), ``log_delay``.
+AIP_CHECKPOINT_DIR -; otherwise it fails with code 14 UNAVAILABLE), ``log_delay``, and
+``capacity`` (``{"kind": "capacity", "machine": "a2-highgpu-1g", "at": ..., "region": ...,
+"count": null}``: every job with a worker pool on that ``machineType``, or that
+``acceleratorType`` such as ``NVIDIA_TESLA_A100``, in that location, or the next ``count``):
+
+* ``at: "provision"`` (the default), a stockout: the job is created, sits PENDING (its service
+  log says "Resources are insufficient in region: <location>.") for the rule's ``seconds``
+  (default 0) on top of any ``provisioning_delay``, then ends JOB_STATE_FAILED with ``error``
+  ``{"code": 8, "message": "Resources are insufficient in region: <location>."}`` (``code`` and
+  ``reason`` replace them), no ``startTime``;
+* ``at: "create"``, the project's quota: CreateCustomJob answers HTTP 429 RESOURCE_EXHAUSTED
+  "The following quota metrics exceed quota limits: aiplatform.googleapis.com/<metric>" (the
+  pool's GPUs' metric such as ``custom_model_training_nvidia_a100_gpus``, else
+  ``custom_model_training_cpus``); no job is created.
 
 Settings (``serve(**settings)`` / command line / env):
 

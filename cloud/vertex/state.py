@@ -16,9 +16,39 @@ from typing import Any
 
 from cloud import runner as runner_mod
 from cloud.fake_http import FakeService, PageSize, Request, Response, rfc3339
-from cloud.vertex.api import ApiError, render
+from cloud.vertex.api import ApiError, get_field, render
 
 TERMINAL = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"}
+# Where Vertex AI signals a capacity shortage (the ``capacity`` fault's ``at``; the first is the
+# default): a job that cannot get its machines in the region (PENDING, then FAILED, code 8), or a
+# CreateCustomJob refused for the project's quota of them (429 RESOURCE_EXHAUSTED).
+CAPACITY_STAGES = ("provision", "create")
+
+
+def pool_machines(job_spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``machineSpec`` of each worker pool that is not empty."""
+    return [
+        get_field(pool, "machineSpec") or {}
+        for pool in get_field(job_spec, "workerPoolSpecs") or []
+        if pool
+    ]
+
+
+def machine_names(machine: dict[str, Any]) -> list[str]:
+    """What a ``capacity`` rule may name for a pool: its machine type and accelerator type."""
+    names = [get_field(machine, "machineType"), get_field(machine, "acceleratorType")]
+    return [n for n in names if isinstance(n, str) and n and n != "ACCELERATOR_TYPE_UNSPECIFIED"]
+
+
+def quota_metric(machine: dict[str, Any]) -> str:
+    """The custom-training quota a pool draws on: its GPUs' (``custom_model_training_nvidia_
+    a100_gpus``, ``..._nvidia_l4_gpus``...) when it has NVIDIA GPUs, else the CPUs'
+    (``custom_model_training_cpus``; TPU quotas are not modelled)."""
+    acc = get_field(machine, "acceleratorType")
+    if isinstance(acc, str) and acc.startswith("NVIDIA_"):
+        gpu = acc.removeprefix("NVIDIA_").removeprefix("TESLA_").lower()
+        return f"custom_model_training_nvidia_{gpu}_gpus"
+    return "custom_model_training_cpus"
 
 
 @dataclass
@@ -66,6 +96,7 @@ class VertexState(FakeService):
         base_image: runner_mod.BaseImage | None = None,
     ) -> None:
         super().__init__()
+        self.faults.capacity_stages = CAPACITY_STAGES
         self.page_size = PageSize(max_page_size)  # the service's own cap on pageSize
         self.gcs_emulator_host = gcs_emulator_host or os.environ.get("STORAGE_EMULATOR_HOST")
         self.runner = runner_mod.Runner(

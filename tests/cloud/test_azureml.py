@@ -499,6 +499,76 @@ def test_slow_provisioning(ml: MLClient, fake: Any) -> None:
     assert time.monotonic() - start >= 0.9
 
 
+# --- capacity: Queued while no VM of the size is free, Failed for a spent vCPU quota ---------
+STOCKOUT = (
+    "Run requested 1 node(s).{} Instances of the specified VM size are not currently available. "
+    "Please retry later, try reducing the VM size or number of instances, or try deploying to a "
+    "different region"
+)
+
+
+def test_no_vm_of_the_size_holds_the_job_queued_until_cancelled(ml: MLClient, fake: Any) -> None:
+    set_fault(fake, kind="capacity", machine="standard_nc6s_v3")  # VM sizes: any case
+    name = unique("stockout")
+    ml.jobs.create_or_update(make_job("true", name=name))
+    warnings = wait_for(lambda: run_details(fake, name)["warnings"], 30, "the capacity warning")
+    assert warnings == [{"source": "Compute", "message": STOCKOUT.format("")}]
+    assert ml.jobs.get(name).status == "Queued"
+    ml.jobs.begin_cancel(name).result(timeout=30)
+    assert ml.jobs.get(name).status == "Canceled"
+    assert "error" not in run_details(fake, name)
+
+
+def test_a_low_priority_cluster_short_of_vms_runs_once_they_come_back(
+    ml: MLClient, fake: Any
+) -> None:
+    set_fault(fake, kind="capacity", machine="Standard_NC6s_v3", seconds=0.5, count=1)
+    name = unique("lowpri")
+    ml.jobs.create_or_update(make_job("true", name=name, compute="lowpri-gpu-cluster"))
+    assert wait_done(ml, name).status == "Completed"
+    (warning,) = run_details(fake, name)["warnings"]
+    cluster = " 'lowpri-gpu-cluster' cluster has encountered error(s)."
+    assert warning["message"].startswith(STOCKOUT.format(cluster))
+    assert "in low priority is currently out of capacity" in warning["message"]
+
+
+def test_a_spent_vcpu_quota_fails_the_job(ml: MLClient, fake: Any) -> None:
+    from azure.ai.ml.exceptions import JobException
+
+    set_fault(fake, kind="capacity", machine="Standard_NC6s_v3", at="provision", region="eastus",
+              count=1)  # fmt: skip
+    name = unique("quota")
+    ml.jobs.create_or_update(make_job("true", name=name))
+    assert wait_done(ml, name).status == "Failed"
+    error = run_details(fake, name)["error"]["error"]
+    assert error["code"] == "UserError"
+    assert error["message"].startswith(
+        "Job submission to AzureML Compute encountered an Exception with status code "
+        "JobNodeCountExceedsCoreQuota, The specified subscription has a vCPU quota of 0 for "
+        "Standard_NC6s_v3 and is less than the requested job node count of 1."
+    )
+    with pytest.raises(JobException) as info:
+        ml.jobs.stream(name)
+    assert "JobNodeCountExceedsCoreQuota" in str(info.value)
+    after = unique("quota")  # count 1: the next job on the size runs
+    ml.jobs.create_or_update(make_job("true", name=after))
+    assert wait_done(ml, after).status == "Completed"
+
+
+def test_capacity_rules_for_another_size_or_region_leave_the_job_alone(
+    ml: MLClient, fake: Any
+) -> None:
+    set_fault(fake, kind="capacity", machine="Standard_NC6s_v3", region="westeurope")
+    set_fault(fake, kind="capacity", machine="Standard_DS3_v2", at="provision")
+    name = unique("elsewhere")
+    ml.jobs.create_or_update(make_job("true", name=name))
+    assert wait_done(ml, name).status == "Completed"
+    assert run_details(fake, name)["warnings"] == []
+    refused = {"kind": "capacity", "machine": "Standard_NC6s_v3", "at": "create"}
+    resp = requests.post(f"{fake.url}/_fake/faults", json=refused, timeout=5)
+    assert resp.status_code == 400 and "queue" in resp.json()["error"]
+
+
 SPOT_CMD = (
     'python -c "import os, sys, time\n'
     "p = os.path.join(os.environ['AZUREML_CR_EXECUTION_WORKING_DIR_PATH'], '..', 'attempt')\n"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from cloud.fake_http import FaultBook
 
 
@@ -33,3 +35,48 @@ def test_a_rule_for_another_job_is_left_for_it() -> None:
     book.add([{"kind": "preempt", "match": "job-b"}])
     assert book.take_job_fault("preempt", "job-a", set()) is None
     assert book.take_job_fault("preempt", "job-b", set()) is not None
+
+
+# --- capacity rules: matched on the job's machine and region, not its name -------------------
+
+
+def test_a_capacity_rule_needs_a_machine_and_a_stage_the_fake_has() -> None:
+    book = FaultBook(capacity_stages=("provision", "create"))
+    for bad, why in (
+        ({"kind": "capacity"}, "machine"),
+        ({"kind": "capacity", "machine": " "}, "machine"),
+        ({"kind": "capacity", "machine": "ml.p4d.24xlarge", "at": "queue"}, "capacity at"),
+        ({"kind": "capacity", "machine": "ml.p4d.24xlarge", "count": 0}, "count"),
+        ({"kind": "capacity", "machine": "ml.p4d.24xlarge", "seconds": -1}, "seconds"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            book.add([bad])
+    book.add([{"kind": "capacity", "machine": "ml.p4d.24xlarge"}])
+    # the fake's first stage is the default; every matching job unless a count says otherwise
+    assert book.public() == [{"kind": "capacity", "machine": "ml.p4d.24xlarge", "at": "provision",
+                              "rate": 1.0, "operation": "*"}]  # fmt: skip
+
+
+def test_a_fake_without_capacity_refuses_the_kind() -> None:
+    with pytest.raises(ValueError, match="no capacity"):
+        FaultBook().add([{"kind": "capacity", "machine": "E2_HIGHCPU_8"}])
+
+
+def test_a_capacity_rule_matches_the_machine_region_and_stage() -> None:
+    book = FaultBook(capacity_stages=("provision", "create"))
+    book.add([{"kind": "capacity", "machine": "Standard_NC6s_v3", "region": "eastus"}])
+    assert book.take_capacity("provision", ["standard_nc6s_v3"], "EastUS") is not None
+    assert book.take_capacity("provision", ["Standard_NC6s_v3"], "eastus") is not None  # again
+    assert book.take_capacity("provision", ["Standard_DS3_v2"], "eastus") is None
+    assert book.take_capacity("provision", ["Standard_NC6s_v3"], "westeurope") is None
+    assert book.take_capacity("create", ["Standard_NC6s_v3"], "eastus") is None
+    assert len(book.public()) == 1  # no count: it stands for every matching job
+
+
+def test_a_counted_capacity_rule_takes_the_next_jobs_only() -> None:
+    book = FaultBook(capacity_stages=("provision",))
+    book.add([{"kind": "capacity", "machine": "a2-highgpu-1g", "count": 2, "match": "train"}])
+    assert book.take_capacity("provision", ["a2-highgpu-1g"], "us-central1", "eval-1") is None
+    taken = [book.take_capacity("provision", ["a2-highgpu-1g"], None, f"train-{i}") for i in "123"]
+    assert [rule is not None for rule in taken] == [True, True, False]
+    assert book.public() == []

@@ -21,7 +21,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from cloud.control import FakeControl
+from cloud.control import ControlError, FakeControl
 from tests.waiting import wait_for
 
 JOB_SCRIPT = Path(__file__).with_name("sagemaker_job.py")
@@ -465,6 +465,115 @@ def test_spot_preemption_resumes_from_checkpoint(
     assert model == b"resumed from 7"
     assert _read(s3, bucket, ckpt.split("/", 3)[3] + "/step.txt") == b"7"
     assert len(log_lines(logs, name)) >= 1
+
+
+# --- capacity: CapacityError when the instances cannot be had, ResourceLimitExceeded for quota --
+# The capacity rules are this checkout's code: a fake of this module's own runs them, in this
+# process, on the stack's moto and registry (the stack's fake may be an older process).
+CAPACITY_ERROR = (
+    "CapacityError: Unable to provision requested ML compute capacity. "
+    "Please retry using a different ML instance type."
+)
+P3 = {"InstanceType": "ml.p3.2xlarge", "InstanceCount": 2, "VolumeSizeInGB": 5}
+
+
+@pytest.fixture(scope="module")
+def own_fake(aws: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from cloud.sagemaker.server import start
+
+    env = {"STEPOP_MOTO_ENDPOINT": aws["moto"], "AWS_DEFAULT_REGION": "us-east-1",
+           "STEPOP_CLOUD_DIR": str(tmp_path_factory.mktemp("sm-capacity"))}  # fmt: skip
+    server = start(env)
+    yield server
+    server.shutdown()
+
+
+@pytest.fixture
+def own(own_fake: Any, aws: dict[str, Any]) -> Iterator[tuple[Any, FakeControl]]:
+    """A client of the module's own fake (no retries) and its control API, with no rules."""
+    control = FakeControl(own_fake.url)
+    control.reset()
+    yield (
+        _client({**aws, "sagemaker": own_fake.url}, "sagemaker", retries={"total_max_attempts": 1}),
+        control,
+    )
+    control.reset()
+
+
+def test_a_capacity_shortage_fails_the_job_with_capacity_error(
+    own: tuple[Any, FakeControl], request_for: Callable[..., dict[str, Any]]
+) -> None:
+    sm, control = own
+    control.add_faults({"kind": "capacity", "machine": "ml.p3.2xlarge", "seconds": 1.0})
+    req = request_for("ok", ResourceConfig=P3)
+    name = req["TrainingJobName"]
+    sm.create_training_job(**req)
+
+    def retrying() -> bool:
+        d = sm.describe_training_job(TrainingJobName=name)
+        message = d["SecondaryStatusTransitions"][-1]["StatusMessage"]
+        return d["SecondaryStatus"] == "Starting" and "Insufficient capacity" in message
+
+    wait_for(retrying, 10, "the Starting status to say EC2 is short of instances")
+    d = finished(sm, name)
+    assert (d["TrainingJobStatus"], d["FailureReason"]) == ("Failed", CAPACITY_ERROR)
+    assert [t["Status"] for t in d["SecondaryStatusTransitions"]] == ["Starting", "Failed"]
+    assert "TrainingStartTime" not in d  # it never trained
+    other = request_for("ok")  # ml.m5.large: not short
+    sm.create_training_job(**other)
+    assert finished(sm, other["TrainingJobName"])["TrainingJobStatus"] == "Completed"
+    assert [rule["at"] for rule in control.faults()] == ["provision"]  # it stands for every job
+
+
+def test_a_spent_quota_refuses_create_training_job_in_its_region(
+    own: tuple[Any, FakeControl],
+    own_fake: Any,
+    aws: dict[str, Any],
+    request_for: Callable[..., dict[str, Any]],
+) -> None:
+    sm, control = own
+    control.add_faults({"kind": "capacity", "machine": "ML.P3.2XLARGE", "at": "create",
+                        "region": "eu-west-1", "count": 1})  # fmt: skip
+    here = request_for("ok", ResourceConfig=P3)
+    sm.create_training_job(**here)  # signed for us-east-1: the rule is another region's
+    europe = _client({**aws, "sagemaker": own_fake.url, "region_name": "eu-west-1"}, "sagemaker",
+                     retries={"total_max_attempts": 1})  # fmt: skip
+    refused = request_for("ok", ResourceConfig=P3)
+    with pytest.raises(ClientError) as info:
+        europe.create_training_job(**refused)
+    error = info.value.response["Error"]
+    assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert error["Code"] == "ResourceLimitExceeded"
+    assert error["Message"] == (
+        "The account-level service limit 'ml.p3.2xlarge for training job usage' is 0 Instances, "
+        "with current utilization of 0 Instances and a request delta of 2 Instances. Please "
+        "contact AWS support to request an increase for this limit."
+    )
+    assert isinstance(info.value, europe.exceptions.ResourceLimitExceeded)
+    with pytest.raises(ClientError):  # no job was created
+        europe.describe_training_job(TrainingJobName=refused["TrainingJobName"])
+    europe.create_training_job(**refused)  # count 1: the quota is back
+    for name in (here["TrainingJobName"], refused["TrainingJobName"]):
+        assert finished(sm, name)["TrainingJobStatus"] == "Completed"
+
+
+def test_a_spot_job_meets_its_spot_quota(
+    own: tuple[Any, FakeControl], request_for: Callable[..., dict[str, Any]]
+) -> None:
+    sm, control = own
+    control.add_faults({"kind": "capacity", "machine": "ml.p3.2xlarge", "at": "create"})
+    req = request_for(
+        "ok",
+        ResourceConfig=P3,
+        EnableManagedSpotTraining=True,
+        StoppingCondition={"MaxRuntimeInSeconds": 300, "MaxWaitTimeInSeconds": 600},
+    )
+    with pytest.raises(sm.exceptions.ResourceLimitExceeded) as info:
+        sm.create_training_job(**req)
+    assert "'ml.p3.2xlarge for spot training job usage'" in str(info.value)
+    bad = {"kind": "capacity", "machine": "ml.p3.2xlarge", "at": "queue"}
+    with pytest.raises(ControlError, match="400.*provision"):
+        control.add_faults(bad)
 
 
 def test_delayed_logs(

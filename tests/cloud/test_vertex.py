@@ -455,6 +455,92 @@ def test_paused_job_stays_paused_until_cancelled(
     assert wait_done(client, job.name).state == JobState.JOB_STATE_CANCELLED
 
 
+# --- capacity: a stockout fails the job from PENDING, a spent quota refuses the create ---------
+A100 = {"machine_type": "a2-highgpu-1g", "accelerator_type": "NVIDIA_TESLA_A100",
+        "accelerator_count": 1}  # fmt: skip
+STOCKOUT = "Resources are insufficient in region: {}."
+
+
+def fault_rules(fake: Any) -> list[dict[str, Any]]:
+    return requests.get(f"{fake.url}/_fake/faults", timeout=5).json()["faults"]
+
+
+def test_a_stockout_fails_every_job_on_the_machine(
+    client: aiplatform_v1.JobServiceClient, fake: Any
+) -> None:
+    set_fault(fake, kind="capacity", machine="a2-highgpu-1g", seconds=0.5)
+    short = [
+        client.create_custom_job(parent=PARENT, custom_job=python_job("pass", f"big-{i}", A100))
+        for i in range(2)
+    ]
+    other = client.create_custom_job(parent=PARENT, custom_job=python_job("pass", name="small"))
+    wait_state(client, short[0].name, JobState.JOB_STATE_PENDING)
+    for job in short:
+        done = wait_done(client, job.name)
+        assert done.state == JobState.JOB_STATE_FAILED
+        assert (done.error.code, done.error.message) == (8, STOCKOUT.format("us-central1"))
+        assert done.start_time is None or not done.start_time.timestamp()  # it never ran
+    assert STOCKOUT.format("us-central1") in fake_logs(fake, short[0].name)
+    assert wait_done(client, other.name).state == JobState.JOB_STATE_SUCCEEDED
+    assert [rule["at"] for rule in fault_rules(fake)] == ["provision"]  # it stands for every job
+
+
+def test_a_stockout_of_an_accelerator_in_one_region(
+    client: aiplatform_v1.JobServiceClient, fake: Any
+) -> None:
+    set_fault(fake, kind="capacity", machine="NVIDIA_TESLA_A100", region="europe-west4", count=1)
+    here = client.create_custom_job(parent=PARENT, custom_job=python_job("pass", "here", A100))
+    assert wait_done(client, here.name).state == JobState.JOB_STATE_SUCCEEDED
+    europe = PARENT.replace("us-central1", "europe-west4")
+    there = client.create_custom_job(parent=europe, custom_job=python_job("pass", "there", A100))
+    done = wait_done(client, there.name)
+    assert (done.error.code, done.error.message) == (8, STOCKOUT.format("europe-west4"))
+    assert fault_rules(fake) == []  # count 1: taken by that job
+
+
+def test_a_job_waiting_out_a_stockout_can_be_cancelled(
+    client: aiplatform_v1.JobServiceClient, fake: Any
+) -> None:
+    set_fault(fake, kind="capacity", machine="n1-highmem-8", seconds=60)
+    machine = {"machine_type": "n1-highmem-8"}
+    job = client.create_custom_job(parent=PARENT, custom_job=python_job("pass", "wait", machine))
+    wait_state(client, job.name, JobState.JOB_STATE_PENDING)
+    client.cancel_custom_job(name=job.name)
+    assert wait_done(client, job.name, timeout=10).state == JobState.JOB_STATE_CANCELLED
+
+
+def test_a_spent_quota_refuses_the_create(
+    client: aiplatform_v1.JobServiceClient, fake: Any
+) -> None:
+    set_fault(fake, kind="capacity", machine="a2-highgpu-1g", at="create", count=1)
+    with pytest.raises(exceptions.TooManyRequests) as info:  # the REST transport's 429
+        client.create_custom_job(parent=PARENT, custom_job=python_job("pass", "quota", A100))
+    assert info.value.response.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+    assert info.value.response.json()["error"]["message"] == (
+        "The following quota metrics exceed quota limits: "
+        "aiplatform.googleapis.com/custom_model_training_nvidia_a100_gpus"
+    )
+    assert "quota" not in [job.display_name for job in client.list_custom_jobs(parent=PARENT)]
+    # the REST answer itself, for a machine without GPUs; then the quota is back
+    set_fault(fake, kind="capacity", machine="n1-standard-4", at="create", count=1)
+    raw = requests.post(f"{fake.url}/v1/{PARENT}/customJobs", json=python_job("pass"), timeout=5)
+    assert raw.status_code == 429
+    assert raw.json()["error"] == {
+        "code": 429,
+        "message": "The following quota metrics exceed quota limits: "
+        "aiplatform.googleapis.com/custom_model_training_cpus",
+        "status": "RESOURCE_EXHAUSTED",
+    }
+    job = client.create_custom_job(parent=PARENT, custom_job=python_job("pass", "quota", A100))
+    assert wait_done(client, job.name).state == JobState.JOB_STATE_SUCCEEDED
+
+
+def test_a_capacity_rule_takes_only_the_stages_vertex_has(fake: Any) -> None:
+    rule = {"kind": "capacity", "machine": "a2-highgpu-1g", "at": "queue"}
+    resp = requests.post(f"{fake.url}/_fake/faults", json=rule, timeout=5)
+    assert resp.status_code == 400 and "provision" in resp.json()["error"]
+
+
 def test_log_entries_since_a_timestamp(client: aiplatform_v1.JobServiceClient, fake: Any) -> None:
     code = "import time\nprint('one', flush=True)\ntime.sleep(1.2)\nprint('two')"
     job = client.create_custom_job(parent=PARENT, custom_job=python_job(code, name="since"))
