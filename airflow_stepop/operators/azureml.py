@@ -42,6 +42,9 @@ class AzureMLStepOperator(BaseStepOperator):
     :param image_repository: where built images are pushed (default
         ``[stepop] azureml_image_repository``, else the workspace's registry).
     :param shm_size: the container's /dev/shm, e.g. ``'16g'``.
+
+    ``fallback_types`` and ``capacity_attempts`` (every operator's) apply to serverless jobs:
+    a named ``compute`` cluster's VM size is fixed, so ``fallback_types`` is refused beside it.
     """
 
     service = "azureml"
@@ -90,6 +93,7 @@ class AzureMLStepOperator(BaseStepOperator):
             resources_as=self.resources_as,
             docker=self.docker_settings,
             artifact_root=self.artifact_root,
+            fallback_types=self.fallback_types,
         )
         self.azureml_conn_id = azureml_conn_id
         self.image_uri = image_uri

@@ -33,6 +33,7 @@ from airflow_stepop.backends.azureml.config import (
     job_price_per_hour,
 )
 from airflow_stepop.backends.azureml.launch import (
+    CLUSTER_PROPERTY,
     ENTRY_FILE,
     LAUNCH_FILE,
     TRY_PROPERTY,
@@ -58,6 +59,7 @@ from airflow_stepop.backends.base import (
     JobRecord,
     JobRequest,
     JobStatus,
+    MachineChoice,
     StepBackend,
     billing_record,
     service_refusal,
@@ -128,7 +130,10 @@ class AzureMLBackend(StepBackend):
 
         storage = worker_storage(None)
         spec = read_staged_spec(storage, request)
-        job, compute_id, priority = named_cluster(self.arm, self.workspace, self.job)
+        job = self.job
+        if request.machine and not job.compute:  # a failover's next size (``machine_choices``)
+            job = replace(job, instance_type=request.machine)
+        job, compute_id, priority = named_cluster(self.arm, self.workspace, job)
         datastore = None
         found = parse_datastore(job.artifact_root or "")
         if found is not None:  # the job names the data as datastore paths, as Azure ML does
@@ -152,6 +157,8 @@ class AzureMLBackend(StepBackend):
             properties["stepop_vm_size"] = job.instance_type
         if priority:  # a named cluster's Dedicated or LowPriority VMs: the price to bill
             properties["stepop_vm_priority"] = priority
+        if job.compute:  # its VM size is the cluster's: a quota failure has no size to change
+            properties[CLUSTER_PROPERTY] = job.compute
         body = job_body(
             request, job, environment_id=environment_id, compute_id=compute_id, inputs=inputs,
             outputs=outputs, command=command, properties=properties, tags=tags,
@@ -175,6 +182,19 @@ class AzureMLBackend(StepBackend):
         log.info("Azure ML job %s: %s, experiment %s", request.job_name, job.machine(),
                  job.experiment_name)  # fmt: skip
         return self._handle(answer, request.task_key, job)
+
+    def machine_choices(self) -> tuple[MachineChoice, ...]:
+        """The serverless VM size the step chose (named, resolved from ``resources``, or
+        ``[stepop] azureml_default_instance_type``), then its ``fallback_types``; none on a named
+        cluster, whose VM size is fixed (``config._fallback_sizes``)."""
+        job = self.job
+        if job is None or job.compute or not job.instance_type:
+            return ()
+        names = dict.fromkeys((job.instance_type, *job.fallback_types))  # each size once
+        return tuple(
+            MachineChoice(name, job_price_per_hour(name, job.instance_count, job.spot))
+            for name in names
+        )
 
     def _existing(self, path: str) -> dict[str, Any] | None:
         """The job at ``path``, or None when there is none."""
@@ -340,6 +360,9 @@ class AzureMLBackend(StepBackend):
         self._logs.ended(name, details)
         error = (details.get("error") or {}).get("error")
         final = map_status(state, error)
+        own = resource["properties"].get("properties") or {}
+        if final.capacity and own.get(CLUSTER_PROPERTY):  # a cluster's size: nothing to try
+            final = replace(final, capacity=False)  # the step fails with Azure ML's reason
         return replace(final, details=billing_facts(resource, details))
 
     async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:

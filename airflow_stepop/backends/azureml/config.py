@@ -57,6 +57,9 @@ class AzureMLJobConfig:
     resources: ResourceSettings | None = None  # kept to check a named cluster's VM size
     resources_as: str = "resources"  # how the user wrote them, for that check's error
     artifact_root: str | None = None  # as configured (a datastore path is resolved at submit)
+    # the serverless VM sizes to fail over to, in order, when Azure ML has no capacity or
+    # quota for one (none with compute=: a cluster's VM size is fixed)
+    fallback_types: tuple[str, ...] = ()
 
     @property
     def spot(self) -> bool:
@@ -87,10 +90,15 @@ class AzureMLJobConfig:
         resources: ResourceSettings | None = None,
         docker: DockerSettings | None = None,
         artifact_root: str | None = None,
+        fallback_types: tuple[str, ...] = (),
         resources_as: str = "resources",
     ) -> AzureMLJobConfig:
         check.matching(owner, "compute", compute, _COMPUTE, "a compute cluster name", "gpu-cluster")
         size = _vm_size(owner, instance_type, resources, compute, resources_as)
+        fallbacks = _fallback_sizes(
+            owner, fallback_types, size, instance_type is not None, resources, compute,
+            resources_as,
+        )  # fmt: skip
         count = check.whole_number(owner, "instance_count", instance_count, low=1, high=100)
         per_node = check.whole_number(
             owner, "processes_per_instance", processes_per_instance, low=1, high=64
@@ -144,6 +152,7 @@ class AzureMLJobConfig:
             shm_size=shm_size,
             resources=resources,
             resources_as=resources_as,
+            fallback_types=fallbacks,
         )
 
     def completed(
@@ -222,6 +231,39 @@ def _vm_size(
     if resources is not None and compute is None:  # a named cluster's size is checked at submit
         return _catalog().resolve(resources, owner=f"{owner}.{resources_as}").name
     return None
+
+
+def _fallback_sizes(
+    owner: str,
+    fallback_types: tuple[str, ...],
+    size: str | None,
+    named: bool,
+    resources: ResourceSettings | None,
+    compute: Any,
+    resources_as: str,
+) -> tuple[str, ...]:
+    """The serverless VM sizes a step fails over to (``arguments.fallback_machines``): none
+    on a named cluster, whose VM size was fixed when it was created (nothing to change)."""
+    if compute is not None:
+        if fallback_types:
+            raise SettingsError(
+                f"{owner}.fallback_types={list(fallback_types)!r} and compute={compute!r}: a "
+                "cluster's VM size is fixed when it is created, so a job on it has no other size "
+                "to fail over to. Leave compute out to run serverless (then the sizes listed are "
+                "tried in turn), or leave fallback_types out."
+            )
+        return ()
+    if not fallback_types and (named or resources is None):
+        return ()  # a size you chose (or the default) is never swapped behind your back
+    catalog = _catalog()
+    known = {m.name.lower(): m.name for m in catalog.types}
+    # Azure VM sizes ignore case: the catalog's spelling, so that a repeat is seen as one
+    sizes = tuple(known.get(n.lower(), n) if isinstance(n, str) else n for n in fallback_types)
+    return check.fallback_machines(
+        owner, catalog, chosen=size, named=named, resources=resources, fallback_types=sizes,
+        pattern=_VM_SIZE, what="an Azure VM size", example="Standard_NC8as_T4_v3",
+        resources_as=resources_as,
+    )  # fmt: skip
 
 
 def _catalog() -> Catalog:

@@ -42,6 +42,7 @@ from airflow_stepop.runtime.values import input_uris
 ENTRY_FILE = "stepop_entry.py"
 LAUNCH_FILE = "stepop_launch.json"
 TRY_PROPERTY = "stepop_try_id"  # the job's property naming the try that created it
+CLUSTER_PROPERTY = "stepop_compute"  # the named cluster a job runs on (none: serverless)
 PENDING = frozenset({"NotStarted", "Starting", "Provisioning", "Preparing", "Queued"})
 RUNNING = frozenset({"Running", "Finalizing", "CancelRequested"})
 # abfs://container/path, abfs://<conn id>@container/path (Airflow's form: the connection's
@@ -235,7 +236,7 @@ def map_status(status: str, error: dict[str, Any] | None = None) -> JobStatus:
     if status == "Failed":
         code = (error or {}).get("code")
         reason = f"{code}: {message}" if code and message else message
-        return JobStatus("failed", reason or "the job failed")
+        return JobStatus("failed", reason or "the job failed", capacity=short_of_quota(error))
     if status == "Canceled":
         return JobStatus("stopped", message or "the job was canceled")
     if status in ("NotResponding", "Paused"):
@@ -245,6 +246,38 @@ def map_status(status: str, error: dict[str, Any] | None = None) -> JobStatus:
         return JobStatus("pending")
     # Running, Finalizing, CancelRequested, anything newer
     return JobStatus("running", stopping=status == "CancelRequested")
+
+
+# Azure ML's codes for a job that failed for want of quota for its VM size: the vCPU quota of
+# the subscription (or workspace) for the size's family is less than the job's nodes need.
+QUOTA_CODES = frozenset({"JobNodeCountExceedsCoreQuota"})
+# Run history files such a failure under the code ``UserError``, its message naming the code the
+# compute service answered with: "Job submission to AzureML Compute encountered an Exception
+# with status code JobNodeCountExceedsCoreQuota, The specified subscription has a vCPU quota of
+# ...", or "...: JobNodeCountExceedsCoreQuota: ..." in other clients' wording.
+_STATUS_CODE = re.compile(r"(?:\bstatus code |^|[:.] )([A-Z][A-Za-z]+)(?=[,:])")
+
+
+def short_of_quota(error: dict[str, Any] | None) -> bool:
+    """Whether run history's ``error`` is a quota failure (``QUOTA_CODES``), by the codes the
+    service gives: the error's own code, its inner errors' and details', and the compute
+    service's status code that the message quotes in its fixed form (never a word such as
+    "quota" anywhere in free text)."""
+    codes: set[str] = set()
+    pending = [error] if isinstance(error, dict) else []
+    for _ in range(32):  # nested inner errors and details, boundedly
+        if not pending:
+            break
+        item = pending.pop()
+        if isinstance(item.get("code"), str):
+            codes.add(item["code"])
+        if isinstance(item.get("innerError"), dict):
+            pending.append(item["innerError"])
+        pending.extend(d for d in (item.get("details") or [])[:8] if isinstance(d, dict))
+        message = item.get("message")
+        if isinstance(message, str):  # never the user's log that a user error quotes
+            codes.update(_STATUS_CODE.findall(message[:4096].split(LOG_QUOTE, 1)[0]))
+    return bool(codes & QUOTA_CODES)
 
 
 def low_priority(props: dict[str, Any]) -> bool:

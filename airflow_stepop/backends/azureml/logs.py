@@ -5,8 +5,14 @@ one bounded range of LOG_READ_MAX bytes a file and read; their list (run history
 refreshed at most every LOG_FILES_INTERVAL, and at the end. A finished job's last read goes on
 to each file's end (its last FINAL_READ_MAX at most): it is the only read left, and the end of
 a log (the traceback) is what a failure is read for.
-The stored cursor holds file offsets only: a clock reading means nothing to the triggerer on
-another host that resumes it, and the files' URLs (SAS URLs on Azure) stay in memory.
+The stored cursor holds file offsets only (and how many run warnings were relayed): a clock
+reading means nothing to the triggerer on another host that resumes it, and the files' URLs
+(SAS URLs on Azure) stay in memory.
+
+A job still waiting to start has no log file, but Azure ML says in its run details why a job
+sits Queued (no VM of its size to allocate: "Instances of the specified VM size are not
+currently available..."). Those warnings are relayed as they appear, read once a job has waited
+QUEUED_WARNINGS_AFTER and then at most every LOG_FILES_INTERVAL: a short wait costs no call.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ LOG_DETAILS_INTERVAL = 5.0
 LOG_FILES_INTERVAL = 60.0
 LOG_READ_MAX = 1 << 20  # bytes of one log file per call
 FINAL_READ_MAX = 16 * LOG_READ_MAX  # a finished job's last read of one file: its last 16 MiB
+QUEUED_WARNINGS_AFTER = 60.0  # seconds a job waits to start before its warnings are read
+WARNINGS_MAX = 10  # run warnings relayed a job (each at most WARNING_CHARS characters)
+WARNING_CHARS = 1000
 
 
 class LogRelay:
@@ -31,6 +40,8 @@ class LogRelay:
     def __init__(self) -> None:
         self._files: dict[str, tuple[dict[str, str], float]] = {}  # job -> (URLs, when)
         self._read: dict[str, float] = {}  # job -> last log read
+        self._waiting: dict[str, float] = {}  # job -> when it was first seen waiting to start
+        self._warned: dict[str, float] = {}  # job -> last read of its run warnings
 
     def ended(self, name: str, details: dict[str, Any]) -> None:
         """Run history's details of an ended job: its final list of log files."""
@@ -40,6 +51,8 @@ class LogRelay:
         """No trigger watches job ``name`` any more."""
         self._files.pop(name, None)
         self._read.pop(name, None)
+        self._waiting.pop(name, None)
+        self._warned.pop(name, None)
 
     async def read(
         self,
@@ -52,11 +65,15 @@ class LogRelay:
     ) -> tuple[list[str], Any]:
         """New lines of job ``name`` (last status ``state``) since ``cursor``, and the next
         cursor. ``client`` and ``limiter`` are called only when a read is due."""
-        cursor = {"files": dict((cursor or {}).get("files") or {})}
+        warned = (cursor or {}).get("warnings")
+        cursor = {"files": dict((cursor or {}).get("files") or {}),
+                  "warnings": warned if isinstance(warned, int) else 0}  # fmt: skip
         final = state is not None and map_status(state).terminal
         now = time.monotonic()
-        if state is None or (not final and map_status(state).state == "pending"):
+        if state is None:
             return [], cursor
+        if not final and map_status(state).state == "pending":
+            return await self._warnings(name, cursor, now, client=client, limiter=limiter)
         last = self._read.get(name)
         if not final and last is not None and now - last < LOG_DETAILS_INTERVAL:
             return [], cursor
@@ -84,6 +101,34 @@ class LogRelay:
             prefix = f"{rank_of(path)}: " if len(files) > 1 else ""
             lines.extend(prefix + line for line in read)
         cursor["files"] = offsets
+        return lines, cursor
+
+    async def _warnings(
+        self,
+        name: str,
+        cursor: dict[str, Any],
+        now: float,
+        *,
+        client: Callable[[], Any],
+        limiter: Callable[[], TokenBucket],
+    ) -> tuple[list[str], Any]:
+        """The run warnings of job ``name`` not relayed yet, while it waits to start: why it
+        is still Queued. Read once it has waited QUEUED_WARNINGS_AFTER (on this process's
+        clock), then at most every LOG_FILES_INTERVAL, a log token each."""
+        since = self._waiting.setdefault(name, now)
+        last = self._warned.get(name)
+        due = since + QUEUED_WARNINGS_AFTER if last is None else last + LOG_FILES_INTERVAL
+        if now < due or cursor["warnings"] >= WARNINGS_MAX or not limiter().try_acquire():
+            return [], cursor
+        self._warned[name] = now
+        found = (await client().run_details(name)).get("warnings")
+        messages = [
+            str(w.get("message"))[:WARNING_CHARS]
+            for w in (found if isinstance(found, list) else [])[:WARNINGS_MAX]
+            if isinstance(w, dict) and w.get("message")
+        ]
+        lines = [f"Azure ML: {m}" for m in messages[cursor["warnings"] :]]
+        cursor["warnings"] = max(cursor["warnings"], len(messages))
         return lines, cursor
 
 

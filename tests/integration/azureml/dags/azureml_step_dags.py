@@ -459,3 +459,17 @@ def aml_cached():
 
 
 aml_cached()
+
+
+@dag(schedule=None)
+def aml_capacity_failover():
+    """One serverless T4 step: the tests take the capacity of its cheapest size away."""
+
+    @task.azureml_step(docker=PARENT_ONLY, resources=ResourceSettings(gpu_count=1, gpu_type="T4"))
+    def fit(n: int):
+        return n * 2
+
+    fit(21)
+
+
+aml_capacity_failover()
