@@ -52,9 +52,10 @@ class CapacityFailover:
         or fail naming every type tried and why."""
         state = self._attempts(context)
         choices = backend.machine_choices()
-        machine = choices[state["attempt"]].name if state["attempt"] < len(choices) else "?"
+        attempt = state["attempt"]
+        machine = choices[attempt].name if attempt < len(choices) else "the step's machine type"
         tried = [*state["tried"], [machine, str(reason)]]
-        attempt = state["attempt"] + 1
+        attempt += 1
         limit = min(len(choices), self._attempt_limit())
         if attempt >= limit:
             lines = "\n".join(f"- {name}: {why}" for name, why in tried)

@@ -58,7 +58,8 @@ class StepCompletion:
         # is stopped now (and released below).
         if event["status"] == "unwatched" and self._left_to_retry(backend, handle, context["ti"]):
             raise step_failure(event, storage)
-        if event["status"] == "failed" and event.get("capacity") and not self._killed:
+        capacity = event["status"] == "failed" and event.get("capacity") and not self._killed
+        if capacity and backend.machine_choices():
             self._release(backend, handle)  # it never ran: the next machine type, if any
             return self._fail_over(context, backend, event.get("reason"))
         try:
