@@ -100,6 +100,7 @@ class VertexStepOperator(BaseStepOperator):
             network=network, encryption_key=encryption_key, labels=labels, image_uri=image_uri,
             image_repository=image_repository, persistent_resource_id=persistent_resource_id,
             experiment=experiment, environment=self.environment,
+            fallback_types=self.fallback_types,
         )  # fmt: skip
         self.image_uri = image_uri
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -30,6 +31,17 @@ TRANSIENT_HTTP = frozenset({408, 429, 500, 502, 503, 504})
 PENDING = frozenset({"JOB_STATE_QUEUED", "JOB_STATE_PENDING"})
 RUNNING = frozenset({"JOB_STATE_RUNNING", "JOB_STATE_UPDATING", "JOB_STATE_CANCELLING"})
 ALIVE = frozenset({"JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING"})
+# google.rpc.Code RESOURCE_EXHAUSTED: a CustomJob's ``error.code`` when it could not get its
+# machines, a stockout ("Resources are insufficient in region: ...", "The zone does not have
+# enough resources available ...") or the project's quota of them ("The following quota metrics
+# exceed quota limits: ..."), whatever the message's words. A failure of the step's own (a
+# replica's non-zero exit status) is code 3, INVALID_ARGUMENT.
+CODE_RESOURCE_EXHAUSTED = 8
+# The quotas a CustomJob's machines draw on (custom_model_training_cpus,
+# custom_model_training_nvidia_t4_gpus, custom_model_training_tpu_v2...), as a 429
+# RESOURCE_EXHAUSTED at CreateCustomJob names them; a throttled API call (also 429
+# RESOURCE_EXHAUSTED) names a request-rate quota instead, and is retried.
+MACHINE_QUOTA = re.compile(r"aiplatform\.googleapis\.com/(custom_model_training_[a-z0-9_]+)")
 
 
 class VertexApiError(RuntimeError):
@@ -64,8 +76,24 @@ def is_transient_error(exc: BaseException) -> bool:
     return isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError))
 
 
-def map_state(state: str, error: str | None) -> JobStatus:
-    """A CustomJob state -> JobStatus; PAUSED and EXPIRED are failures, never success."""
+def machine_quota(exc: BaseException) -> str | None:
+    """The machine quota a CreateCustomJob refused for (``custom_model_training_nvidia_t4_gpus``),
+    None for any other error. Vertex answers a spent quota and a throttled call alike (HTTP 429,
+    RESOURCE_EXHAUSTED): the quota metric tells them apart, from the error's ErrorInfo where the
+    service sends one (``metadata.quota_metric``), else as its message names it."""
+    from google.api_core import exceptions as core
+
+    if not isinstance(exc, core.GoogleAPICallError) or exc.code != 429:
+        return None
+    metric = (getattr(exc, "metadata", None) or {}).get("quota_metric") or exc.message or ""
+    found = MACHINE_QUOTA.search(metric)
+    return found.group(1) if found else None
+
+
+def map_state(state: str, error: str | None, code: int = 0) -> JobStatus:
+    """A CustomJob state (and its ``error``'s message and code) -> JobStatus; PAUSED and
+    EXPIRED are failures, never success; a FAILED job's code 8 (RESOURCE_EXHAUSTED) is a
+    capacity failure (``CODE_RESOURCE_EXHAUSTED``), which the step fails over from."""
     if state == "JOB_STATE_SUCCEEDED":
         return JobStatus("succeeded")
     if state == "JOB_STATE_CANCELLED":
@@ -77,7 +105,8 @@ def map_state(state: str, error: str | None) -> JobStatus:
     if state == "JOB_STATE_PAUSED":
         reason = "JOB_STATE_PAUSED: the job was paused (not a success)"
         return JobStatus("failed", reason, held=True)
-    return JobStatus("failed", f"{state}: {error or 'the job did not succeed'}")
+    capacity = state == "JOB_STATE_FAILED" and code == CODE_RESOURCE_EXHAUSTED
+    return JobStatus("failed", f"{state}: {error or 'the job did not succeed'}", capacity=capacity)
 
 
 @dataclass

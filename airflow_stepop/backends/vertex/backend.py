@@ -25,6 +25,8 @@ from airflow_stepop.backends.base import (
     JobRecord,
     JobRequest,
     JobStatus,
+    MachineChoice,
+    NoCapacityError,
     PreparedJob,
     StepBackend,
     service_refusal,
@@ -33,7 +35,13 @@ from airflow_stepop.backends.bootstrap import TRY_ID_ENV, read_staged_spec
 from airflow_stepop.backends.list_pages import WatchedPages
 from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
-from airflow_stepop.backends.vertex.api import ALIVE, GoogleAccess, is_transient_error, map_state
+from airflow_stepop.backends.vertex.api import (
+    ALIVE,
+    GoogleAccess,
+    is_transient_error,
+    machine_quota,
+    map_state,
+)
 from airflow_stepop.backends.vertex.config import VertexJobConfig
 from airflow_stepop.backends.vertex.job import (
     ENTRY_FILE,
@@ -43,10 +51,11 @@ from airflow_stepop.backends.vertex.job import (
     build_job,
     container_env,
     epoch,
+    hourly_price,
     job_details,
     rfc3339,
 )
-from airflow_stepop.backends.vertex.machines import CATALOG, split_machine
+from airflow_stepop.backends.vertex.machines import CATALOG, machine_name, split_machine
 from airflow_stepop.runtime.spec import SPEC_SHA256_ENV
 from airflow_stepop.runtime.storage import join
 
@@ -123,13 +132,15 @@ class VertexBackend(StepBackend):
             raise RuntimeError("VertexBackend.prepare needs a job configuration")
         from airflow_stepop.artifacts.storage import worker_storage
 
+        # a failover's next machine (``machine_choices``): the body, price and handle name it
+        job = self.job.on_machine(request.machine) if request.machine else self.job
         storage = worker_storage(self.gcp_conn_id)
         spec = read_staged_spec(storage, request)
         image = self._image(request, storage)
         access = self.access
         entry_source = (Path(__file__).parent / "entry.py").read_bytes()
         body = build_job(
-            request, spec, self.job, image.reference, access.project, access.region, entry_source
+            request, spec, job, image.reference, access.project, access.region, entry_source
         )
         storage.write_bytes(join(request.run_uri, ENTRY_FILE), entry_source)
         prepared = {
@@ -139,8 +150,8 @@ class VertexBackend(StepBackend):
             "try_id": request.try_id,
             "image": image.reference,
             "image_built": image.built or image.build is not None,
-            "price_per_hour": self.job.price_per_hour,
-            "experiment": self.job.experiment,
+            "price_per_hour": job.price_per_hour,
+            "experiment": job.experiment,
             # created by a trigger after the build: one resumed by another triggerer creates
             # it again, and display names are not unique, so it looks for its own first
             "look_first": image.build is not None,
@@ -164,7 +175,9 @@ class VertexBackend(StepBackend):
 
         A create whose answer was lost may have made the job: one of this display name that
         carries this try's id is it. Display names need not be unique on Vertex AI: one of
-        another run's or try's is no answer, and the create is retried."""
+        another run's or try's is no answer, and the create is retried. One refused for the
+        project's quota of its machines (``api.machine_quota``) is not retried: it raises
+        ``NoCapacityError``, and the step fails over to its next machine."""
         for attempt in range(CREATE_ATTEMPTS):
             try:
                 return self.access.jobs.create_custom_job(
@@ -172,7 +185,13 @@ class VertexBackend(StepBackend):
                 )
             except Exception as exc:
                 if getattr(exc, "code", None) == 400:  # a machine type Vertex lacks, say
-                    raise self._refusal(exc) from exc
+                    raise self._refusal(exc, body) from exc
+                quota = machine_quota(exc)
+                if quota is not None:  # 429 RESOURCE_EXHAUSTED for a machine quota, not a rate
+                    reason = getattr(exc, "message", None) or str(exc)
+                    raise NoCapacityError(
+                        _machine_of(body), f"RESOURCE_EXHAUSTED ({quota}): {reason}"
+                    ) from exc
                 if not is_transient_error(exc) or attempt == CREATE_ATTEMPTS - 1:
                     raise
                 if getattr(exc, "code", None) != 429:  # a lost answer may have created it
@@ -193,12 +212,27 @@ class VertexBackend(StepBackend):
                 return found
         return None
 
-    def _refusal(self, exc: Any) -> Exception:
+    def _refusal(self, exc: Any, body: dict[str, Any]) -> Exception:
         from airflow_stepop.catalog import load
 
         known = {split_machine(m.name)[0] for m in load(CATALOG).types}
         reason = getattr(exc, "message", None) or str(exc)
-        return service_refusal("Vertex AI", reason, "machine_type", self.job.machine_type, known)
+        machine_type = split_machine(_machine_of(body) or "")[0] or None
+        return service_refusal("Vertex AI", reason, "machine_type", machine_type, known)
+
+    def machine_choices(self) -> tuple[MachineChoice, ...]:
+        """The step's machine (catalog form, ``n1-standard-4+NVIDIA_TESLA_T4x1``), then its
+        ``fallback_types``; each priced for the whole job (every replica, Spot if spot). ()
+        on a persistent resource: its machines are the resource's, nothing to choose."""
+        if self.job is None or not self.job.machine_type or self.job.persistent_resource_id:
+            return ()
+        names = dict.fromkeys((self.job.machine, *self.job.fallback_types))  # in order, once
+        replicas = self.job.replica_count
+        choices = []
+        for name in names:
+            price = self.job.on_machine(name).price_per_hour
+            choices.append(MachineChoice(name, None if price is None else price * replicas))
+        return tuple(choices)
 
     def handle_of(
         self,
@@ -244,7 +278,7 @@ class VertexBackend(StepBackend):
         jobs = self._list(f'labels.stepop_task="{task_digest(task_key)}"')
         for job in jobs:  # newest first
             if job.state.name in ALIVE:
-                price = self.job.price_per_hour if self.job is not None else None
+                price = hourly_price(job_details(job))  # its own machine: a failover's, maybe
                 experiment = self.job.experiment if self.job is not None else None
                 return self.handle_of(job, task_key, price, experiment)
         return None
@@ -305,7 +339,7 @@ class VertexBackend(StepBackend):
 
     def _status(self, job: Any) -> JobStatus:
         """The job's status; an ended job's facts when ``job`` carries its spec (a describe)."""
-        status = map_state(job.state.name, job.error.message or None)
+        status = map_state(job.state.name, job.error.message or None, job.error.code)
         job_id = job.name.rsplit("/", 1)[1]
         self._state[job_id] = status.state
         if status.terminal:
@@ -444,6 +478,17 @@ class VertexBackend(StepBackend):
         async with self.access.ajobs() as client:
             with contextlib.suppress(exceptions.FailedPrecondition, exceptions.BadRequest):
                 await client.cancel_custom_job(name=handle["name"])  # refused when already ended
+
+
+def _machine_of(body: dict[str, Any]) -> str | None:
+    """The machine choice (``machine_name``) a CustomJob body's first worker pool asks for."""
+    pools = body.get("job_spec", {}).get("worker_pool_specs") or [{}]
+    spec = pools[0].get("machine_spec") or {}
+    if not spec.get("machine_type"):
+        return None
+    return machine_name(
+        spec["machine_type"], spec.get("accelerator_type"), spec.get("accelerator_count") or 0
+    )
 
 
 __all__ = ["VertexBackend", "VertexConfigError"]

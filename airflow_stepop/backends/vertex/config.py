@@ -16,7 +16,16 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.backends import arguments as check
-from airflow_stepop.backends.vertex.machines import catalog, default_machine, hardware, machine_name
+from airflow_stepop.backends.vertex.machines import (
+    FALLBACK_EXAMPLE,
+    MACHINE_CHOICE,
+    catalog,
+    default_machine,
+    fallback_machine,
+    hardware,
+    machine_name,
+    split_machine,
+)
 from airflow_stepop.setting_values import SettingsError
 
 if TYPE_CHECKING:  # annotations only: a DAG without settings never builds one
@@ -66,6 +75,9 @@ class VertexJobConfig:
     image_repository: str | None = None
     persistent_resource_id: str | None = None
     experiment: str | None = None
+    # the machines to fail over to, in order, when Vertex AI has no capacity or quota for the
+    # one before: catalog names (``machine_name``), ``n1-standard-8+NVIDIA_TESLA_T4x1``
+    fallback_types: tuple[str, ...] = ()
 
     @property
     def price_per_hour(self) -> float | None:
@@ -78,6 +90,13 @@ class VertexJobConfig:
     def machine(self) -> str:
         """Catalog name of one machine: ``n1-standard-8+NVIDIA_TESLA_T4x1`` or ``e2-standard-4``."""
         return machine_name(self.machine_type, self.accelerator_type, self.accelerator_count)
+
+    def on_machine(self, name: str) -> VertexJobConfig:
+        """This job on another machine choice (a failover's, ``machine``'s form)."""
+        machine, accelerator, count = split_machine(name)
+        return replace(
+            self, machine_type=machine, accelerator_type=accelerator, accelerator_count=count
+        )
 
     def completed(
         self, owner: str, *, artifact_root: str, image_uri: str | None
@@ -130,6 +149,7 @@ class VertexJobConfig:
         persistent_resource_id: str | None = None,
         experiment: str | None = None,
         environment: Mapping[str, str] | None = None,
+        fallback_types: tuple[str, ...] = (),
     ) -> VertexJobConfig:
         machine, accelerator, count = hardware(
             owner,
@@ -146,6 +166,11 @@ class VertexJobConfig:
             catalog().check_explicit(machine_name(machine, accelerator, count), resources,
                                    owner=owner, explicit="machine_type",
                                    written=written, wanted=resources_as)  # fmt: skip
+        fallbacks = _fallback_machines(
+            owner, fallback_types, chosen=machine and machine_name(machine, accelerator, count),
+            named=machine_type is not None, resources=resources, resources_as=resources_as,
+            persistent_resource_id=persistent_resource_id,
+        )  # fmt: skip
         replicas = check.whole_number(
             owner, "replica_count", replica_count, low=1, high=MAX_REPLICAS
         )
@@ -203,8 +228,57 @@ class VertexJobConfig:
             restart_on_worker_restart=restart_on_worker_restart, service_account=service_account,
             network=network, encryption_key=encryption_key, labels=label_map, image_uri=image_uri,
             image_repository=image_repository, persistent_resource_id=persistent_resource_id,
-            experiment=experiment,
+            experiment=experiment, fallback_types=fallbacks,
         )  # fmt: skip
+
+
+def _fallback_machines(
+    owner: str,
+    fallback_types: tuple[str, ...],
+    *,
+    chosen: str | None,
+    named: bool,
+    resources: ResourceSettings | None,
+    resources_as: str,
+    persistent_resource_id: str | None,
+) -> tuple[str, ...]:
+    """The machine choices a step fails over to (``arguments.fallback_machines``), as catalog
+    names: each of ``fallback_types`` in the form ``fallback_machine`` reads, fitting
+    ``resources``; else, for a machine chosen from ``resources``, the other fitting ones."""
+    if persistent_resource_id is not None:  # its machines are provisioned already
+        if fallback_types:
+            raise SettingsError(
+                f"{owner}.fallback_types={list(fallback_types)!r} with persistent_resource_id="
+                f"{persistent_resource_id!r}: a job on a persistent resource runs on that "
+                "resource's machines, which Vertex AI holds for it already (a job waits there "
+                "for a free one), so there is no other type to fail over to. Drop "
+                "fallback_types, or persistent_resource_id."
+            )
+        return ()
+    if not fallback_types and (named or resources is None):
+        return ()  # no catalog read for a step that neither names fallbacks nor asks for hardware
+    names = []
+    for index, value in enumerate(fallback_types):
+        field = f"fallback_types[{index}]"
+        name = fallback_machine(owner, field, value)
+        try:
+            catalog().check_explicit(name, resources, owner=owner, explicit="fallback_types",
+                                     written=f"{field}={value!r}", wanted=resources_as)  # fmt: skip
+        except SettingsError as exc:  # an n1 type's plain name is the machine without GPUs
+            fitting = catalog().fitting(resources) if resources is not None else []
+            with_gpus = [m.name for m in fitting if m.name.startswith(f"{name}+")]
+            if not with_gpus:
+                raise
+            raise type(exc)(
+                f"{exc} {value!r} is that machine without GPUs: with attached ones it is written "
+                f"e.g. {with_gpus[0]!r}."
+            ) from None
+        names.append(name)
+    return check.fallback_machines(
+        owner, catalog(), chosen=chosen, named=named, resources=resources,
+        fallback_types=tuple(names), pattern=MACHINE_CHOICE, what="a Vertex machine type",
+        example=FALLBACK_EXAMPLE, resources_as=resources_as,
+    )  # fmt: skip
 
 
 def _check_reserved_labels(owner: str, labels: Mapping[str, str]) -> None:

@@ -202,6 +202,18 @@ def job_details(job: Any) -> dict[str, Any]:
     }
 
 
+def hourly_price(details: dict[str, Any]) -> float | None:
+    """One machine's price per hour of the job ``details`` describes, the machine that ran (a
+    failover's, not the step's first choice); the Spot price for spot jobs."""
+    from airflow_stepop.catalog import load
+
+    name = machine_name(
+        details["machine_type"], details.get("accelerator_type"), details["accelerator_count"]
+    )
+    row = load(CATALOG).get(name)
+    return None if row is None else row.hourly_price(details["spot"])
+
+
 def billing(details: dict[str, Any]) -> dict[str, Any] | None:
     """(end - start) per replica, x replicas x the catalog's price (spot price for spot jobs)."""
     if not details.get("start_time") or not details.get("end_time"):
@@ -212,8 +224,7 @@ def billing(details: dict[str, Any]) -> dict[str, Any] | None:
     name = machine_name(
         details["machine_type"], details.get("accelerator_type"), details["accelerator_count"]
     )
-    row = catalog.get(name)
-    price = None if row is None else row.hourly_price(details["spot"])
+    price = hourly_price(details)
     seconds = max(0.0, epoch(details["end_time"]) - epoch(details["start_time"]))
     replicas = int(details["replica_count"])
     return billing_record(
@@ -231,4 +242,6 @@ def billing(details: dict[str, Any]) -> dict[str, Any] | None:
     )
 
 
-__all__ = ["VertexConfigError", "billing", "build_job", "job_details", "job_labels"]
+__all__ = [
+    "VertexConfigError", "billing", "build_job", "hourly_price", "job_details", "job_labels",
+]  # fmt: skip

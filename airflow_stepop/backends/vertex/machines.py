@@ -48,6 +48,7 @@ BUNDLED_FAMILIES = {
 _BUNDLED_COUNT = r"-(\d+)[gt]$"  # a3-megagpu-8g: 8 GPUs; ct5lp-hightpu-4t: 4 chips
 _MACHINE = r"[a-z][a-z0-9]*-[a-z0-9]+(-[a-z0-9]+)*"
 _MACHINE_WITH_ACCELERATORS = _MACHINE + r"(\+[A-Z0-9_]+x[1-9][0-9]*)?"  # the catalog's names
+MACHINE_CHOICE = _MACHINE_WITH_ACCELERATORS  # a machine choice's name (``machine_name``)
 
 
 def machine_name(machine_type: str, accelerator_type: str | None, count: int) -> str:
@@ -88,6 +89,70 @@ def default_machine(value: Any) -> tuple[str, str | None, int]:
             f"'{machine}+KINDx{suffix.group(1) if suffix else 'N'}' with KIND one of {kinds}."
         )
     return machine, accelerator, count
+
+
+FALLBACK_EXAMPLE = "n1-standard-8+NVIDIA_TESLA_T4x1"
+
+
+def fallback_machine(owner: str, field: str, value: Any) -> str:
+    """One item of ``fallback_types=``: a whole machine choice, as a name. A machine type
+    (``g2-standard-8``, ``a2-highgpu-1g``: a GPU type the catalog lists gets its accelerators
+    filled in, as for ``machine_type=``), or one with its accelerators in the catalog's
+    ``MACHINE+ACCELERATOR_TYPExCOUNT`` form (``n1-standard-8+NVIDIA_TESLA_T4x1``), which an n1
+    type with attached GPUs needs: its plain name is the machine without any. The same pairing
+    rules as ``machine_type=`` apply. Returns the catalog's name of the choice."""
+    check.refuse_template(owner, field, value, FALLBACK_EXAMPLE)
+    if not isinstance(value, str) or not re.fullmatch(_MACHINE_WITH_ACCELERATORS, value):
+        raise SettingsError(
+            f"{owner}.{field}={value!r} is not a Vertex machine type; use e.g. 'g2-standard-8', "
+            f"or {FALLBACK_EXAMPLE!r} for one with attached GPUs (MACHINE+ACCELERATOR_TYPExCOUNT)."
+        )
+    machine, accelerator, count = split_machine(value)
+    if accelerator is not None and accelerator not in ACCELERATORS:
+        raise SettingsError(
+            f"{owner}.{field}={value!r} names {accelerator!r}, which is not a Vertex accelerator "
+            f"type; use e.g. {FALLBACK_EXAMPLE!r}."
+        )
+    bundled = _accelerators_of(machine)
+    if bundled is not None:  # the catalog knows what it comes with
+        if accelerator is not None and (accelerator, count) != bundled:
+            raise SettingsError(
+                f"{owner}.{field}={value!r}: {machine!r} comes with {bundled[1]} x {bundled[0]}; "
+                f"write {machine!r} (its accelerators are filled in) or "
+                f"{machine_name(machine, *bundled)!r}."
+            )
+        return machine_name(machine, *bundled)
+    family = bundled_family(machine)
+    if family is not None:
+        kinds = BUNDLED_FAMILIES[family]
+        if accelerator not in kinds:
+            suffix = re.search(_BUNDLED_COUNT, machine)
+            shown = " or ".join(repr(kind) for kind in kinds)
+            raise SettingsError(
+                f"{owner}.{field}={value!r}: {machine!r} is not in the catalog, so the "
+                "accelerators it comes with are not known, and Vertex needs them named: write "
+                f"'{machine}+KINDx{suffix.group(1) if suffix else 'N'}' with KIND {shown}."
+            )
+        return value
+    if accelerator is None:
+        return machine
+    if not machine.startswith("n1-") or accelerator not in N1_GPU_COUNTS:
+        families = [f for f, kinds in BUNDLED_FAMILIES.items() if accelerator in kinds]
+        where = (
+            f"{accelerator} attaches to n1 types, e.g. 'n1-standard-8+{accelerator}x1'"
+            if accelerator in N1_GPU_COUNTS
+            else f"{accelerator} comes only with {'/'.join(families)} machine types: name one"
+        )
+        raise SettingsError(
+            f"{owner}.{field}={value!r}: {accelerator} cannot be attached to {machine!r}; {where}."
+        )
+    allowed = N1_GPU_COUNTS[accelerator]
+    if count not in allowed:
+        raise SettingsError(
+            f"{owner}.{field}={value!r}: an n1 machine takes {', '.join(map(str, allowed))} x "
+            f"{accelerator}, not {count}; e.g. '{machine}+{accelerator}x{allowed[0]}'."
+        )
+    return value
 
 
 def _accelerators_of(machine_type: str) -> tuple[str, int] | None:
@@ -247,6 +312,7 @@ def _where_it_goes(accelerator: str) -> str:
 
 
 __all__ = [
-    "ACCELERATORS", "BUNDLED_FAMILIES", "CATALOG", "N1_GPU_COUNTS", "bundled_family", "catalog",
-    "default_machine", "hardware", "machine_name", "split_machine",
+    "ACCELERATORS", "BUNDLED_FAMILIES", "CATALOG", "FALLBACK_EXAMPLE", "MACHINE_CHOICE",
+    "N1_GPU_COUNTS", "bundled_family", "catalog", "default_machine", "fallback_machine",
+    "hardware", "machine_name", "split_machine",
 ]  # fmt: skip

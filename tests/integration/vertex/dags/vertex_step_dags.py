@@ -364,3 +364,17 @@ def vx_cached():
 
 
 vx_cached()
+
+
+@dag(schedule=None)
+def vx_capacity():
+    """One T4 step: the tests take the capacity of its cheapest machine away."""
+
+    @task.vertex_step(docker=PARENT_ONLY, resources=ResourceSettings(gpu_count=1, gpu_type="T4"))
+    def doubled(n: int):  # a name no other test's job filter matches: the fake keeps every job
+        return n * 2
+
+    doubled(21)
+
+
+vx_capacity()
