@@ -253,6 +253,17 @@ ROWS = [
         "tests/integration/azureml/test_azureml_rewritten_after_submit.py::test_a_rewritten_"
         "result_and_pickle_are_never_unpickled_on_the_worker", "1 (not unpickled on the worker)",
         "n/a"),
+    Row("capacity error on the first type", "sagemaker",
+        "tests/integration/sagemaker/test_sagemaker_capacity.py::test_no_capacity_for_the_"
+        "cheapest_type_runs_the_step_on_the_next_one", "2 (refused, then the next type ran)",
+        "n/a"),
+    Row("capacity error on the first type", "vertex",
+        "tests/integration/vertex/test_vertex_capacity.py::test_no_capacity_for_the_cheapest_"
+        "machine_runs_the_step_on_the_next_one", "2 (refused, then the next type ran)", "n/a"),
+    Row("capacity error on the first type", "azureml",
+        "tests/integration/azureml/test_azureml_capacity.py::test_a_spent_quota_for_the_"
+        "cheapest_size_runs_the_step_on_the_next_one", "2 (refused, then the next size ran)",
+        "n/a"),
 ]  # fmt: skip
 
 
