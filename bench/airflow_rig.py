@@ -211,6 +211,7 @@ class Worker:
         from airflow.sdk.exceptions import TaskDeferred
         from airflow.sdk.execution_time.task_runner import _defer_task
 
+        from airflow_stepop.operators.job_request import encode_request
         from airflow_stepop.operators.task_identity import task_identity
 
         with self.lock:
@@ -219,7 +220,9 @@ class Worker:
                                    map_index=ti.map_index, try_number=1, id=ti.id)  # fmt: skip
         context = {"ti": identity}  # no task state store: the names of dag, run, task and map
         operator = self.operator(ti.map_index)
-        request = operator._prepare(context, task_identity(context), self.backend)
+        step = task_identity(context)
+        staging = encode_request(operator, context, step, self.backend)
+        request = operator._prepare(context, step, staging)
         handle = {**self.submitter.submit(request), "submitted_at": time.time()}
         trigger = operator._trigger(self.backend, handle)
         deferred = TaskDeferred(trigger=trigger, method_name="execute_complete")

@@ -4,9 +4,10 @@ What is real: PostgreSQL (Debian's package, ``scripts/postgres.sh``) as Airflow'
 database, a private AIRFLOW_HOME (``airflow db migrate``), a DAG of N mapped steps serialized by
 ``airflow dags reserialize``, one dag run created by Airflow's own ``create_dagrun``, and for
 each task instance what a worker does: the Execution API's ``run`` call, the step's own
-staging and ``backend.submit`` (``BaseStepOperator._prepare``, as in ``execute()``), the trigger
-the operator defers with (``_trigger``) and the Execution API's ``defer`` call with the message
-the task runner builds (``_defer_task``): the Trigger rows are those a real defer writes. Then
+staging and ``backend.submit`` (``encode_request`` and ``BaseStepOperator._prepare``, as in
+``execute()``), the trigger the operator defers with (``_trigger``) and the Execution API's
+``defer`` call with the message the task runner builds (``_defer_task``): the Trigger rows are
+those a real defer writes. Then
 one ``airflow triggerer --capacity N`` process runs every trigger until it fires
 (``bench/airflow_rig.py``).
 

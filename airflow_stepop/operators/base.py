@@ -43,7 +43,9 @@ from airflow_stepop.operators.completion import StepCompletion
 from airflow_stepop.operators.image_wait import ImageWait, first_event, still_running
 
 if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
-    from airflow_stepop.backends.base import JobService, StepBackend
+    from airflow_stepop.backends.base import JobRequest, JobService, StepBackend
+    from airflow_stepop.operators.job_request import Staging
+    from airflow_stepop.operators.step_cache import Lookup
     from airflow_stepop.operators.task_identity import TaskIdentity
     from airflow_stepop.settings import DockerSettings, ResourceSettings
     from airflow_stepop.triggers.deferral import StepJobDeferral
@@ -218,7 +220,7 @@ class BaseStepOperator(CapacityFailover, StepCompletion, ImageWait, BaseOperator
         # only now, so a try that finds an earlier job still re-attaches to it or stops it)
         config.check_numbers()
         from airflow_stepop.operators import step_cache
-        from airflow_stepop.operators.job_request import encode_request, job_request
+        from airflow_stepop.operators.job_request import encode_request
 
         if fresh:  # not the next machine type of a failover (``operators/capacity``)
             self._reset_attempts(context)
@@ -227,11 +229,7 @@ class BaseStepOperator(CapacityFailover, StepCompletion, ImageWait, BaseOperator
         if cached is not None and cached.hit is not None:
             staging.encoded.discard()
             return self._cache_hit(context, backend, cached.hit)
-        extra = {"cache_key": cached.key.digest} if cached is not None else None
-        request = job_request(self, context, identity, staging, extra)
-        if cached is not None:  # the entry is written when the job succeeded
-            step_cache.remember_key(context.get("task_state_store"), context["ti"], cached.key,
-                                    staging.root, request.spec_sha256, self.log)  # fmt: skip
+        request = self._prepare(context, identity, staging, cached)
         request = self._attempt_request(context, backend, request)
         prepared = backend.prepare(request)
         if prepared.image_build is not None:
@@ -372,6 +370,22 @@ class BaseStepOperator(CapacityFailover, StepCompletion, ImageWait, BaseOperator
         """Whether a task maps over this one's result: Airflow maps over a list or dict XCom
         only, never over a reference to one, so such a result is kept a list or dict."""
         return self.has_dag() and next(self.iter_mapped_dependants(), None) is not None
+
+    def _prepare(
+        self, context: Any, identity: TaskIdentity, staging: Staging, cached: Lookup | None = None
+    ) -> JobRequest:
+        """Upload code and inputs, write the spec (``job_request``): what the job reads, as
+        the request to submit. With ``cached`` (the step caches), the spec names the key, and
+        the task state store keeps it for the entry the job's success writes."""
+        from airflow_stepop.operators import step_cache
+        from airflow_stepop.operators.job_request import job_request
+
+        extra = {"cache_key": cached.key.digest} if cached is not None else None
+        request = job_request(self, context, identity, staging, extra)
+        if cached is not None:
+            step_cache.remember_key(context.get("task_state_store"), context["ti"], cached.key,
+                                    staging.root, request.spec_sha256, self.log)  # fmt: skip
+        return request
 
     def _cache_hit(self, context: Any, backend: StepBackend, hit: Any) -> Any:
         """The result the step cache verified: the UI links to the job that made it."""
