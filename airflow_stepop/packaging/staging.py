@@ -121,24 +121,11 @@ class EncodedStep:
 
 
 def stage_step(
-    function: Callable[..., Any],
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    *,
-    root: str,
-    step: StepIdentity,
-    storage: Storage,
-    multiple_outputs: bool = False,
-    inline_limit: int = 64 * 1024,
-    mapped_downstream: bool = False,
+    function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], **options: Any
 ) -> StagedStep:
-    """Upload the code bundle (once per content) and the inputs, then write the spec."""
-    encoded = encode_step(
-        function, args, kwargs, root=root, step=step, storage=storage,
-        multiple_outputs=multiple_outputs, inline_limit=inline_limit,
-        mapped_downstream=mapped_downstream,
-    )  # fmt: skip
-    return publish_step(encoded, storage)
+    """Upload the code bundle (once per content) and the inputs, then write the spec:
+    ``encode_step`` (same ``options``) and ``publish_step`` in one call."""
+    return publish_step(encode_step(function, args, kwargs, **options), options["storage"])
 
 
 def encode_step(
