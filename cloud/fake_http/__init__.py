@@ -48,9 +48,11 @@ Fault rules (``kind`` picks the behaviour; unknown kinds are refused with 400):
     its service's own signal at ``at`` (SageMaker: ``provision``, the default, fails the job with
     ``CapacityError``; ``create`` refuses CreateTrainingJob with ``ResourceLimitExceeded``.
     Vertex: ``provision``, the default, fails the job with code 8 "Resources are insufficient in
-    region"; ``create`` answers 429 RESOURCE_EXHAUSTED "The following quota metrics exceed quota
-    limits". Azure ML: ``queue``, the default, holds the job Queued with the capacity warning
-    until it is cancelled; ``provision`` fails it with the vCPU quota error). ``region`` limits it
+    region" (a FLEX_START job waits for the shortage to end instead, up to its
+    ``maxWaitDuration``: :meth:`FaultBook.standing`); ``create`` answers 429 RESOURCE_EXHAUSTED
+    "The following quota metrics exceed quota limits". Azure ML: ``queue``, the default, holds
+    the job Queued with the capacity warning until it is cancelled; ``provision`` fails it with
+    the vCPU quota error). ``region`` limits it
     to one region (SageMaker: the request's signing region; Vertex: the location; Azure ML: the
     workspace's), ``match`` to jobs whose name contains it, ``seconds`` is how long the job
     stays provisioning first, ``reason`` (and ``code``) replace the service's message.

@@ -27,6 +27,8 @@ class FaultBook:
         self._lock = threading.Lock()
         self._serials = itertools.count(1)
         self.rules: list[dict[str, Any]] = []
+        # serials of the rules their ``count`` retired, until the next clear (:meth:`standing`)
+        self._spent: set[int] = set()
         # where the service signals a capacity shortage ("create", "provision", "queue"...);
         # the first is a rule's default ``at``; none: the fake has no ``capacity`` fault
         self.capacity_stages = capacity_stages
@@ -80,6 +82,7 @@ class FaultBook:
         with self._lock:
             if replace:
                 self.rules = []
+                self._spent = set()
             for rule in clean:
                 rule["_serial"] = next(self._serials)
             self.rules.extend(clean)
@@ -87,6 +90,15 @@ class FaultBook:
     def clear(self) -> None:
         with self._lock:
             self.rules = []
+            self._spent = set()
+
+    def standing(self, serial: int) -> bool:
+        """Whether the rule ``serial`` (a taken rule's ``_serial``) still holds for the jobs
+        that took it: it is in force, or its ``count`` retired it and no clear (``DELETE
+        /_fake/faults``, a reset, a replacing add) has come since. A fake that holds a job for
+        as long as the shortage it met lasts polls this."""
+        with self._lock:
+            return serial in self._spent or any(r["_serial"] == serial for r in self.rules)
 
     def public(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -102,6 +114,7 @@ class FaultBook:
             rule["count"] = int(rule["count"]) - 1
             if rule["count"] <= 0:
                 self.rules.remove(rule)
+                self._spent.add(rule["_serial"])
         return True
 
     def request_fault(self, operation: str) -> dict[str, Any] | None:

@@ -1,8 +1,9 @@
 """The life of a Vertex AI fake job: queue, provisioning, the replicas, /gcs, the final state.
 
 :meth:`JobLifecycle._lifecycle` runs in the job's own thread: QUEUED -> PENDING (faults may
-delay or fail it there) -> RUNNING -> an end. Buckets the job spec names are copied down to a
-``/gcs`` directory before the start and changes copied back after (:mod:`cloud.vertex.gcs`);
+delay or fail it there; a FLEX_START job waits out a stockout there instead:
+:mod:`cloud.vertex.flex_start`) -> RUNNING -> an end. Buckets the job spec names are copied down
+to a ``/gcs`` directory before the start and changes copied back after (:mod:`cloud.vertex.gcs`);
 each worker pool starts one node per replica with Vertex's cluster environment; a Spot job
 preempted is restarted unless retries are disabled.
 """
@@ -27,11 +28,12 @@ from cloud.vertex.api import (
     get_field,
     render,
 )
+from cloud.vertex.flex_start import FlexStartWait, is_flex_start
 from cloud.vertex.gcs import referenced_buckets, storage_client, sync_down, sync_up
-from cloud.vertex.state import Job, VertexState, machine_names, pool_machines
+from cloud.vertex.state import Job, machine_names, pool_machines
 
 
-class JobLifecycle(VertexState):
+class JobLifecycle(FlexStartWait):
     """Runs jobs: states, attempts, the replicas' launches and their exit."""
 
     def _wait(self, job: Job, seconds: float) -> bool:
@@ -51,6 +53,13 @@ class JobLifecycle(VertexState):
             self._set_state(job, "JOB_STATE_PENDING")
             delay = self.provision_seconds + self.faults.seconds("provisioning_delay")
             capacity = self._capacity_rule(job)
+            if capacity is not None and is_flex_start(job.resource["jobSpec"]):
+                outcome = self._flex_start_wait(job, capacity)  # DWS: it waits, then may run
+                if outcome == "cancelled":
+                    return self._finish_cancel(job)
+                if outcome == "expired":
+                    return None
+                capacity = None
             stockout = f"Resources are insufficient in region: {job.location}."
             if capacity is not None:  # the region has none of the machines: PENDING, then FAILED
                 self._log(job, "service", "stderr", stockout)

@@ -75,11 +75,33 @@ AIP_CHECKPOINT_DIR -; otherwise it fails with code 14 UNAVAILABLE), ``log_delay`
   log says "Resources are insufficient in region: <location>.") for the rule's ``seconds``
   (default 0) on top of any ``provisioning_delay``, then ends JOB_STATE_FAILED with ``error``
   ``{"code": 8, "message": "Resources are insufficient in region: <location>."}`` (``code`` and
-  ``reason`` replace them), no ``startTime``;
+  ``reason`` replace them), no ``startTime``; a FLEX_START job waits instead (below);
 * ``at: "create"``, the project's quota: CreateCustomJob answers HTTP 429 RESOURCE_EXHAUSTED
   "The following quota metrics exceed quota limits: aiplatform.googleapis.com/<metric>" (the
   pool's GPUs' metric such as ``custom_model_training_nvidia_a100_gpus``, else
-  ``custom_model_training_cpus``); no job is created.
+  ``custom_model_training_cpus``); no job is created, whatever its scheduling strategy.
+
+Dynamic Workload Scheduler (:mod:`cloud.vertex.flex_start`): ``jobSpec.scheduling.strategy:
+FLEX_START`` with ``scheduling.maxWaitDuration`` (a Duration; absent: ``"86400s"``, 1 day;
+``"0s"``: no limit). CreateCustomJob refuses (400 INVALID_ARGUMENT, the field named) a worker pool
+without a DWS GPU (``NVIDIA_L4``, ``NVIDIA_TESLA_A100``, ``NVIDIA_A100_80GB``,
+``NVIDIA_H100_80GB``, ``NVIDIA_H100_MEGA_80GB``, ``NVIDIA_H200_141GB``, ``NVIDIA_B200``):
+"Scheduling strategy FLEX_START requires a GPU accelerator in every worker pool, one of ...; got
+<type or none>."; worker pools with different ``machineSpec``: "... requires the same
+machine_spec in every worker pool; it differs from worker_pool_specs[0].machine_spec."; a
+``scheduling.timeout`` over 7 days: "... allows a timeout of at most 7 days (604800s); got <t>.".
+A FLEX_START job with no ``capacity`` rule at ``provision`` for its machine runs as any job. One
+that meets such a rule does not fail: it stays JOB_STATE_PENDING (no ``startTime``, no ``error``)
+while the shortage lasts for it, that is for the rule's ``seconds`` from when it met the rule or,
+without ``seconds``, until the rule is cleared (``DELETE /_fake/faults``, a reset); clearing ends
+the wait early in either case. Then it goes on as any job (provisioning, RUNNING...). A counted
+rule is consumed by each job that meets it, FLEX_START or not (the next jobs do not meet it), and
+the FLEX_START jobs that took it still wait out its ``seconds``, or a clear. When
+``maxWaitDuration`` (counted from when the job met the rule, on the fake's own clock) passes first,
+the job ends JOB_STATE_FAILED with ``error`` ``{"code": 8, "message": "No resources became
+available in region <location> within scheduling.maxWaitDuration <value>."}`` (``<value>`` as
+written in the job, ``86400s`` by default; the rule's ``code`` and ``reason`` apply only to the
+stockout failure). Its service log says when it started waiting and when resources came back.
 
 Settings (``serve(**settings)`` / command line / env):
 

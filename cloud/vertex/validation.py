@@ -3,6 +3,7 @@
 :func:`validate_custom_job` collects every problem of the body into one 400
 ``INVALID_ARGUMENT`` (``List of found errors: 1.Field: ...``) with a ``BadRequest`` detail, as
 Vertex does; a malformed enum or duration is refused at once, as the JSON mapping does.
+A FLEX_START job's own rules are in :mod:`cloud.vertex.flex_start`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from cloud.vertex.api import ApiError, enum_name, get_field
 from cloud.vertex.catalog import check_machine
+from cloud.vertex.flex_start import flex_start_problems
 
 MAX_ENV_VARS = 100
 REQUIRED = "Required field is not set."
@@ -115,6 +117,7 @@ def validate_custom_job(job: Any) -> dict[str, Any]:
                 problems.append(
                     (f"custom_job.job_spec.scheduling.{snake}", "Duration must be positive.")
                 )
+    problems += flex_start_problems(spec)
     base = get_field(spec, "baseOutputDirectory")
     if base is not None:
         prefix = get_field(base, "outputUriPrefix") or ""

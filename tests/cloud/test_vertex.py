@@ -541,6 +541,94 @@ def test_a_capacity_rule_takes_only_the_stages_vertex_has(fake: Any) -> None:
     assert resp.status_code == 400 and "provision" in resp.json()["error"]
 
 
+# --- FLEX_START (Dynamic Workload Scheduler): a stockout is waited out, up to maxWaitDuration ---
+def flex_job(name: str, machine: dict[str, Any] = A100, **scheduling: Any) -> dict[str, Any]:
+    return python_job("pass", name, machine, scheduling={"strategy": "FLEX_START", **scheduling})
+
+
+def test_flex_start_waits_out_a_stockout_that_fails_a_standard_job(
+    client: aiplatform_v1.JobServiceClient, fake: Any
+) -> None:
+    set_fault(fake, kind="capacity", machine="a2-highgpu-1g", seconds=2)
+    flex = client.create_custom_job(parent=PARENT, custom_job=flex_job("flex-waits"))
+    standard = client.create_custom_job(parent=PARENT, custom_job=python_job("pass", "std", A100))
+    pending = wait_state(client, flex.name, JobState.JOB_STATE_PENDING)
+    assert not pending.start_time and not pending.end_time and not pending.error.message
+    assert pending.job_spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.FLEX_START
+    # the standard job on the same machine fails as it always has
+    failed = wait_done(client, standard.name)
+    assert failed.state == JobState.JOB_STATE_FAILED
+    assert (failed.error.code, failed.error.message) == (8, STOCKOUT.format("us-central1"))
+    done = wait_done(client, flex.name)
+    assert done.state == JobState.JOB_STATE_SUCCEEDED, done.error
+    waited = done.start_time.timestamp() - done.create_time.timestamp()
+    assert waited >= 1.9, waited  # PENDING for the rule's seconds, then it ran
+    logs = fake_logs(fake, flex.name)
+    assert STOCKOUT.format("us-central1") in logs
+    assert "Resources became available in region: us-central1." in logs
+    assert [rule["machine"] for rule in fault_rules(fake)] == ["a2-highgpu-1g"]  # still standing
+
+
+def test_flex_start_fails_when_its_max_wait_passes(
+    client: aiplatform_v1.JobServiceClient, fake: Any
+) -> None:
+    set_fault(fake, kind="capacity", machine="NVIDIA_TESLA_A100", seconds=60)
+    job = client.create_custom_job(
+        parent=PARENT, custom_job=flex_job("flex", max_wait_duration="1s")
+    )
+    done = wait_done(client, job.name, timeout=20)
+    assert done.state == JobState.JOB_STATE_FAILED
+    assert done.error.code == 8
+    assert done.error.message == (
+        "No resources became available in region us-central1 within scheduling.maxWaitDuration 1s."
+    )
+    assert not done.start_time  # it never ran
+    waited = done.end_time.timestamp() - done.create_time.timestamp()
+    assert 0.9 <= waited < 30, waited
+
+
+def test_flex_start_takes_a_counted_stockout_and_waits_until_it_is_cleared(
+    client: aiplatform_v1.JobServiceClient, fake: Any
+) -> None:
+    """A counted rule is consumed by the FLEX_START job that meets it; without ``seconds`` the
+    shortage lasts, for that job, until the rules are cleared ("0s": no limit to the wait)."""
+    l4 = _machine("g2-standard-8", "NVIDIA_L4", 1)
+    set_fault(fake, kind="capacity", machine="g2-standard-8", count=1)
+    first = client.create_custom_job(
+        parent=PARENT, custom_job=flex_job("flex-first", l4, max_wait_duration="0s")
+    )
+    wait_state(client, first.name, JobState.JOB_STATE_PENDING)
+    wait_for(lambda: fault_rules(fake) == [], 10, "the counted rule to be taken")
+    second = client.create_custom_job(parent=PARENT, custom_job=flex_job("flex-second", l4))
+    assert wait_done(client, second.name).state == JobState.JOB_STATE_SUCCEEDED
+    assert client.get_custom_job(name=first.name).state == JobState.JOB_STATE_PENDING
+    clear_faults(fake)
+    assert wait_done(client, first.name).state == JobState.JOB_STATE_SUCCEEDED
+
+
+def test_a_waiting_flex_start_job_can_be_cancelled(
+    client: aiplatform_v1.JobServiceClient, fake: Any
+) -> None:
+    set_fault(fake, kind="capacity", machine="a2-highgpu-1g")
+    job = client.create_custom_job(parent=PARENT, custom_job=flex_job("flex-cancel"))
+    wait_state(client, job.name, JobState.JOB_STATE_PENDING)
+    client.cancel_custom_job(name=job.name)
+    done = wait_done(client, job.name, timeout=10)
+    assert done.state == JobState.JOB_STATE_CANCELLED and done.error.code == 1
+
+
+def test_flex_start_jobs_the_service_accepts(client: aiplatform_v1.JobServiceClient) -> None:
+    """Every pool on the same DWS GPU machine, a 7-day timeout, no wait limit."""
+    body = flex_job("flex-ok", _machine("a3-highgpu-8g", "NVIDIA_H100_80GB", 8),
+                    timeout="604800s", max_wait_duration="0s")  # fmt: skip
+    body["job_spec"]["worker_pool_specs"].append({**_pool(body), "replica_count": 2})
+    job = client.create_custom_job(parent=PARENT, custom_job=body)
+    assert job.state == JobState.JOB_STATE_QUEUED
+    assert job.job_spec.scheduling.max_wait_duration.total_seconds() == 0
+    assert job.job_spec.scheduling.timeout.total_seconds() == 604800
+    client.cancel_custom_job(name=job.name)
+
+
 def test_log_entries_since_a_timestamp(client: aiplatform_v1.JobServiceClient, fake: Any) -> None:
     code = "import time\nprint('one', flush=True)\ntime.sleep(1.2)\nprint('two')"
     job = client.create_custom_job(parent=PARENT, custom_job=python_job(code, name="since"))
@@ -630,6 +718,18 @@ def _machine(machine_type: str, acc: str | None = None, count: int = 0) -> dict[
     return spec
 
 
+def _flex(body: dict[str, Any], machine: dict[str, Any] | None = None, **sched: Any) -> None:
+    """Make ``body`` a FLEX_START job, on ``machine`` (one A100) unless told."""
+    _pool(body).update(machine_spec=machine or _machine("a2-highgpu-1g", "NVIDIA_TESLA_A100", 1))
+    body["job_spec"]["scheduling"] = {"strategy": "FLEX_START", **sched}
+
+
+def _flex_two_pools(body: dict[str, Any]) -> None:
+    _flex(body)
+    second = _machine("a2-highgpu-2g", "NVIDIA_TESLA_A100", 2)
+    body["job_spec"]["worker_pool_specs"].append({**_pool(body), "machine_spec": second})
+
+
 REFUSALS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "empty display name": (lambda b: b.update(display_name=""), "custom_job.display_name"),
     "display name over 128": (lambda b: b.update(display_name="x" * 129), "128"),
@@ -710,6 +810,29 @@ REFUSALS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
             experiment_run=f"{CONTEXTS}/churn-run-1", service_account=ACCOUNT
         ),
         "experiment_run requires experiment",
+    ),
+    "flex start without a GPU": (
+        lambda b: _flex(b, _machine("n1-standard-4")),
+        "worker_pool_specs[0].machine_spec.accelerator_type; Message: Scheduling strategy "
+        "FLEX_START requires a GPU accelerator in every worker pool, one of NVIDIA_L4, "
+        "NVIDIA_TESLA_A100, NVIDIA_A100_80GB, NVIDIA_H100_80GB, NVIDIA_H100_MEGA_80GB, "
+        "NVIDIA_H200_141GB, NVIDIA_B200; got none.",
+    ),
+    "flex start on a T4": (
+        lambda b: _flex(b, _machine("n1-standard-8", "NVIDIA_TESLA_T4", 1)),
+        "accelerator_type; Message: Scheduling strategy FLEX_START requires a GPU accelerator "
+        "in every worker pool, one of NVIDIA_L4",
+    ),
+    "flex start with a timeout over 7 days": (
+        lambda b: _flex(b, timeout="604801s"),
+        "scheduling.timeout; Message: Scheduling strategy FLEX_START allows a timeout of at most "
+        "7 days (604800s); got 604801s.",
+    ),
+    "flex start with pools on different machines": (
+        _flex_two_pools,
+        "worker_pool_specs[1].machine_spec; Message: Scheduling strategy FLEX_START requires "
+        "the same machine_spec in every worker pool; it differs from "
+        "worker_pool_specs[0].machine_spec.",
     ),
     "experiment that is no context name": (
         lambda b: b["job_spec"].update(experiment="churn", service_account=ACCOUNT),
