@@ -141,6 +141,10 @@ class JobStatus:
     # code (SageMaker's CapacityError, Vertex AI's stockouts, Azure ML's capacity failures):
     # the step fails over to its next machine type (``StepBackend.machine_choices``).
     capacity: bool = False
+    # A pending job waiting in the service's queue for capacity it was told to wait for
+    # (Vertex AI's FLEX_START, a SageMaker training plan, Azure ML's job queue): the task log
+    # says "queued for capacity since ...", and no failover happens while it waits.
+    queued: bool = False
 
     @property
     def terminal(self) -> bool:

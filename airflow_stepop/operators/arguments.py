@@ -186,12 +186,49 @@ def refuse_unknown_arguments(cls: type, kwargs: Mapping[str, Any]) -> None:
         name += f"(task_id={task_id!r})"
     hints = []
     for argument in unknown:
+        if owners := _step_operators_taking(argument, cls):
+            hints.append(f"{argument}={kwargs[argument]!r} (an argument of {' and '.join(owners)}"
+                         f"{_queued_capacity(cls)})")  # fmt: skip
+            continue
         close = difflib.get_close_matches(argument, sorted(known), n=1)
         meant = _meant(argument, known) or [f"{name}=" for name in close]
         hints.append(f"{argument}= (did you mean {meant[0]}?)" if meant else f"{argument}=")
     raise TypeError(
         f"{name} got arguments it does not take: {', '.join(hints)}. {_where_documented(cls)}"
     )
+
+
+def _step_operators_taking(argument: str, cls: type) -> list[str]:
+    """The other step operators of this package whose own arguments include ``argument``: a
+    service's option given to another service's operator (``flex_start=`` on SageMaker)."""
+    import importlib
+    import pkgutil
+
+    import airflow_stepop.operators as ours
+
+    for module in pkgutil.iter_modules(ours.__path__):  # the error path: load every operator
+        importlib.import_module(f"{ours.__name__}.{module.name}")
+    base = next((c for c in cls.__mro__ if c.__name__ == "BaseStepOperator"), None)
+    found, pending = [], list(base.__subclasses__()) if base else []
+    while pending:
+        other = pending.pop()
+        pending.extend(other.__subclasses__())
+        if (
+            other.__module__.startswith(ours.__name__)
+            and not issubclass(cls, other)
+            and "__init__" in vars(other)
+            and argument in _parameters(other)
+        ):
+            found.append(other.__name__)
+    return sorted(set(found))
+
+
+def _queued_capacity(cls: type) -> str:
+    """The operator's own way to wait for capacity, named as the fix."""
+    own = getattr(cls, "queued_capacity_arguments", ())  # a BaseStepOperator's
+    if not own:
+        return f", not of {cls.__name__}"
+    return f", not of {cls.__name__}; its way to queue for capacity is {'/'.join(own)}"
 
 
 def _where_documented(cls: type) -> str:

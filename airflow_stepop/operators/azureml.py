@@ -31,6 +31,8 @@ class AzureMLStepOperator(BaseStepOperator):
     :param instance_count: VMs of the job (> 1: multi-node).
     :param processes_per_instance: processes per VM (PyTorch distribution; torch rank env).
     :param job_tier: ``Spot``, ``Basic``, ``Standard`` or ``Premium``; ``spot=True`` is Spot.
+    :param job_priority: ``low``, ``medium`` (Azure ML's default) or ``high``: the job's place
+        in its compute's queue (``queueSettings.priority``).
     :param max_runtime: ``limits.timeout``; timedelta or seconds (default the task's
         ``execution_timeout`` plus 5 minutes: the trigger cancels the job at the deadline; else
         1 day).
@@ -49,6 +51,7 @@ class AzureMLStepOperator(BaseStepOperator):
 
     service = "azureml"
     connection_argument = "azureml_conn_id"
+    queued_capacity_arguments = ("job_priority=", "job_tier=")
 
     operator_extra_links = (StepJobLink(), StepExperimentLink(), StepLogsLink())
     template_fields = (*BaseStepOperator.template_fields, "image_uri")
@@ -62,6 +65,7 @@ class AzureMLStepOperator(BaseStepOperator):
         instance_count: int = 1,
         processes_per_instance: int = 1,
         job_tier: str | None = None,
+        job_priority: str | None = None,
         spot: bool = False,
         max_runtime: timedelta | int | None = None,
         experiment_name: str | None = None,
@@ -81,6 +85,7 @@ class AzureMLStepOperator(BaseStepOperator):
             instance_count=instance_count,
             processes_per_instance=processes_per_instance,
             job_tier=job_tier,
+            job_priority=job_priority,
             spot=spot,
             max_runtime=max_runtime,
             experiment_name=experiment_name,

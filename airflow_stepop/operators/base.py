@@ -68,6 +68,9 @@ class BaseStepOperator(CapacityFailover, StepCompletion, ImageWait, BaseOperator
     # credentials (the amazon provider's rule), not a mistake.
     connection_argument: ClassVar[str | None] = None
     ambient_default: ClassVar[str | None] = None
+    # The operator's own arguments for waiting in its service's queue for capacity, named when
+    # another service's (``flex_start=`` on SageMaker) is given to it.
+    queued_capacity_arguments: ClassVar[tuple[str, ...]] = ()
     # What on_kill needs: whether the task was killed, and the job this try submitted or
     # re-attached to (with its backend), once there is one.
     _killed: bool = False

@@ -42,12 +42,15 @@ class SageMakerStepOperator(BaseStepOperator):
         dag, task and run ids and the map index are added).
     :param image_uri: a prebuilt image with python3 in ECR (or on the image repository's
         registry); no build.
+    :param training_plan_arn: a SageMaker training plan's ARN: the job runs on its reserved
+        instances (``instance_type=`` the plan's type), waiting Pending until they are there.
     :param image_repository: where built images are pushed (default
         ``[stepop] sagemaker_image_repository``, else ECR of the connection's account).
     """
 
     service = "sagemaker"
     connection_argument = "aws_conn_id"
+    queued_capacity_arguments = ("training_plan_arn=",)
     ambient_default = "aws_default"  # missing: boto3's credential chain, as in Airflow
 
     operator_extra_links = (StepJobLink(), StepLogsLink())
@@ -73,6 +76,7 @@ class SageMakerStepOperator(BaseStepOperator):
         tags: Mapping[str, str] | None = None,
         image_uri: str | None = None,
         image_repository: str | None = None,
+        training_plan_arn: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -100,6 +104,7 @@ class SageMakerStepOperator(BaseStepOperator):
             image_uri=image_uri,
             image_repository=image_repository,
             fallback_types=self.fallback_types,
+            training_plan_arn=training_plan_arn,
         )
         self.role = role
         self.image_uri = image_uri

@@ -37,6 +37,10 @@ class VertexStepOperator(BaseStepOperator):
         minutes (the trigger cancels the job at the deadline), else 7 days.
     :param spot: Spot VMs (``scheduling.strategy=SPOT``); ``$STEPOP_CHECKPOINT_DIR``, which
         every job has, survives a preemption.
+    :param flex_start: Dynamic Workload Scheduler (``scheduling.strategy=FLEX_START``): the job
+        waits in Vertex AI's queue for its L4, A100, H100, H200 or B200 GPUs instead of failing.
+    :param flex_start_max_wait: the longest it waits (``scheduling.maxWaitDuration``, timedelta
+        or seconds; 0: no limit); default Vertex AI's, one day.
     :param restart_on_worker_restart: ``scheduling.restartJobOnWorkerRestart``.
     :param service_account: the job's service account (default: Vertex's service agent).
     :param network: VPC network to peer, ``projects/NUMBER/global/networks/NAME``.
@@ -53,6 +57,7 @@ class VertexStepOperator(BaseStepOperator):
 
     service = "vertex"
     connection_argument = "gcp_conn_id"
+    queued_capacity_arguments = ("flex_start=", "flex_start_max_wait=")
 
     operator_extra_links = (StepJobLink(), StepLogsLink(), StepExperimentLink())
     template_fields = (*BaseStepOperator.template_fields, "image_uri")
@@ -80,6 +85,8 @@ class VertexStepOperator(BaseStepOperator):
         impersonation_chain: str | Sequence[str] | None = None,
         persistent_resource_id: str | None = None,
         experiment: str | None = None,
+        flex_start: bool = False,
+        flex_start_max_wait: timedelta | int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -100,7 +107,8 @@ class VertexStepOperator(BaseStepOperator):
             network=network, encryption_key=encryption_key, labels=labels, image_uri=image_uri,
             image_repository=image_repository, persistent_resource_id=persistent_resource_id,
             experiment=experiment, environment=self.environment,
-            fallback_types=self.fallback_types,
+            fallback_types=self.fallback_types, flex_start=flex_start,
+            flex_start_max_wait=flex_start_max_wait,
         )  # fmt: skip
         self.image_uri = image_uri
 

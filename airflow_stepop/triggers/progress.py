@@ -4,7 +4,9 @@ One line at each state change and at most once a minute otherwise: the state, th
 the job was submitted and, where the backend says so in the handle, the machine and the cost so
 far (the handle's ``price_per_hour`` for the whole job, counted from the first poll that saw the
 job running, a resumed trigger's from its predecessor's; left out of the last line of a job
-this trigger's polls never saw running). The times it is given come from the worker's clock
+this trigger's polls never saw running). A job waiting in its service's queue for capacity
+(``JobStatus.queued``) says since when: from submit when the first poll found it queued, else
+from the poll that first did. The times it is given come from the worker's clock
 (``submitted_at``) and from a file the job can write (``running_since``): one that is not a
 finite number is left out, never a crash of the trigger.
 """
@@ -12,6 +14,7 @@ finite number is left out, never a crash of the trigger.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow_stepop.backends.base import JobStatus
@@ -52,12 +55,16 @@ class Progress:
         self.seen_running = False  # by this trigger's own polls
         self.state: str | None = None
         self.shown = 0.0
+        self.queued_since: float | None = None
 
     def line(self, status: JobStatus, now: float) -> str:
         what = self.handle.get("kind") or "Job"  # "Image build" for the build of its image
         parts = [f"{what} {shown_job(self.handle)}: {status.state}, "
                  f"{_duration(now - self.submitted)}"]  # fmt: skip
         parts[0] += " since submit"
+        if status.queued and self.queued_since is not None:
+            since = datetime.fromtimestamp(self.queued_since, UTC)
+            parts.append(f"queued for capacity since {since:%Y-%m-%d %H:%M:%S} UTC")
         if machine := self.handle.get("machine"):
             parts.append(f"on {machine}")
         price = self.handle.get("price_per_hour")
@@ -75,7 +82,12 @@ class Progress:
             self.seen_running = True
             if self.running_since is None:
                 self.running_since = now
-        if status.state != self.state or now - self.shown >= REPEAT_SECONDS:
+        changed = status.state != self.state or status.queued != (self.queued_since is not None)
+        if not status.queued:
+            self.queued_since = None
+        elif self.queued_since is None:  # queued from the start, or since this poll
+            self.queued_since = self.submitted if self.state is None else now
+        if changed or now - self.shown >= REPEAT_SECONDS:
             self.state = status.state
             self.shown = now
             self.log.info(self.line(status, now))

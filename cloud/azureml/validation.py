@@ -106,6 +106,9 @@ def validate_job(
     tier = (props.get("queueSettings") or {}).get("jobTier")
     if tier is not None and tier not in JOB_TIERS:
         raise invalid(f"Invalid jobTier '{tier}'. Allowed values: {', '.join(JOB_TIERS)}.")
+    priority = (props.get("queueSettings") or {}).get("priority")
+    if priority is not None and priority not in (1, 2, 3):  # the SDK's low, medium, high
+        raise invalid(f"Invalid queueSettings.priority '{priority}'. Allowed values: 1, 2, 3.")
     timeout = (props.get("limits") or {}).get("timeout")
     if timeout is not None and not _ISO_DURATION.match(str(timeout)):
         raise invalid(f"Invalid limits.timeout '{timeout}': use an ISO 8601 duration (PT1H).")

@@ -34,6 +34,7 @@ CAPACITY_ERROR = (
 )
 # the Starting status message while EC2 has none of the instances (DescribeTrainingJob docs)
 CAPACITY_RETRYING = "Insufficient capacity error from EC2 while launching instances, retrying!"
+PLAN_WAITING = "Waiting for the reserved capacity of training plan {plan}"
 
 
 class _Stop(Exception):
@@ -64,7 +65,14 @@ class JobLifecycle(SageMakerState):
                 "provision", job.instance_types, job.region, job.name
             )
             delay = self.faults.seconds("provisioning_delay")
-            if capacity is not None:
+            plan = (job.request.get("ResourceConfig") or {}).get("TrainingPlanArn")
+            if capacity is not None and plan:  # a plan's job waits Pending for its capacity
+                job.transition("Pending", PLAN_WAITING.format(plan=plan))
+                if job.stop_requested.wait(float(capacity.get("seconds", 0))):
+                    raise _Stop("Stopped", "Training job stopped")
+                job.transition("Starting", "Launching requested ML instances")
+                capacity = None
+            elif capacity is not None:
                 self._status_message(job, CAPACITY_RETRYING)
                 delay += float(capacity.get("seconds", 0))
             if delay and job.stop_requested.wait(delay):

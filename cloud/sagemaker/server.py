@@ -51,7 +51,10 @@ an instance group, or the next ``count``), as SageMaker signals a shortage:
   message "Insufficient capacity error from EC2 while launching instances, retrying!") for the
   rule's ``seconds`` (default 0) on top of any ``provisioning_delay``, then ends Failed with
   FailureReason ``CapacityError: Unable to provision requested ML compute capacity. Please retry
-  using a different ML instance type.`` (or the rule's ``reason``), never having trained;
+  using a different ML instance type.`` (or the rule's ``reason``), never having trained; a
+  job of a training plan (``ResourceConfig.TrainingPlanArn``) instead waits InProgress/Pending
+  ("Waiting for the reserved capacity of training plan <arn>") for the rule's ``seconds``, then
+  runs;
 * ``at: "create"``: CreateTrainingJob is refused, HTTP 400 ``ResourceLimitExceeded`` "The
   account-level service limit '<type> for training job usage' is 0 Instances, with current
   utilization of 0 Instances and a request delta of <count> Instances. Please contact AWS support

@@ -170,6 +170,8 @@ class Job:
                 "TrainingJobStatus": self.status,
                 "SecondaryStatus": self.secondary,
             }
+            if plan := (self.request.get("ResourceConfig") or {}).get("TrainingPlanArn"):
+                out["TrainingPlanArn"] = plan
             if self.training_end is not None:
                 out["TrainingEndTime"] = self.training_end
             return out

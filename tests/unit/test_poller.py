@@ -203,3 +203,28 @@ def test_a_resumed_trigger_leaves_out_the_cost_of_a_job_that_ended_before_it_pol
     assert progress.line(JobStatus("succeeded"), now=9000.0) == (
         "Job j-t1: succeeded, 2h13m since submit"
     )
+
+
+def test_a_job_queued_for_capacity_says_since_when_and_shows_each_change():
+    """Queued from the first poll: since submit. A job that becomes queued later (a pending
+    job then told to wait in the service's queue) is shown at once, since that poll."""
+    from airflow_stepop.triggers.progress import Progress
+
+    class Lines(list):
+        def info(self, line):
+            self.append(line)
+
+    lines = Lines()
+    progress = Progress({"job_id": "j", "submitted_at": 1_800_000_000.0}, lines)
+    progress.update(JobStatus("pending", queued=True), now=1_800_000_005.0)
+    progress.update(JobStatus("pending", queued=True), now=1_800_000_010.0)
+    progress.update(JobStatus("running"), now=1_800_000_100.0)
+    assert lines == [
+        "Job j: pending, 5s since submit, queued for capacity since 2027-01-15 08:00:00 UTC",
+        "Job j: running, 1m40s since submit",
+    ]
+    later = Lines()
+    progress = Progress({"job_id": "j", "submitted_at": 1_800_000_000.0}, later)
+    progress.update(JobStatus("pending"), now=1_800_000_001.0)
+    progress.update(JobStatus("pending", queued=True), now=1_800_000_002.0)
+    assert later[-1].endswith("queued for capacity since 2027-01-15 08:00:02 UTC")

@@ -24,6 +24,8 @@ CATALOG = "airflow_stepop.backends.azureml"
 MAX_RUNTIME_LIMIT = 30 * 24 * 3600
 DEFAULT_RUNTIME = 24 * 3600
 JOB_TIERS = ("Spot", "Basic", "Standard", "Premium")
+# queueSettings.priority as the azure-ai-ml SDK writes it on the wire (JobPriorityValues)
+JOB_PRIORITIES = {"low": 1, "medium": 2, "high": 3}
 _VM_SIZE = r"(?i)^Standard_[A-Za-z0-9_]+$"
 _COMPUTE = r"^[A-Za-z][A-Za-z0-9-]{1,31}$"
 _EXPERIMENT = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}$"
@@ -47,6 +49,8 @@ class AzureMLJobConfig:
     instance_count: int = 1
     processes_per_instance: int = 1
     job_tier: str | None = None
+    # the job's place in its compute's queue: "low", "medium" (Azure ML's default) or "high"
+    job_priority: str | None = None
     max_runtime_s: int | None = None
     experiment_name: str | None = None
     identity: dict[str, str] | None = None
@@ -79,6 +83,7 @@ class AzureMLJobConfig:
         instance_count: Any = 1,
         processes_per_instance: Any = 1,
         job_tier: Any = None,
+        job_priority: Any = None,
         spot: Any = False,
         max_runtime: Any = None,
         experiment_name: Any = None,
@@ -109,6 +114,11 @@ class AzureMLJobConfig:
                 f"{owner}.job_tier={job_tier!r} is a setting of serverless jobs, and "
                 f"compute={compute!r} names a cluster, whose VMs are what it was created with. "
                 "Leave job_tier out, or compute out to run serverless."
+            )
+        if job_priority is not None and job_priority not in JOB_PRIORITIES:
+            raise SettingsError(
+                f"{owner}.job_priority={job_priority!r} is not an Azure ML job priority; use one "
+                f"of {', '.join(map(repr, JOB_PRIORITIES))} (Azure ML's default is 'medium')."
             )
         runtime = None
         if max_runtime is not None:
@@ -143,6 +153,7 @@ class AzureMLJobConfig:
             instance_count=count,
             processes_per_instance=per_node,
             job_tier=tier,
+            job_priority=job_priority,
             max_runtime_s=runtime,
             experiment_name=experiment_name,
             identity=_identity(owner, identity),

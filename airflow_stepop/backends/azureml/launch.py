@@ -27,7 +27,7 @@ import re
 import shlex
 from typing import Any
 
-from airflow_stepop.backends.azureml.config import AzureMLJobConfig
+from airflow_stepop.backends.azureml.config import JOB_PRIORITIES, AzureMLJobConfig
 from airflow_stepop.backends.azureml.errors import AzureMLConfigError
 from airflow_stepop.backends.base import JobRequest, JobStatus
 from airflow_stepop.backends.bootstrap import (
@@ -215,6 +215,9 @@ def job_body(
         }
     if job.job_tier:
         props["queueSettings"] = {"jobTier": job.job_tier}
+    if job.job_priority:
+        queue = props.setdefault("queueSettings", {})
+        queue["priority"] = JOB_PRIORITIES[job.job_priority]
     if job.identity:
         props["identity"] = dict(job.identity)
     return {"properties": props}
@@ -242,8 +245,8 @@ def map_status(status: str, error: dict[str, Any] | None = None) -> JobStatus:
     if status in ("NotResponding", "Paused"):
         reason = f"the job is {status}" + (f": {message}" if message else "")
         return JobStatus("failed", reason, held=True)  # not ended: cancelled with the step
-    if status in PENDING:
-        return JobStatus("pending")
+    if status in PENDING:  # Queued: waiting for its compute's VMs (a cluster's, or serverless)
+        return JobStatus("pending", queued=status == "Queued")
     # Running, Finalizing, CancelRequested, anything newer
     return JobStatus("running", stopping=status == "CancelRequested")
 

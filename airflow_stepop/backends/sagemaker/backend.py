@@ -170,6 +170,8 @@ class SageMakerBackend(StepBackend):
         }
         if job.keep_alive_s:
             body["ResourceConfig"]["KeepAlivePeriodInSeconds"] = job.keep_alive_s
+        if job.training_plan_arn:
+            body["ResourceConfig"]["TrainingPlanArn"] = job.training_plan_arn
         if job.volume_kms_key:
             body["ResourceConfig"]["VolumeKmsKeyId"] = job.volume_kms_key
         if job.output_kms_key:

@@ -37,6 +37,9 @@ _KMS = r"[A-Za-z0-9:/_\-]{1,2048}"
 _TAG_KEY = r"(?![Aa][Ww][Ss]:)[\w.:/=+\-@ ]{1,128}"
 _TAG_VALUE = r"[\w.:/=+\-@ ]{0,256}"
 _REGION = r"[a-z]{2}(-[a-z]+)+-\d"
+# botocore's TrainingPlanArn pattern, and a name for the error's example
+_TRAINING_PLAN = r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:training-plan/.{1,1983}"
+TRAINING_PLAN_EXAMPLE = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p5-week"
 TAG_LIMIT = 50  # SageMaker's tags per training job
 # The tags every job gets (from the task instance's labels): user tags may not replace them.
 OWN_TAG_PREFIX = "airflow-"
@@ -65,6 +68,8 @@ class SageMakerJobConfig:
     image_repository: str | None = None
     # the instance types to fail over to, in order, when SageMaker has no capacity for one
     fallback_types: tuple[str, ...] = ()
+    # capacity reserved ahead (a SageMaker training plan): the job waits for it, Pending
+    training_plan_arn: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,7 @@ class SageMakerArguments:
     tags: dict[str, str] = field(default_factory=dict)
     image_repository: str | None = None
     fallback_types: tuple[str, ...] = ()
+    training_plan_arn: str | None = None
 
     @classmethod
     def check(
@@ -112,6 +118,7 @@ class SageMakerArguments:
         image_uri: Any = None,
         image_repository: Any = None,
         fallback_types: tuple[str, ...] = (),
+        training_plan_arn: Any = None,
         resources_as: str = "resources",
     ) -> SageMakerArguments:
         arn = "'arn:aws:iam::123456789012:role/SageMakerExecution'"
@@ -138,6 +145,7 @@ class SageMakerArguments:
             fallback_types=fallback_types, pattern=_INSTANCE_TYPE,
             what="a SageMaker instance type", example="ml.g5.2xlarge", resources_as=resources_as,
         )  # fmt: skip
+        _check_training_plan(owner, training_plan_arn, named=named, fallbacks=fallback_types)
         count = check.whole_number(owner, "instance_count", instance_count, low=1, high=100)
         volume = check.whole_number(owner, "volume_size_gb", volume_size_gb, low=1, high=16384)
         runtime = _seconds(owner, "max_runtime", max_runtime, MAX_RUNTIME_LIMIT, low=1)
@@ -202,6 +210,7 @@ class SageMakerArguments:
             tags=tag_map,
             image_repository=image_repository,
             fallback_types=fallbacks,
+            training_plan_arn=training_plan_arn,
         )
 
     def job_config(
@@ -258,6 +267,27 @@ class SageMakerArguments:
             image_repository=repository,
         )
         return SageMakerJobConfig(**fields)
+
+
+def _check_training_plan(owner: str, arn: Any, *, named: bool, fallbacks: tuple[str, ...]) -> None:
+    """A training plan reserves instances of one type: the step names that type, and has no
+    other to fail over to (the plan's capacity is what it waits for)."""
+    if arn is None:
+        return
+    check.matching(owner, "training_plan_arn", arn, _TRAINING_PLAN, "a SageMaker training "
+                   "plan ARN", TRAINING_PLAN_EXAMPLE)  # fmt: skip
+    if not named:
+        raise SettingsError(
+            f"{owner}.training_plan_arn={arn!r} needs instance_type=: a training plan reserves "
+            "instances of one type, and the job must ask for that type. Pass the plan's "
+            "instance type, e.g. instance_type='ml.p5.48xlarge'."
+        )
+    if fallbacks:
+        raise SettingsError(
+            f"{owner}.fallback_types={list(fallbacks)!r} with training_plan_arn={arn!r}: a job "
+            "of a training plan waits for the plan's reserved instances, so there is no other "
+            "type to fail over to. Drop fallback_types, or training_plan_arn."
+        )
 
 
 def _catalog() -> Catalog:

@@ -104,7 +104,8 @@ def map_status(description: dict[str, Any]) -> JobStatus:
             return JobStatus("failed", f"{secondary}: the job reached its {limit} and was stopped")
         return JobStatus("stopped", "the training job was stopped")
     if status == "InProgress" and secondary in PENDING_SECONDARY:
-        return JobStatus("pending")
+        # Pending: a training plan's job waiting for the plan's reserved capacity
+        return JobStatus("pending", queued=secondary == "Pending")
     return JobStatus("running", stopping=status == "Stopping")  # or InProgress (Training...)
 
 

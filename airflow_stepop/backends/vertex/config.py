@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.backends import arguments as check
+from airflow_stepop.backends.vertex.flex_start import flex_start_machines, flex_start_wait
 from airflow_stepop.backends.vertex.machines import (
     FALLBACK_EXAMPLE,
     MACHINE_CHOICE,
@@ -78,6 +79,10 @@ class VertexJobConfig:
     # the machines to fail over to, in order, when Vertex AI has no capacity or quota for the
     # one before: catalog names (``machine_name``), ``n1-standard-8+NVIDIA_TESLA_T4x1``
     fallback_types: tuple[str, ...] = ()
+    # Dynamic Workload Scheduler: the job waits in Vertex AI's queue for its GPUs, at most
+    # flex_start_max_wait_s (None: Vertex's default, a day; 0: without end)
+    flex_start: bool = False
+    flex_start_max_wait_s: int | None = None
 
     @property
     def price_per_hour(self) -> float | None:
@@ -150,6 +155,8 @@ class VertexJobConfig:
         experiment: str | None = None,
         environment: Mapping[str, str] | None = None,
         fallback_types: tuple[str, ...] = (),
+        flex_start: bool = False,
+        flex_start_max_wait: timedelta | int | None = None,
     ) -> VertexJobConfig:
         machine, accelerator, count = hardware(
             owner,
@@ -186,6 +193,16 @@ class VertexJobConfig:
             )
         check.boolean(owner, "spot", spot)
         check.boolean(owner, "restart_on_worker_restart", restart_on_worker_restart)
+        max_wait = flex_start_wait(owner, flex_start, flex_start_max_wait, spot=spot,
+                                   persistent_resource_id=persistent_resource_id,
+                                   max_runtime_s=runtime)  # fmt: skip
+        if flex_start:
+            name, fallbacks = flex_start_machines(
+                owner, machine and machine_name(machine, accelerator, count), fallbacks,
+                named=machine_type is not None, listed=bool(fallback_types),
+                resources=resources, resources_as=resources_as,
+            )  # fmt: skip
+            machine, accelerator, count = split_machine(name) if name else (None, None, 0)
         check.matching(owner, "service_account", service_account, _ACCOUNT, "a service account",
                        "trainer@my-project.iam.gserviceaccount.com")  # fmt: skip
         check.matching(owner, "network", network, _NETWORK, "a VPC network name",
@@ -228,7 +245,8 @@ class VertexJobConfig:
             restart_on_worker_restart=restart_on_worker_restart, service_account=service_account,
             network=network, encryption_key=encryption_key, labels=label_map, image_uri=image_uri,
             image_repository=image_repository, persistent_resource_id=persistent_resource_id,
-            experiment=experiment, fallback_types=fallbacks,
+            experiment=experiment, fallback_types=fallbacks, flex_start=flex_start,
+            flex_start_max_wait_s=max_wait,
         )  # fmt: skip
 
 

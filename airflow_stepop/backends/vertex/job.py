@@ -39,6 +39,7 @@ from airflow_stepop.backends.vertex.config import (
     MAX_LABELS,
     VertexJobConfig,
 )
+from airflow_stepop.backends.vertex.flex_start import scheduling_fields
 from airflow_stepop.backends.vertex.machines import CATALOG, machine_name
 from airflow_stepop.runtime.storage import join
 from airflow_stepop.runtime.values import input_uris
@@ -149,6 +150,8 @@ def build_job(
     }
     if job.spot:
         scheduling["strategy"] = "SPOT"
+    if job.flex_start:
+        scheduling.update(scheduling_fields(job.flex_start_max_wait_s))
     job_spec: dict[str, Any] = {
         "worker_pool_specs": pools,
         "scheduling": scheduling,

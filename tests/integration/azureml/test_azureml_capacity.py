@@ -43,10 +43,13 @@ def test_a_size_with_no_vm_to_allocate_keeps_the_step_waiting_and_says_why(
     monkeypatch.setattr(logs, "LOG_FILES_INTERVAL", 0.5)
     with ctl.faulted({"kind": "capacity", "machine": CHEAPEST_T4, "count": None, "at": "queue",
                       "seconds": 10}):  # fmt: skip
-        run = dags().aml_capacity_failover().test()
+        run = dags().aml_capacity_queue().test()
     assert run.state == "success"
     assert ctl.counters()["Jobs_CreateOrUpdate"] == 1  # no failover: it ran once VMs came back
     assert xcoms(run)[("fit", "azureml_billing", -1)]["machine"] == CHEAPEST_T4
     log = capfd.readouterr()
     said = "Azure ML: Run requested 1 node(s). Instances of the specified VM size are not currently"
     assert (log.out + log.err).count(said) == 1  # relayed once, however often it was read
+    assert ": pending, " in log.out + log.err and "queued for capacity since " in log.out + log.err
+    made = jobs(azure["fake"], "aml-capacity-queue-fit")
+    assert made[0]["properties"]["queueSettings"] == {"priority": 3}  # job_priority="high"

@@ -24,3 +24,20 @@ def test_no_capacity_for_the_cheapest_type_runs_the_step_on_the_next_one(aws, ct
     log = capfd.readouterr()
     assert f"No capacity for {CHEAPEST_T4}: " in log.out + log.err
     assert f"Trying {NEXT_T4} (about $" in log.out + log.err
+
+
+def test_a_training_plan_step_waits_pending_for_its_capacity_and_says_since_when(aws, ctl, capfd):
+    """No failover: the plan's reserved instances are what the job waits for."""
+    from tests.integration.sagemaker.dags.sagemaker_step_dags import TRAINING_PLAN
+
+    held = {"kind": "capacity", "machine": CHEAPEST_T4, "at": "provision", "seconds": 8}
+    with ctl.faulted(held):  # the first poll comes at 5 s and sees it waiting
+        run = dags().sm_training_plan().test()
+    assert run.state == "success"
+    assert ctl.counters()["CreateTrainingJob"] == 1
+    assert xcoms(run)[("fit", "return_value", -1)] == 42
+    (job,) = training_jobs("sm-training-plan")
+    assert job["ResourceConfig"]["TrainingPlanArn"] == TRAINING_PLAN
+    assert "Pending" in [t["Status"] for t in job["SecondaryStatusTransitions"]]
+    log = capfd.readouterr()
+    assert ": pending, " in log.out + log.err and "queued for capacity since " in log.out + log.err

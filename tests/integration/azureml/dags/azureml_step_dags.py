@@ -473,3 +473,18 @@ def aml_capacity_failover():
 
 
 aml_capacity_failover()
+
+
+@dag(schedule=None)
+def aml_capacity_queue():
+    """The same T4 step, first in its compute's queue: the tests hold its size's VMs back."""
+
+    @task.azureml_step(docker=PARENT_ONLY, resources=ResourceSettings(gpu_count=1, gpu_type="T4"),
+                       job_priority="high")  # fmt: skip
+    def fit(n: int):
+        return n * 2
+
+    fit(21)
+
+
+aml_capacity_queue()

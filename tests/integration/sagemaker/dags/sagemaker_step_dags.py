@@ -402,3 +402,20 @@ def sm_capacity():
 
 
 sm_capacity()
+
+TRAINING_PLAN = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/t4-week"
+
+
+@dag(schedule=None)
+def sm_training_plan():
+    """A step on a training plan's reserved instances: it waits Pending until they are there."""
+
+    @task.sagemaker_step(docker=PARENT_ONLY, instance_type="ml.g4dn.xlarge",
+                         training_plan_arn=TRAINING_PLAN)  # fmt: skip
+    def fit(n: int):
+        return n * 2
+
+    fit(21)
+
+
+sm_training_plan()
