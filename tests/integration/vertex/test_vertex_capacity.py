@@ -41,3 +41,36 @@ def test_no_capacity_for_the_cheapest_machine_runs_the_step_on_the_next_one(gcp,
     log = capfd.readouterr()
     assert f"No capacity for {CHEAPEST_T4}: " in log.out + log.err
     assert f"Trying {NEXT_T4} (about $0.84/h): attempt 2 of 3" in log.out + log.err
+
+
+CHEAPEST_L4 = "g2-standard-4+NVIDIA_L4x1"
+NEXT_L4 = "g2-standard-8+NVIDIA_L4x1"
+
+
+def test_a_flex_start_step_waits_in_the_queue_for_its_machine_and_says_since_when(gcp, ctl, capfd):
+    held = {"kind": "capacity", "machine": "g2-standard-4", "at": "provision", "seconds": 8}
+    with ctl.faulted(held):  # the first poll comes at 5 s and sees it waiting
+        run = dags().vx_flex_start().test()
+    assert run.state == "success"
+    assert ctl.counters()["CreateCustomJob"] == 1  # it waited: no failover
+    rows = xcoms(run)
+    assert rows[("queued", "return_value", -1)] == 42
+    assert rows[("queued", "vertex_billing", -1)]["machine"] == CHEAPEST_L4
+    (job,) = custom_jobs(gcp["fake"], "vx-flex-start-queued")
+    assert job["job_spec"]["scheduling"]["strategy"] == "FLEX_START"
+    assert job["job_spec"]["scheduling"]["max_wait_duration"] == "3600s"
+    log = capfd.readouterr()
+    assert ": pending, " in log.out + log.err and "queued for capacity since " in log.out + log.err
+
+
+def test_a_flex_start_step_whose_wait_runs_out_fails_over_to_the_next_machine(gcp, ctl, capfd):
+    held = {"kind": "capacity", "machine": "g2-standard-4", "at": "provision"}  # no end
+    with ctl.faulted(held):
+        run = dags().vx_flex_start_short_wait().test()
+    assert run.state == "success"
+    assert ctl.counters()["CreateCustomJob"] == 2
+    assert xcoms(run)[("impatient", "vertex_billing", -1)]["machine"] == NEXT_L4
+    log = capfd.readouterr()
+    assert f"No capacity for {CHEAPEST_L4}: JOB_STATE_FAILED: No resources became available" in (
+        log.out + log.err
+    )

@@ -378,3 +378,33 @@ def vx_capacity():
 
 
 vx_capacity()
+
+
+@dag(schedule=None)
+def vx_flex_start():
+    """One L4 step queued with Dynamic Workload Scheduler: the tests hold its machine back."""
+
+    @task.vertex_step(docker=PARENT_ONLY, resources=ResourceSettings(gpu_count=1, gpu_type="L4"),
+                      flex_start=True, flex_start_max_wait=timedelta(hours=1))  # fmt: skip
+    def queued(n: int):
+        return n * 2
+
+    queued(21)
+
+
+vx_flex_start()
+
+
+@dag(schedule=None)
+def vx_flex_start_short_wait():
+    """The same step waiting at most 2 s: its machine's stockout outlasts the wait."""
+
+    @task.vertex_step(docker=PARENT_ONLY, resources=ResourceSettings(gpu_count=1, gpu_type="L4"),
+                      flex_start=True, flex_start_max_wait=2)  # fmt: skip
+    def impatient(n: int):
+        return n * 2
+
+    impatient(21)
+
+
+vx_flex_start_short_wait()
