@@ -66,7 +66,7 @@ class Job:
 
     @property
     def arn(self) -> str:
-        region = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
+        region = self.region or os.environ.get("AWS_DEFAULT_REGION", "us-east-1")  # signed for
         return f"arn:aws:sagemaker:{region}:{ACCOUNT}:training-job/{self.name.lower()}"
 
     @property
