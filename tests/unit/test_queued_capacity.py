@@ -200,3 +200,32 @@ def test_another_services_queue_option_is_refused_naming_whose_it_is(make, kwarg
     with pytest.raises(TypeError) as err:
         make(**kwargs)
     assert all(word in str(err.value) for word in words), str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("page", "containing", "task_type"),
+    [
+        ("docs/sagemaker.md", "training_plan_arn=", "SageMakerStepDecoratedOperator"),
+        ("docs/vertex.md", "flex_start=True", "VertexStepDecoratedOperator"),
+        ("docs/azureml.md", 'job_priority="high"', "AzureMLStepDecoratedOperator"),
+    ],
+)
+def test_the_docs_queue_examples_make_the_step_they_show(page, containing, task_type):
+    """Each page's example, with the imports a DAG file has and a call of its function in a
+    DAG, parses into its step: a wrong name or value in it would fail here."""
+    import re
+
+    from tests.doc_blocks import python_block
+
+    code = python_block(page, containing)
+    function = re.search(r"^def (\w+)\(", code, re.M).group(1)
+    body = "".join(f"    {line}\n" for line in [*code.splitlines(), f"{function}()"])
+    namespace: dict = {}
+    exec(  # a user's DAG file: the example under its imports, inside a DAG
+        "from datetime import timedelta\nfrom airflow.sdk import DAG, task\n"
+        "from airflow_stepop import DockerSettings, ResourceSettings\n"
+        f"with DAG('queued_docs', schedule=None) as dag:\n{body}",
+        namespace,
+    )
+    (step,) = namespace["dag"].task_dict.values()
+    assert type(step).__name__ == task_type
