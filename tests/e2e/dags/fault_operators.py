@@ -29,6 +29,28 @@ class LosesWorkerAfterSubmit:
         super().defer(**kwargs)
 
 
+class LosesWorkerAfterFailover:
+    """Try 1's worker fails over to the next machine type (its job ``...-a2`` submitted) and
+    dies before deferring; the retry must re-attach to that job, not start the list again."""
+
+    def execute(self, context):
+        self._try = context["ti"].try_number
+        return super().execute(context)
+
+    def execute_complete(self, context, event):
+        self._try = context["ti"].try_number
+        return super().execute_complete(context, event)
+
+    def defer(self, **kwargs):
+        failed_over = kwargs["trigger"].handle["job_id"].endswith("-a2")
+        if self._try == 1 and failed_over:
+            raise RuntimeError("simulated: worker lost after failing over, before deferring")
+        if self._try == 2:  # only now may the attempt's job finish
+            results = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
+            open(f"{results}/release", "w").close()
+        super().defer(**kwargs)
+
+
 class ClearedWhileDeferred:
     """Try 1 is cleared while its job runs. A real triggerer stops the job (the trigger's
     on_kill) about a second after the scheduler has started try 2, which has by then

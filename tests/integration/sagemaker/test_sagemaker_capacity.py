@@ -41,3 +41,18 @@ def test_a_training_plan_step_waits_pending_for_its_capacity_and_says_since_when
     assert "Pending" in [t["Status"] for t in job["SecondaryStatusTransitions"]]
     log = capfd.readouterr()
     assert ": pending, " in log.out + log.err and "queued for capacity since " in log.out + log.err
+
+
+def test_a_retry_re_attaches_to_the_live_later_attempt_and_goes_on_from_it(aws, ctl):
+    """Try 1 failed over to the next type and its worker died before deferring: try 2 finds
+    attempt 2's job in the task state store, waits for it, and never asks for the first type."""
+    with ctl.faulted({"kind": "capacity", "machine": CHEAPEST_T4, "at": "provision"}):
+        run = dags().sm_capacity_retry().test()
+    assert run.state == "success"
+    assert ctl.counters()["CreateTrainingJob"] == 2  # attempt 1 and 2 of try 1; none of try 2
+    rows = xcoms(run)
+    assert rows[("held", "return_value", -1)] == "done by the first job"
+    assert rows[("held", "sagemaker_billing", -1)]["instance_type"] == NEXT_T4
+    jobs = {j["TrainingJobName"]: j for j in training_jobs("sm-capacity-retry")}
+    (ran,) = [name for name, j in jobs.items() if j["TrainingJobStatus"] == "Completed"]
+    assert ran.endswith("-t1-a2") and rows[("held", "sagemaker_billing", -1)]["job_name"] == ran

@@ -403,6 +403,27 @@ def sm_capacity():
 
 sm_capacity()
 
+
+class LosesWorkerAfterFailover(fault_operators.LosesWorkerAfterFailover, SageMakerStepOperator):
+    pass
+
+
+@dag(schedule=None)
+def sm_capacity_retry():
+    """A T4 step whose worker dies right after failing over to the next type; one retry."""
+    LosesWorkerAfterFailover(
+        task_id="held",
+        python_callable=held_step,
+        op_args=[f"{RESULTS}/release"],
+        docker=PARENT_ONLY,
+        resources=ResourceSettings(gpu_count=1, gpu_type="T4"),
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+    )
+
+
+sm_capacity_retry()
+
 TRAINING_PLAN = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/t4-week"
 
 
