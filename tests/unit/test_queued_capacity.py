@@ -229,3 +229,10 @@ def test_the_docs_queue_examples_make_the_step_they_show(page, containing, task_
     )
     (step,) = namespace["dag"].task_dict.values()
     assert type(step).__name__ == task_type
+
+
+def test_an_unknown_sagemaker_region_fails_the_dag_import_with_the_closest():
+    assert _sagemaker(instance_type="ml.g5.xlarge", region_name="eu-west-1")
+    with pytest.raises(SettingsError, match=r"region_name='us-est-1' is not a region SageMaker is "
+                       r"in \(botocore .* lists \d+\); the closest: .*'us-east-1'"):  # fmt: skip
+        _sagemaker(instance_type="ml.g5.xlarge", region_name="us-est-1")

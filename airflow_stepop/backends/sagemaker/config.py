@@ -132,6 +132,8 @@ class SageMakerArguments:
             )
         check.conn_id(owner, "aws_conn_id", aws_conn_id, "aws_default", optional=True)
         check.matching(owner, "region_name", region_name, _REGION, "an AWS region", "us-east-1")
+        if region_name is not None:
+            _check_region(owner, region_name)
         named = instance_type is not None
         if named:
             check.matching(owner, "instance_type", instance_type, _INSTANCE_TYPE,
@@ -306,6 +308,38 @@ def _training_instance_types() -> tuple[str, ...]:
 
     model = botocore.session.get_session().get_service_model("sagemaker")
     return tuple(model.shape_for("TrainingInstanceType").enum)
+
+
+@functools.cache
+def _sagemaker_regions() -> frozenset[str]:
+    """The regions botocore's endpoint data has SageMaker in, every partition (about 0.15 s,
+    once per process, only for a step that names its region)."""
+    import botocore.session
+
+    session = botocore.session.get_session()
+    return frozenset(
+        region
+        for partition in session.get_available_partitions()
+        for region in session.get_available_regions("sagemaker", partition_name=partition)
+    )
+
+
+def _check_region(owner: str, region_name: str) -> None:
+    """An unknown region fails the import, not the job's create after the image build."""
+    import difflib
+
+    import botocore
+
+    known = _sagemaker_regions()
+    if region_name in known:
+        return
+    close = difflib.get_close_matches(region_name, sorted(known), n=3, cutoff=0.7)
+    closest = f"; the closest: {', '.join(map(repr, close))}" if close else ""
+    raise SettingsError(
+        f"{owner}.region_name={region_name!r} is not a region SageMaker is in (botocore "
+        f"{botocore.__version__} lists {len(known)}){closest}. Give one of them; a region newer "
+        "than your botocore needs a newer botocore."
+    )
 
 
 def _check_training_instance_type(owner: str, instance_type: str, *, explicit: bool) -> None:
