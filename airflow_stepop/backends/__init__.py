@@ -2,7 +2,9 @@
 
 This package holds what every backend shares; each service has a package of its own.
 
-* ``base.py``: the ``StepBackend`` contract, ``JobRequest`` and ``JobStatus``;
+* ``base.py``: the ``StepBackend`` contract;
+* ``job_types.py``: the values it passes (``JobRequest``, ``JobStatus``, ``JobRecord``...),
+  imported from ``base`` too;
 * ``arguments.py``: the argument checks every service's rules are written with;
 * ``naming.py``: job names per task instance and try, service-valid and idempotent;
 * ``ratelimit.py`` and ``list_pages.py``: the shared List rate limit and the stop rule of a
