@@ -8,6 +8,7 @@ docs/azureml.md lists the roles.
 Where its pieces are:
 
 * ``backend.py``: ``AzureMLBackend``, the REST calls (through ``hooks/azureml_rest.py``);
+* ``triggerer_calls.py``: its async calls in the triggerer (states, log files, cancel);
 * ``config.py``: the operator's argument rules, checked at parse time;
 * ``compute.py``: a named compute cluster, checked against the step before the submit;
 * ``roots.py``: artifact roots (Blob Storage URLs, datastore paths) and their accounts;

@@ -9,10 +9,10 @@
   try); ``find_active`` re-attaches to a live job of the same task instance (List calls
   filtered by our tag, page by page until found); a named ``compute`` cluster is checked
   against the step first (``compute``);
-* the triggerer side is async (azure-core over aiohttp, ``azure.identity.aio``): one job GET
-  per poll, or one List for all watched jobs of a workspace (``astatuses``); run history
-  details for the final error and times, and for the log files, read at a bounded rate
-  (``logs``).
+* the triggerer side (``triggerer_calls.py``, inherited) is async (azure-core over aiohttp,
+  ``azure.identity.aio``): one job GET per poll, or one List for all watched jobs of a
+  workspace (``astatuses``); run history details for the final error and times, and for the
+  log files, read at a bounded rate (``logs``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from airflow_stepop.backends.azureml.launch import (
     ENTRY_FILE,
     LAUNCH_FILE,
     TRY_PROPERTY,
-    billing_facts,
     build_launch,
     job_body,
     launch_bytes,
@@ -54,6 +53,7 @@ from airflow_stepop.backends.azureml.roots import (
     resolve_datastore,
     storage_account,
 )
+from airflow_stepop.backends.azureml.triggerer_calls import AzureMLTriggererCalls
 from airflow_stepop.backends.base import (
     JobNameTakenError,
     JobRecord,
@@ -65,12 +65,11 @@ from airflow_stepop.backends.base import (
     service_refusal,
 )
 from airflow_stepop.backends.bootstrap import read_staged_spec
-from airflow_stepop.backends.list_pages import WatchedPages
 from airflow_stepop.backends.naming import task_digest
-from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
+from airflow_stepop.backends.ratelimit import list_limiter
 from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.hooks.azureml_fs import quiet_request_logs
-from airflow_stepop.hooks.azureml_rest import epoch, is_transient_error
+from airflow_stepop.hooks.azureml_rest import is_transient_error
 from airflow_stepop.runtime.spec import SPEC_SHA256_ENV
 from airflow_stepop.runtime.storage import join
 
@@ -81,7 +80,7 @@ log = logging.getLogger(__name__)
 quiet_request_logs()  # the step's artifacts travel through Azure Blob (abfs://, az://)
 
 
-class AzureMLBackend(StepBackend):
+class AzureMLBackend(AzureMLTriggererCalls, StepBackend):
     """Runs steps as Azure ML command jobs in the workspace of an ``azure_ml`` connection."""
 
     # A job takes a minute or more to get a machine: 5, 10, 20 s... then poll_interval.
@@ -332,86 +331,3 @@ class AzureMLBackend(StepBackend):
             price_per_hour=price,
             catalog_date=load_catalog(CATALOG).date,
         )
-
-    # ---- triggerer side ----------------------------------------------------------------
-
-    def prepare_async(self) -> None:
-        """The workspace (the connection) and the async client with its credential
-        (``azure.identity.aio`` on a first import), made in a thread."""
-        self.aclient  # noqa: B018 - built and kept
-
-    @property
-    def aclient(self) -> Any:
-        if self._async is None:
-            from airflow_stepop.hooks.azureml_rest import AsyncArmClient
-
-            self._async = AsyncArmClient(self.workspace, self.hook.get_async_credential())
-        return self._async
-
-    async def astatus(self, handle: dict[str, Any]) -> JobStatus:
-        name = handle["job_id"]
-        resource = await self.aclient.get(f"{self.workspace.path}/jobs/{name}")
-        state = resource["properties"]["status"]
-        self._states[name] = state
-        status = map_status(state)
-        if not status.terminal:
-            return status
-        details = await self.aclient.run_details(name)
-        self._logs.ended(name, details)
-        error = (details.get("error") or {}).get("error")
-        final = map_status(state, error)
-        own = resource["properties"].get("properties") or {}
-        if final.capacity and own.get(CLUSTER_PROPERTY):  # a cluster's size: nothing to try
-            final = replace(final, capacity=False)  # the step fails with Azure ML's reason
-        return replace(final, details=billing_facts(resource, details))
-
-    async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:
-        """Jobs_List pages (our tag, newest first) while watched jobs are missing from them: N
-        jobs cost about ceil(N / 100) calls a poll. Read while they can still spare describes
-        (``WatchedPages``; the poller describes the jobs they leave out), up to one page older
-        than the oldest watched job."""
-        if not handles:
-            return {}
-        stamps = [epoch(h.get("create_time")) for h in handles]
-        oldest = None if None in stamps else min(stamps, default=None)
-        watched = WatchedPages((h["job_id"] for h in handles), oldest)
-        out: dict[str, JobStatus] = {}
-        limiter = list_limiter(self.poll_group())
-        path = f"{self.workspace.path}/jobs"
-        async with contextlib.aclosing(
-            self.aclient.pages(path, before=limiter.aacquire, tag=TASK_TAG)
-        ) as pages:
-            async for page in pages:
-                created: list[float | None] = []
-                for resource in page.get("value", []):
-                    created.append(epoch((resource.get("systemData") or {}).get("createdAt")))
-                    name = resource.get("name")
-                    if watched.answers(name):
-                        state = resource["properties"]["status"]
-                        self._states[name] = state
-                        out[name] = map_status(state)
-                if watched.last(created):
-                    break
-        return out
-
-    async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
-        name = handle["job_id"]
-        return await self._logs.read(
-            name, self._states.get(name), cursor,
-            client=lambda: self.aclient, limiter=lambda: log_limiter(self.poll_group()),
-        )  # fmt: skip
-
-    def forget(self, handle: dict[str, Any]) -> None:
-        self._states.pop(handle["job_id"], None)
-        self._logs.forget(handle["job_id"])
-
-    async def aclose(self) -> None:
-        client, self._async = self._async, None
-        if client is not None:
-            await client.aclose()
-
-    async def astop(self, handle: dict[str, Any]) -> None:
-        from azure.core.exceptions import ResourceNotFoundError
-
-        with contextlib.suppress(ResourceNotFoundError):
-            await self.aclient.post(f"{self.workspace.path}/jobs/{handle['job_id']}/cancel")

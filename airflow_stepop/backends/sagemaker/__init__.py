@@ -6,7 +6,8 @@ an ECR repository for built environment images. docs/sagemaker.md lists the IAM 
 
 Where its pieces are:
 
-* ``backend.py``: ``SageMakerBackend``, SageMaker's API calls (worker and triggerer sides);
+* ``backend.py``: ``SageMakerBackend``, SageMaker's API calls on the worker's side;
+* ``triggerer_calls.py``: those on the triggerer's (states, log lines, stop);
 * ``config.py``: the operator's argument rules, checked at parse time, and ``[stepop]`` defaults;
 * ``launch.py``: the job request's channels, launch document and environment;
 * ``job.py``: what SageMaker's answers mean (states, errors, links, cost);

@@ -1,7 +1,8 @@
 """The SageMaker backend: a step runs as a SageMaker training job.
 
-SageMaker's calls live in this module, what its answers mean in ``job.py``, the
-request's shape in ``launch.py``. How a step becomes a job:
+The worker's SageMaker calls live in this module, the triggerer's in ``triggerer_calls.py``
+(inherited), what its answers mean in ``job.py``, the request's shape in ``launch.py``. How a
+step becomes a job:
 
 * image (``image.py``): ``image_uri`` as given, else the ``DockerSettings`` image
   (content-hash tag) built or copied, pushed only when the registry lacks the tag;
@@ -16,10 +17,10 @@ request's shape in ``launch.py``. How a step becomes a job:
   ``<run_uri>/<job>/output/model``, which is where result refs point (the handle's output_uri);
 * the deterministic job name comes from ``naming.job_name``; ``find_active`` re-attaches to an
   InProgress job of the same task instance (ListTrainingJobs NameContains the key prefix);
-* the triggerer side uses the amazon provider's async hooks (aiobotocore): ListTrainingJobs
-  pages for the shared poller (DescribeTrainingJob for a job they leave out and once per
-  ended job), CloudWatch Logs with one cursor (nextForwardToken) per stream and a bounded
-  request rate, StopTrainingJob on kill.
+* the triggerer side (``triggerer_calls.py``) uses the amazon provider's async hooks
+  (aiobotocore): ListTrainingJobs pages for the shared poller (DescribeTrainingJob for a job
+  they leave out and once per ended job), CloudWatch Logs with one cursor (nextForwardToken)
+  per stream and a bounded request rate, StopTrainingJob on kill.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import dataclasses
 import json
 import logging
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +54,6 @@ from airflow_stepop.backends.sagemaker.clients import Clients
 from airflow_stepop.backends.sagemaker.config import CATALOG, SageMakerJobConfig
 from airflow_stepop.backends.sagemaker.image import job_image
 from airflow_stepop.backends.sagemaker.job import (
-    billing_facts,
     console_links,
     error_code,
     estimate_cost,
@@ -69,7 +68,7 @@ from airflow_stepop.backends.sagemaker.launch import (
     entrypoint,
     sanitize_tag,
 )
-from airflow_stepop.backends.sagemaker.logs import read_new_lines
+from airflow_stepop.backends.sagemaker.triggerer_calls import SageMakerTriggererCalls
 from airflow_stepop.catalog import load as load_catalog
 from airflow_stepop.images.builder import ImageChoice
 from airflow_stepop.runtime.spec import SPEC_SHA256_ENV
@@ -82,9 +81,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
-# ListTrainingJobs asks from the oldest watched job's submit time, less this margin (clock skew).
-LIST_WINDOW_SLACK = 300.0
-LIST_MAX_PAGES = 50  # 5000 jobs in progress in the window; any beyond are described
 
 
 def own_name_pattern(digest: str) -> re.Pattern[str]:
@@ -93,7 +89,7 @@ def own_name_pattern(digest: str) -> re.Pattern[str]:
     return re.compile(rf"-{re.escape(digest)}-t\d+(-[A-Za-z0-9]+)?$")
 
 
-class SageMakerBackend(StepBackend):
+class SageMakerBackend(SageMakerTriggererCalls, StepBackend):
     """Runs steps as SageMaker training jobs through the amazon provider's hooks."""
 
     # A training job takes minutes to provision: 5, 10, 20 s... then poll_interval.
@@ -367,92 +363,6 @@ class SageMakerBackend(StepBackend):
 
     def is_gone(self, exc: Exception) -> bool:
         return is_gone_error(exc)
-
-    # ---- triggerer side ----------------------------------------------------------------
-
-    def prepare_async(self) -> None:
-        self._clients.prepare()
-
-    def forget(self, handle: dict[str, Any]) -> None:
-        self._phase.pop(handle["job_id"], None)
-        self._final.discard(handle["job_id"])
-
-    async def aclose(self) -> None:
-        await self._clients.aclose()
-
-    async def adescribe(self, handle: dict[str, Any]) -> dict[str, Any]:
-        client = await self._clients.get("sagemaker")
-        return await client.describe_training_job(TrainingJobName=handle["job_id"])
-
-    async def astatus(self, handle: dict[str, Any]) -> JobStatus:
-        description = await self.adescribe(handle)
-        status = map_status(description)
-        self._phase[handle["job_id"]] = description.get("SecondaryStatus", "")
-        if status.terminal:
-            self._final.add(handle["job_id"])  # the next alogs call reads everything left
-            # what the operator reports (billing) rides in the event: no Describe on the worker
-            status = replace(status, details=billing_facts(description))
-        return status
-
-    async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:
-        """The watched jobs still in progress, from ListTrainingJobs pages of 100.
-
-        Only InProgress jobs of the watched jobs' creation window are listed, oldest first, so
-        the pages grow with the running jobs, not with the account's history. A watched job
-        missing from them has ended (or hides beyond the last page read): the poller describes
-        it, which is the one describe its final facts need anyway.
-        """
-        wanted = {h["job_id"] for h in handles}
-        stamps = [float(h.get("submitted_at") or 0) for h in handles]
-        kwargs: dict[str, Any] = {
-            "MaxResults": 100,
-            "StatusEquals": "InProgress",
-            "SortBy": "CreationTime",
-            "SortOrder": "Ascending",
-        }
-        if min(stamps) > 0:
-            kwargs["CreationTimeAfter"] = min(stamps) - LIST_WINDOW_SLACK
-            kwargs["CreationTimeBefore"] = max(stamps) + LIST_WINDOW_SLACK
-        out: dict[str, JobStatus] = {}
-        limiter = list_limiter(self.poll_group())
-        client = await self._clients.get("sagemaker")
-        for _ in range(LIST_MAX_PAGES):
-            await limiter.aacquire()
-            answer = await client.list_training_jobs(**kwargs)
-            for summary in answer.get("TrainingJobSummaries", []):
-                name = summary["TrainingJobName"]
-                if name in wanted:
-                    out[name] = map_status(summary)
-                    self._phase[name] = summary.get("SecondaryStatus", "")
-            if len(out) == len(wanted) or not answer.get("NextToken"):
-                break
-            kwargs["NextToken"] = answer["NextToken"]
-        return out
-
-    async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
-        job = handle["job_id"]
-        return await read_new_lines(
-            lambda: self._clients.get("logs"),
-            job,
-            cursor,
-            final=job in self._final,
-            phase=self._phase.get(job, ""),
-            allowed=lambda: self._log_call_allowed(job),
-        )
-
-    def _log_call_allowed(self, job: str) -> bool:
-        """A token of the log budget for one call; a finished job's last read needs none."""
-        from airflow_stepop.backends.ratelimit import log_limiter
-
-        return job in self._final or log_limiter(self.poll_group()).try_acquire()
-
-    async def astop(self, handle: dict[str, Any]) -> None:
-        client = await self._clients.get("sagemaker")
-        try:
-            await client.stop_training_job(TrainingJobName=handle["job_id"])
-        except Exception as exc:
-            if error_code(exc) != "ValidationException":
-                raise
 
 
 __all__ = [

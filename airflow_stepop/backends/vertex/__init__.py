@@ -7,7 +7,8 @@ environment images. docs/vertex.md lists the IAM roles.
 
 Where its pieces are:
 
-* ``backend.py``: ``VertexBackend``, the JobService and Cloud Logging calls;
+* ``backend.py``: ``VertexBackend``, the worker's JobService calls;
+* ``triggerer_calls.py``: the triggerer's (states, Cloud Logging lines, cancel);
 * ``config.py``: the operator's argument rules, checked at parse time;
 * ``machines.py``: machine types and which accelerators go with them;
 * ``job.py``: the CustomJob request, its labels, its facts and its cost;

@@ -91,7 +91,7 @@ def test_a_final_read_past_its_cap_relays_the_end_and_says_lines_were_left_out(
     """A job that printed more since its last read than the final read's cap (20 pages of 1000;
     1 page here, to print less): its traceback and last lines still arrive, after a note of
     the gap. Before, the read stopped at the cap and they were lost."""
-    from airflow_stepop.backends.vertex import backend as vertex
+    from airflow_stepop.backends.vertex import triggerer_calls as vertex
 
     monkeypatch.setattr(vertex, "FINAL_LOG_PAGES", 1)
     module = dags()
@@ -435,8 +435,8 @@ def test_without_deferral_the_worker_waits_and_gets_the_same_result(gcp, ctl):
 def test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_stopped(
     gcp, ctl, capfd
 ):
-    from airflow_stepop.backends.vertex.backend import LOG_LOOKBACK_S
     from airflow_stepop.backends.vertex.job import epoch
+    from airflow_stepop.backends.vertex.triggerer_calls import LOG_LOOKBACK_S
     from airflow_stepop.triggers.step_job import StepJobTrigger
     from tests.waiting import wait_for
 
