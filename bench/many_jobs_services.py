@@ -260,7 +260,7 @@ class FileOpens:
     """Counts opens of files in watched directories (inotify): the local poller's record reads.
 
     The triggerer is not touched: the kernel reports each open of a job's ``lock`` (its state:
-    ``_alive``), ``output.log`` (its log relay) and ``exit_code``, by file name.
+    ``supervisor_alive``), ``output.log`` (its log relay) and ``exit_code``, by file name.
     """
 
     IN_OPEN, IN_Q_OVERFLOW = 0x20, 0x4000

@@ -15,7 +15,8 @@ import pytest
 
 from airflow_stepop import DockerSettings, ResourceSettings
 from airflow_stepop.backends.base import JobRequest
-from airflow_stepop.backends.local.backend import LocalBackend, _alive
+from airflow_stepop.backends.local.backend import LocalBackend
+from airflow_stepop.backends.local.process import supervisor_alive
 from airflow_stepop.backends.naming import job_name, task_key
 from airflow_stepop.packaging.staging import StepIdentity, stage_step
 from airflow_stepop.runtime.storage import Storage
@@ -334,7 +335,7 @@ def test_a_stop_ends_a_step_that_outlived_its_supervisor_and_no_other_process(tm
     step = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 120, "the step"))
     try:
         os.kill(handle["pid"], signal.SIGKILL)
-        wait_for(lambda: not _alive(job_dir), 30, "the supervisor's lock to be released")
+        wait_for(lambda: not supervisor_alive(job_dir), 30, "the supervisor's lock to be released")
         assert backend._status(handle).state == "running"
 
         record = job_dir / "child.pid"
@@ -361,7 +362,7 @@ def test_a_step_that_outlived_its_supervisor_and_ran_to_its_end_succeeded(tmp_pa
     backend, handle, _, storage = _submit(tmp_path, steps.held, [str(pid_file), str(release)])
     step = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 120, "the step"))
     os.kill(handle["pid"], signal.SIGKILL)
-    wait_for(lambda: not _alive(Path(handle["job_dir"])), 30, "the supervisor's lock")
+    wait_for(lambda: not supervisor_alive(Path(handle["job_dir"])), 30, "the supervisor's lock")
     release.touch()
     wait_for(lambda: not process_alive(step), 60, "the step to end")
 

@@ -11,7 +11,7 @@ import pytest
 
 from airflow_stepop import ResourceSettings
 from airflow_stepop.backends.base import JobRequest
-from airflow_stepop.backends.local.backend import _job_environment
+from airflow_stepop.backends.local.process import job_environment
 from tests.waiting import wait_for
 
 SCRATCH = Path("/jobs/job-t1/tmp")
@@ -32,7 +32,7 @@ def test_the_job_gets_the_workers_environment_without_airflows_own_plus_the_step
     monkeypatch.setenv("STEPOP_MAX_RUNTIME_S", "5")  # e.g. a worker that runs in a step
 
     request = _request(environment={"GREETING": "grüß dich"})
-    env = _job_environment(request, "/ckpt", None, SCRATCH)
+    env = job_environment(request, "/ckpt", None, SCRATCH)
 
     assert not [key for key in env if key.startswith(b"AIRFLOW")]
     assert env[b"STEPOP_TEST_KEPT"] == b"kept"
@@ -46,20 +46,20 @@ def test_the_job_gets_the_workers_environment_without_airflows_own_plus_the_step
     assert cache.stat().st_mode & 0o777 == 0o700 and cache.stat().st_uid == os.getuid()
     assert all(isinstance(key, bytes) and isinstance(value, bytes) for key, value in env.items())
     assert b"STEPOP_MAX_RUNTIME_S" not in env  # no limit: none inherited either
-    assert _job_environment(request, "/ckpt", 900, SCRATCH)[b"STEPOP_MAX_RUNTIME_S"] == b"900"
+    assert job_environment(request, "/ckpt", 900, SCRATCH)[b"STEPOP_MAX_RUNTIME_S"] == b"900"
 
 
 def test_the_steps_own_pythonpath_is_kept(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/the/workers/path")
     request = _request(environment={"PYTHONPATH": f"/opt/lib{os.pathsep}/opt/more"})
-    env = _job_environment(request, "/ckpt", None, SCRATCH)
+    env = job_environment(request, "/ckpt", None, SCRATCH)
     assert env[b"PYTHONPATH"] == os.fsencode(f"/opt/lib{os.pathsep}/opt/more")
 
 
 def test_the_steps_environment_wins_over_the_workers(monkeypatch):
     monkeypatch.setenv("STEPOP_TEST_MODE", "worker")
     request = _request(environment={"STEPOP_TEST_MODE": "step"})
-    env = _job_environment(request, "/ckpt", None, SCRATCH)
+    env = job_environment(request, "/ckpt", None, SCRATCH)
     assert env[b"STEPOP_TEST_MODE"] == b"step"
 
 

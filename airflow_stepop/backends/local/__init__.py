@@ -6,7 +6,8 @@ worker. The embedded default: a step runs here before it runs on a cloud.
 
 Where its pieces are:
 
-* ``backend.py``: ``LocalBackend``, process mode and the calls both modes answer;
+* ``backend.py``: ``LocalBackend``, the calls both modes answer;
+* ``process.py``: process mode (the step's environment, its start, whether it runs, its stop);
 * ``supervisor.py``: the local "service" that supervises one step process;
 * ``container.py`` and ``container_logs.py``: container mode (docker SDK);
 * ``job.py``: what both modes share (code bundle, checkpoints, exit status);

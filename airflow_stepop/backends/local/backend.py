@@ -2,30 +2,23 @@
 
 Process mode starts ``python -m airflow_stepop.runtime SPEC`` under a small supervisor in its
 own session, so the job outlives the worker that started it and its exit code is recorded
-(``supervisor``). Container mode runs the same command in a container of the step's
-environment image (docker SDK), with the artifact root mounted at the same path and GPUs
-requested when ``gpu_count`` is set (``container``, imported only for such a step). Job
-records live under ``[stepop] local_jobs_dir``.
+(``supervisor``; its start and stop: ``process``). Container mode runs the same command in a
+container of the step's environment image (docker SDK), with the artifact root mounted at the
+same path and GPUs requested when ``gpu_count`` is set (``container``, imported only for such a
+step). Job records live under ``[stepop] local_jobs_dir``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import logging
-import os
-import signal
-import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_stepop.artifacts.caches import job_cache_environment
 from airflow_stepop.backends.base import (
     JobNameTakenError,
     JobRecord,
@@ -33,17 +26,17 @@ from airflow_stepop.backends.base import (
     JobStatus,
     StepBackend,
 )
-from airflow_stepop.backends.bootstrap import bootstrap_environment
 from airflow_stepop.backends.local import process_logs, supervisor
-from airflow_stepop.backends.local.job import (
-    CHECKPOINT_ENV,
-    checkpoint_dir,
-    exit_status,
-    local_bundle,
-    runtime_arguments,
+from airflow_stepop.backends.local.job import exit_status, local_bundle
+from airflow_stepop.backends.local.process import (
+    STOP_GRACE_SECONDS,
+    orphan_step,
+    start_process,
+    stop_process,
+    supervisor_alive,
 )
 from airflow_stepop.backends.naming import key_prefix
-from airflow_stepop.runtime.spec import MAX_RUNTIME_ENV, RESULT_NAME
+from airflow_stepop.runtime.spec import RESULT_NAME
 from airflow_stepop.runtime.storage import Storage, join
 
 if TYPE_CHECKING:
@@ -51,43 +44,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STOP_GRACE_SECONDS = 10.0
-LOCK_FILE = "lock"
 JOB_RECORD = "job.json"  # the job's handle, and what only the record keeps (RECORD_ONLY)
 RECORD_ONLY = frozenset({"try_id", "spec_sha256"})
-_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-
-
-def _job_environment(
-    request: JobRequest, checkpoints: str, max_runtime_s: int | None, scratch: Path
-) -> dict[bytes, bytes]:
-    """The worker's environment minus Airflow's own (connections, secrets), plus the step's.
-
-    ``PYTHONPATH`` is the one ``environment`` gives, never the worker's (the bootstrap puts the
-    checked code bundle in front of it): a module the bundle lacks fails here as it would in a
-    cloud job.
-
-    ``TMPDIR`` is the job's own scratch directory, which the supervisor removes when the step
-    ends (the bootstrap's checked copy of the bundle goes there), unless ``environment`` sets it.
-
-    As bytes, the form the process is started with: no decoding and encoding of every variable.
-    """
-    env = {k: v for k, v in os.environb.items() if not k.startswith(b"AIRFLOW")}
-    env.pop(b"PYTHONPATH", None)
-    env[b"TMPDIR"] = os.fsencode(scratch)
-    # the job's caches (extracted code, inputs): private to the worker's user, and bounded
-    for key, value in job_cache_environment().items():
-        env[key.encode()] = os.fsencode(value)
-    for key, value in request.environment.items():
-        env[os.fsencode(key)] = os.fsencode(value)
-    for key, value in bootstrap_environment(request.spec_sha256, request.try_id).items():
-        env[key.encode()] = value.encode()
-    env[b"PYTHONUNBUFFERED"] = b"1"
-    env[CHECKPOINT_ENV.encode()] = os.fsencode(checkpoints)
-    env.pop(MAX_RUNTIME_ENV.encode(), None)  # the backend's limit, never an inherited one
-    if max_runtime_s:
-        env[MAX_RUNTIME_ENV.encode()] = str(max_runtime_s).encode()
-    return env
 
 
 def _warn_unapplied_resources(request: JobRequest) -> None:
@@ -158,7 +116,7 @@ class LocalBackend(StepBackend):
             if request.docker is not None:
                 log.warning("docker= is set but no container engine answers: running as a process")
             _warn_unapplied_resources(request)
-            handle = self._submit_process(request, job_dir, bundle)
+            handle = start_process(self.python, request, job_dir, bundle, self.max_runtime_s)
         record = {**handle, "spec_sha256": request.spec_sha256}
         if request.try_id:
             record["try_id"] = request.try_id
@@ -175,50 +133,6 @@ class LocalBackend(StepBackend):
         if record and request.owns(record.get("try_id")):
             return {k: v for k, v in record.items() if k not in RECORD_ONLY}
         raise JobNameTakenError(request.job_name, record.get("try_id"))
-
-    def _submit_process(self, request: JobRequest, job_dir: Path, bundle: Path) -> dict[str, Any]:
-        command = [
-            self.python,
-            supervisor.__file__,  # by path: it imports nothing, whatever PYTHONPATH says
-            str(job_dir),
-            "--",
-            self.python,
-            *runtime_arguments(request, bundle),
-        ]
-        # The supervisor inherits a held lock on job_dir/lock: while any process holds it, the
-        # job is alive; the kernel releases it however the supervisor ends (even SIGKILL).
-        scratch = job_dir / supervisor.SCRATCH
-        scratch.mkdir(mode=0o700)
-        lock = os.open(job_dir / LOCK_FILE, os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            # The supervisor's own output (it writes nothing unless it fails) goes to the log too.
-            output = os.open(job_dir / supervisor.OUTPUT_LOG, _APPEND, 0o666)
-            try:
-                process = subprocess.Popen(
-                    command,
-                    env=_job_environment(
-                        request, checkpoint_dir(request), self.max_runtime_s, scratch
-                    ),
-                    cwd=job_dir,
-                    stdin=subprocess.DEVNULL,
-                    stdout=output,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    pass_fds=(lock,),
-                )
-            finally:
-                os.close(output)
-        finally:
-            os.close(lock)
-        return {
-            "job_id": request.job_name,
-            "task_key": request.task_key,
-            "mode": "process",
-            "pid": process.pid,
-            "run_uri": request.run_uri,
-            "job_dir": str(job_dir),
-        }
 
     def environment_id(self, docker: DockerSettings | None) -> str:
         """A container of the image, or (no ``docker=``, or no engine answers: ``submit`` runs
@@ -265,21 +179,7 @@ class LocalBackend(StepBackend):
 
             container.stop(self._engine_client(), handle, timeout=STOP_GRACE_SECONDS)
             return
-        group = handle["pid"]  # the supervisor's, which leads the job's session and group
-        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile: nothing to stop
-            if _alive(job_dir):  # alive means the pid is still our supervisor's
-                os.kill(group, signal.SIGTERM)  # the supervisor forwards it to the step
-                if _still(lambda: _alive(job_dir)):
-                    os.killpg(group, signal.SIGKILL)
-                    return
-            # A step that outlived its supervisor (killed with SIGKILL) is stopped by its own
-            # pid, and only while that pid is still the step's. It is in the job's group, so
-            # the group is the job's (no process gets a group's id while the group has members).
-            step = _orphan_step(job_dir, group)
-            if step is not None:
-                os.kill(step, signal.SIGTERM)
-                if _still(lambda: _orphan_step(job_dir, group) is not None):
-                    os.killpg(group, signal.SIGKILL)
+        stop_process(job_dir, handle["pid"])
 
     def release(self, handle: dict[str, Any]) -> None:
         """Remove a finished container; the worker's last call for the job, so the engine's
@@ -322,11 +222,11 @@ class LocalBackend(StepBackend):
         exit_file = job_dir / supervisor.EXIT_CODE
         if exit_file.exists():
             return exit_status(int(exit_file.read_text()), stopped)
-        if _alive(job_dir):
+        if supervisor_alive(job_dir):
             return JobStatus("running", stopping=stopped)
         if exit_file.exists():  # ended between the two checks
             return exit_status(int(exit_file.read_text()), stopped)
-        if _orphan_step(job_dir, handle["pid"]) is not None:
+        if orphan_step(job_dir, handle["pid"]) is not None:
             return JobStatus("running", stopping=stopped)  # its supervisor was killed, not it
         if stopped:  # stopped so early that the supervisor had no time to record an exit code
             return JobStatus("stopped", "stopped on request")
@@ -357,45 +257,6 @@ class LocalBackend(StepBackend):
 
     async def astop(self, handle: dict[str, Any]) -> None:
         await asyncio.to_thread(self.stop, handle)
-
-
-def _alive(job_dir: Path) -> bool:
-    """Is the job's supervisor still running? (It holds the job's lock until it ends.)"""
-    try:
-        fd = os.open(job_dir / LOCK_FILE, os.O_RDWR)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # also drops the lock if we just took it
-    return False
-
-
-def _still(running: Callable[[], bool]) -> bool:
-    """Whether ``running`` still holds after the stop's grace period (checked every 0.1 s)."""
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
-    while time.monotonic() < deadline and running():
-        time.sleep(0.1)
-    return running()
-
-
-def _orphan_step(job_dir: Path, group: int) -> int | None:
-    """The pid of the job's step when it still runs with no supervisor, else None.
-
-    The step is the process child.pid names, if it still has the start time recorded there
-    and is in the job's process group: a pid reused by another process has another start
-    time. Without a recorded start time (no /proc) nothing is known for sure: None.
-    """
-    if _alive(job_dir):
-        return None
-    try:
-        pid, start = (job_dir / supervisor.CHILD_PID).read_text().split()
-    except (FileNotFoundError, ValueError):
-        return None
-    return int(pid) if supervisor.process_stat(int(pid)) == (start, group) else None
 
 
 def _engine(timeout: int = 30) -> Any | None:
