@@ -1,7 +1,7 @@
-"""The values that pass between a step backend and its callers (``base.StepBackend``): a
-job's request, its status, its record, a machine to run on, a job made ready to create, and
-the errors a create answers with. Apart from the contract, so a module that only reads or
-makes these values needs none of the backend's methods; ``base`` re-exports each of them.
+"""The values that pass between a step backend and its callers: a job's request, its status,
+its record, a machine to run on, a job made ready to create, and the errors a create answers
+with. Kept apart from the contract's methods (``base.StepBackend``), which is long enough on
+its own; ``base`` re-exports each of them, and the docs import them from there.
 """
 
 from __future__ import annotations
