@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -298,7 +298,7 @@ MAX_FALLBACKS = 19  # machine types after the step's own: 20 attempts at most
 
 def fallback_machines(
     owner: str,
-    catalog: Any,
+    catalog: Callable[[], Any],
     *,
     chosen: str | None,
     named: bool,
@@ -312,11 +312,15 @@ def fallback_machines(
     """The machine types a step fails over to after ``chosen`` when the service has no capacity:
     ``fallback_types`` as given (each of the service's form, fitting ``resources``), else, for a
     type chosen from ``resources`` (not ``named``), every other catalog type that fits, the
-    cheapest first; a named type without ``fallback_types`` fails over to nothing."""
+    cheapest first; a named type without ``fallback_types`` fails over to nothing. ``catalog``
+    is called only then: a step that names its type and no fallbacks reads no catalog."""
+    if not fallback_types and (named or resources is None):
+        return ()
+    machines = catalog()
     if fallback_types:
         for index, name in enumerate(fallback_types):
             matching(owner, f"fallback_types[{index}]", name, pattern, what, example)
-            catalog.check_explicit(name, resources, owner=owner, explicit="fallback_types",
+            machines.check_explicit(name, resources, owner=owner, explicit="fallback_types",
                                    written=f"fallback_types[{index}]={name!r}",
                                    wanted=resources_as)  # fmt: skip
         repeated = sorted({n for n in fallback_types if fallback_types.count(n) > 1 or n == chosen})
@@ -331,6 +335,4 @@ def fallback_machines(
                 f"{MAX_FALLBACKS} are tried after the step's own. Keep the ones you prefer."
             )
         return fallback_types
-    if named or resources is None:
-        return ()
-    return tuple(m.name for m in catalog.fitting(resources) if m.name != chosen)[:MAX_FALLBACKS]
+    return tuple(m.name for m in machines.fitting(resources) if m.name != chosen)[:MAX_FALLBACKS]

@@ -48,12 +48,13 @@ def refuse_unknown_arguments(cls: type, kwargs: Mapping[str, Any]) -> None:
         name += f"(task_id={task_id!r})"
     hints = []
     for argument in unknown:
-        if owners := _step_operators_taking(argument, cls):
+        meant = _meant(argument, known)  # another tool's name for one of ours comes first
+        if not meant and (owners := _step_operators_taking(argument, cls)):
             hints.append(f"{argument}={kwargs[argument]!r} (an argument of {' and '.join(owners)}"
                          f"{_queued_capacity(cls)})")  # fmt: skip
             continue
         close = difflib.get_close_matches(argument, sorted(known), n=1)
-        meant = _meant(argument, known) or [f"{name}=" for name in close]
+        meant = meant or [f"{name}=" for name in close]
         hints.append(f"{argument}= (did you mean {meant[0]}?)" if meant else f"{argument}=")
     raise TypeError(
         f"{name} got arguments it does not take: {', '.join(hints)}. {_where_documented(cls)}"

@@ -271,7 +271,7 @@ def _fallback_sizes(
     # Azure VM sizes ignore case: the catalog's spelling, so that a repeat is seen as one
     sizes = tuple(known.get(n.lower(), n) if isinstance(n, str) else n for n in fallback_types)
     return check.fallback_machines(
-        owner, catalog, chosen=size, named=named, resources=resources, fallback_types=sizes,
+        owner, lambda: catalog, chosen=size, named=named, resources=resources, fallback_types=sizes,
         pattern=_VM_SIZE, what="an Azure VM size", example="Standard_NC8as_T4_v3",
         resources_as=resources_as,
     )  # fmt: skip

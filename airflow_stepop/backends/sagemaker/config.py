@@ -143,7 +143,7 @@ class SageMakerArguments:
         elif resources is not None:
             instance_type = _catalog().resolve(resources, owner=f"{owner}.{resources_as}").name
         fallbacks = check.fallback_machines(
-            owner, _catalog(), chosen=instance_type, named=named, resources=resources,
+            owner, _catalog, chosen=instance_type, named=named, resources=resources,
             fallback_types=fallback_types, pattern=_INSTANCE_TYPE,
             what="a SageMaker instance type", example="ml.g5.2xlarge", resources_as=resources_as,
         )  # fmt: skip

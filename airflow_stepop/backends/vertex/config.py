@@ -293,7 +293,7 @@ def _fallback_machines(
             ) from None
         names.append(name)
     return check.fallback_machines(
-        owner, catalog(), chosen=chosen, named=named, resources=resources,
+        owner, catalog, chosen=chosen, named=named, resources=resources,
         fallback_types=tuple(names), pattern=MACHINE_CHOICE, what="a Vertex machine type",
         example=FALLBACK_EXAMPLE, resources_as=resources_as,
     )  # fmt: skip
