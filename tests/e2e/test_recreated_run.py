@@ -130,6 +130,7 @@ def recreated(deployment: dict[str, Any]) -> Recreated:
     for backend in BACKENDS:
         api.patch(f"/api/v2/dags/{dag_id(backend)}", {"is_paused": False})
     first = _run_all(deployment, {"value": 1})
+    _wait_for_exits_taken(deployment, first)
     for backend in BACKENDS:
         # as a user deletes a run: the REST API (the UI's delete button calls the same)
         api._call("DELETE", f"/api/v2/dags/{dag_id(backend)}/dagRuns/{RUN_ID}")
@@ -137,6 +138,26 @@ def recreated(deployment: dict[str, Any]) -> Recreated:
             api.get(f"/api/v2/dags/{dag_id(backend)}/dagRuns/{RUN_ID}")
     second = _run_all(deployment, {"value": 2})
     return {b: (first[b], second[b]) for b in BACKENDS}
+
+
+def _wait_for_exits_taken(deployment: dict[str, Any], runs: dict[str, RunSeen]) -> None:
+    """Wait until the scheduler has taken each run's last task process exit from its executor.
+
+    Airflow's executor reports an exit by the task instance's key (dag, task, run_id, try, map
+    index), which a run triggered again under the same run_id shares: an exit taken after the
+    new run's task started is read as that task's, and the scheduler fails it as "killed
+    externally" (Airflow's race, not the step's; docs/security.md says what a user sees). The
+    scheduler logs "TaskInstance Finished: ... ti_id=<id> ... state=success" when it has taken it.
+    """
+    log = deployment["home"] / "services" / "scheduler.log"
+
+    def taken() -> bool:
+        finished = [line for line in log.read_text(errors="replace").splitlines()
+                    if "TaskInstance Finished" in line and "state=success" in line]  # fmt: skip
+        ids = [f"ti_id={run.ti['id']}" for run in runs.values()]
+        return all(any(ti_id in line for line in finished) for ti_id in ids)
+
+    wait_for(taken, 60, "the scheduler to take the first runs' task exits", interval=0.5)
 
 
 def _run_all(deployment: dict[str, Any], conf: dict[str, Any]) -> dict[str, RunSeen]:
