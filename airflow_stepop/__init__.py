@@ -18,7 +18,7 @@ _EXPORTS = {
     "AzureMLStepOperator": "airflow_stepop.operators.azureml",
     "LocalStepOperator": "airflow_stepop.operators.local",
     "SageMakerStepOperator": "airflow_stepop.operators.sagemaker",
-    "StepFailedError": "airflow_stepop.operators.outcome",
+    "StepFailedError": "airflow_stepop.backends.outcome",
     "VertexStepOperator": "airflow_stepop.operators.vertex",
 }
 
@@ -36,9 +36,9 @@ __all__ = [
 
 if TYPE_CHECKING:
     from airflow_stepop.artifacts.ref import ArtifactRef
+    from airflow_stepop.backends.outcome import StepFailedError
     from airflow_stepop.operators.azureml import AzureMLStepOperator
     from airflow_stepop.operators.local import LocalStepOperator
-    from airflow_stepop.operators.outcome import StepFailedError
     from airflow_stepop.operators.sagemaker import SageMakerStepOperator
     from airflow_stepop.operators.vertex import VertexStepOperator
     from airflow_stepop.settings import DockerSettings, ResourceSettings

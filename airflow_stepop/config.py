@@ -43,10 +43,19 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "Log-service calls per second that one triggerer process makes for all the steps of one "
         "service account and region; with many steps, each step's lines arrive less often.",
     ),
+    "end_from_trigger": (
+        "boolean",
+        "True",
+        "A step's trigger ends its task itself when the job has ended (result verified, XComs "
+        "pushed, the task marked success or failed): no second task process, no wait. A task "
+        "with a callback, email, outlets, retry_policy, post_execute, a fail_fast DAG or "
+        "Airflow listeners resumes in a worker instead, as does every task when this is off.",
+    ),
     "resume_hold_seconds": (
         "integer",
         "10",
-        "The event of a step whose job ends within this many seconds of its trigger's start "
+        "When a step's task resumes in a worker after its job (see end_from_trigger), the "
+        "event of a job that ends within this many seconds of its trigger's start "
         "waits until then, so that the executor has reported the deferring try's exit before "
         "the task resumes: Airflow 3.3 fails a task that resumes before that "
         "(apache/airflow#67287, #72716). 0 turns it off. dag.test() and airflow dags test "

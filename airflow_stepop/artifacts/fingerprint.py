@@ -88,3 +88,19 @@ def _bounded(files: dict[str, Any], path: Any) -> None:
 
 def _stamp(info: dict[str, Any]) -> list[Any]:
     return [info.get("size"), *(info[name] for name in _STAMPS if info.get(name) is not None)]
+
+
+def artifact_fingerprint(storage: Storage, root: str, ref: Any) -> str | None:
+    """An artifact's fingerprint (``artifacts.fingerprint``), only under the artifact root: the
+    job wrote its URI. A directory with no file in it has nothing in an object store: "empty"."""
+    from airflow_stepop.runtime.storage import unsafe_key
+    from airflow_stepop.runtime.verified import EMPTY_TREE
+
+    uri = ref.get("uri") if isinstance(ref, dict) else None
+    prefix = root.rstrip("/") + "/"
+    if not isinstance(uri, str) or not uri.startswith(prefix) or unsafe_key(uri[len(prefix) :]):
+        raise ValueError(f"{uri!r} is not under the artifact root {root}")
+    found = fingerprint(storage, uri)
+    if found is None and ref.get("size") == 0 and ref.get("sha256") == EMPTY_TREE:
+        return "empty"
+    return found

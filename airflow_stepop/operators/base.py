@@ -76,6 +76,7 @@ class BaseStepOperator(CapacityFailover, StepCompletion, ImageWait, JobWait, Bas
     _bind_when_rendered: bool = False  # op_args or op_kwargs is a template or an upstream output
     _handle: tuple[JobService, dict[str, Any]] | None = None
     _inline: StepJobDeferral | None = None  # the trigger this process runs (not deferrable)
+    _cache_kept: dict[str, Any] | None = None  # the step cache key this try's job runs
 
     def __init__(
         self,
@@ -237,7 +238,7 @@ class BaseStepOperator(CapacityFailover, StepCompletion, ImageWait, JobWait, Bas
         if prepared.image_build is not None:
             return self._wait_for_image(context, backend, prepared)
         if self._killed:
-            from airflow_stepop.operators.outcome import StepKilledError
+            from airflow_stepop.backends.outcome import StepKilledError
 
             raise StepKilledError("The task was killed before its job was submitted: no job ran")
         from airflow_stepop.backends.base import NoCapacityError
@@ -276,8 +277,10 @@ class BaseStepOperator(CapacityFailover, StepCompletion, ImageWait, JobWait, Bas
         extra = {"cache_key": cached.key.digest} if cached is not None else None
         request = job_request(self, context, identity, staging, extra)
         if cached is not None:
-            step_cache.remember_key(context.get("task_state_store"), context["ti"], cached.key,
-                                    staging.root, request.spec_sha256, self.log)  # fmt: skip
+            self._cache_kept = step_cache.remember_key(
+                context.get("task_state_store"), context["ti"], cached.key, staging.root,
+                request.spec_sha256, self.log,
+            )  # fmt: skip
         return request
 
     def _cache_hit(self, context: Any, backend: StepBackend, hit: Any) -> Any:

@@ -27,17 +27,19 @@ class StepCompletion:
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         from airflow_stepop.artifacts.storage import worker_storage
-        from airflow_stepop.operators.earlier_try import remember
-        from airflow_stepop.operators.job_links import recall_links
-        from airflow_stepop.operators.outcome import (
+        from airflow_stepop.backends.outcome import (
             read_result,
             report_billing,
             shown,
             step_failure,
         )
+        from airflow_stepop.operators.earlier_try import remember
+        from airflow_stepop.operators.job_links import recall_links
 
         self.stored_link_kinds = None  # execute() may have stored some: until recalled, ask
         handle = event["handle"]
+        if event.get("worker_delivers"):
+            self._take_back_delivery(context.get("task_state_store"))
         backend = self.make_backend()
         if event.get("phase") is not None:  # the job was not created (``triggers/image_phase``)
             return self._no_job(context, backend, event)
@@ -79,6 +81,16 @@ class StepCompletion:
             return result
         finally:
             self._release(backend, handle)
+
+    @staticmethod
+    def _take_back_delivery(store: Any) -> None:
+        """The trigger did not end the task (``operators/trigger_end``), so this task delivers
+        the job's result: until it has, a retry may still reuse it (``earlier_try``)."""
+        from airflow_stepop.operators.earlier_try import recall, remember
+
+        record = recall(store)
+        if record is not None and record.pop("trigger_delivers", None):
+            remember(store, record)
 
     def _release(self, backend: StepBackend, handle: dict[str, Any]) -> None:
         """Free the finished job's resources; never hides the step's own result or error."""

@@ -81,7 +81,10 @@ def earlier_job(
         return EarlierJob(attach=handle)
     if status.held:  # failed, but the service still holds it: nobody will come back for it
         backend.stop(handle)
-    if status.state == "succeeded" and not record.get("delivered"):
+    # a trigger that ends the task delivers the result of a success (``trigger_end``); a task
+    # resumed in a worker takes the flag back until it has delivered it (``completion``)
+    delivered = record.get("delivered") or record.get("trigger_delivers")
+    if status.state == "succeeded" and not delivered:
         reused = _reuse(handle, record.get("try_number"), storage_conn_id, log)
         if reused is not None:
             return EarlierJob(reuse=reused)
@@ -89,7 +92,7 @@ def earlier_job(
         "The earlier job %s %s%s; running the step again",
         shown_job(handle),
         status.state,
-        " and its result was delivered" if record.get("delivered") else "",
+        " and its result was delivered" if delivered else "",
     )
     return EarlierJob()
 
@@ -99,7 +102,7 @@ def _reuse(
 ) -> Reused | None:
     """The verified result of an earlier try's finished job, or None if it is not whole."""
     from airflow_stepop.artifacts.storage import worker_storage
-    from airflow_stepop.operators.outcome import read_result  # a first try never reads one
+    from airflow_stepop.backends.outcome import read_result  # a first try never reads one
 
     storage = worker_storage(storage_conn_id)
     try:

@@ -52,7 +52,7 @@ class ImageWait:
         """The trigger ended before any job existed: the image's build failed, or the create
         after it (the job's name held by another try's job: submitted again from here, under
         another name). A build that could not be followed is left running: a retry joins it."""
-        from airflow_stepop.operators.outcome import before_job_failure
+        from airflow_stepop.backends.outcome import before_job_failure
         from airflow_stepop.operators.task_identity import task_identity
 
         if event["status"] == "name_taken":

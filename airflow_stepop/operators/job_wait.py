@@ -34,11 +34,12 @@ class JobWait:
     stored_link_kinds: frozenset[str] | None
     storage_conn_id: str | None
     _killed: bool
+    _cache_kept: dict[str, Any] | None
     _handle: tuple[JobService, dict[str, Any]] | None
     _inline: StepJobDeferral | None
 
     def _stop_killed(self, service: JobService, handle: dict[str, Any]) -> None:
-        from airflow_stepop.operators.outcome import StepKilledError
+        from airflow_stepop.backends.outcome import StepKilledError
 
         self.log.warning("The task was killed: stopping %s", shown_job(handle))
         service.stop(handle)
@@ -48,17 +49,22 @@ class JobWait:
         """Record the job for a retry, link it, and wait for it: deferred, or here."""
         from airflow_stepop.operators.earlier_try import remember
         from airflow_stepop.operators.job_links import store_links
+        from airflow_stepop.operators.trigger_end import trigger_end
 
         ti = context["ti"]
         self._handle = (backend, handle)
         try:
-            remember(
-                context.get("task_state_store"), {"handle": handle, "try_number": ti.try_number}
-            )
+            record: dict[str, Any] = {"handle": handle, "try_number": ti.try_number}
+            end = None
+            if self.deferrable:
+                end = trigger_end(self, context, backend, self._cache_kept)
+                if end is not None:  # a success it ends the task with delivers the result
+                    record["trigger_delivers"] = True
+            remember(context.get("task_state_store"), record)
             self.stored_link_kinds = store_links(self.log, context, backend, handle)
-            trigger = self._trigger(backend, handle)
+            trigger = self._trigger(backend, handle, end_task=end)
             if self._killed:  # on_kill stopped the job: there is nothing to wait for
-                from airflow_stepop.operators.outcome import StepKilledError
+                from airflow_stepop.backends.outcome import StepKilledError
 
                 raise StepKilledError(f"The task was killed: job {shown_job(handle)} was stopped")
             if self.deferrable:
@@ -100,15 +106,19 @@ class JobWait:
         handle: dict[str, Any],
         image_build: dict[str, Any] | None = None,
         prepared: dict[str, Any] | None = None,
+        end_task: dict[str, Any] | None = None,
     ) -> StepJobDeferral:
         """The job's trigger as Airflow stores it (building it would cost the worker ~10 ms);
-        with ``image_build``, the trigger of a job not yet created (``handle`` is the build's)."""
+        with ``image_build``, the trigger of a job not yet created (``handle`` is the build's);
+        with ``end_task``, one that ends the task itself (``operators/trigger_end``)."""
         from airflow_stepop.triggers.deferral import StepJobDeferral
         from airflow_stepop.triggers.process_identity import this_process
 
         kwargs: dict[str, Any] = {}
         if image_build is not None:
             kwargs = {"image_build": image_build, "prepared": prepared}
+        if end_task is not None:
+            kwargs["end_task"] = end_task
         return StepJobDeferral(
             backend_path=f"{type(backend).__module__}.{type(backend).__qualname__}",
             backend_kwargs=backend.serialize(),

@@ -168,6 +168,7 @@ def _result(
 ) -> Any:
     """The job's result: its manifest the one the entry found (its sha256), every artifact of it
     still there and as the entry found it. Whatever else is wrong with it is a miss too."""
+    from airflow_stepop.artifacts.fingerprint import artifact_fingerprint
     from airflow_stepop.artifacts.ref import ArtifactRef
     from airflow_stepop.runtime import values
 
@@ -183,7 +184,7 @@ def _result(
     for ref in refs:
         uri = ref.get("uri")
         try:
-            now = _fingerprint(storage, root, ref)
+            now = artifact_fingerprint(storage, root, ref)
         except Exception as exc:  # access denied, too many files, the store down: a miss
             raise MissError(f"the result's artifact {uri} cannot be checked ({exc})") from exc
         if now is None:
@@ -196,26 +197,9 @@ def _result(
         raise MissError(f"the result of job {job} is unreadable ({exc})") from exc
 
 
-def _fingerprint(storage: Storage, root: str, ref: Any) -> str | None:
-    """An artifact's fingerprint (``artifacts.fingerprint``), only under the artifact root: the
-    job wrote its URI. A directory with no file in it has nothing in an object store: "empty"."""
-    from airflow_stepop.artifacts.fingerprint import fingerprint
-    from airflow_stepop.runtime.storage import unsafe_key
-    from airflow_stepop.runtime.verified import EMPTY_TREE
-
-    uri = ref.get("uri") if isinstance(ref, dict) else None
-    prefix = root.rstrip("/") + "/"
-    if not isinstance(uri, str) or not uri.startswith(prefix) or unsafe_key(uri[len(prefix) :]):
-        raise ValueError(f"{uri!r} is not under the artifact root {root}")
-    found = fingerprint(storage, uri)
-    if found is None and ref.get("size") == 0 and ref.get("sha256") == EMPTY_TREE:
-        return "empty"
-    return found
-
-
 def _manifest_bytes(storage: Storage, handle: dict[str, Any]) -> bytes:
     """The job's result manifest as stored, at most ``RESULT_MAX_BYTES``."""
-    from airflow_stepop.operators.outcome import output_uri
+    from airflow_stepop.backends.outcome import output_uri
     from airflow_stepop.runtime import spec as specs
     from airflow_stepop.runtime.storage import join
 
@@ -237,70 +221,34 @@ def keep_result(
     """After the job this try started succeeded and its result manifest (``manifest``, as the
     task read it) was read: write the entry of the key it ran (``remember_key``), replacing
     any. A failure here never fails the step: its result is good, only the next run misses."""
-    from airflow_stepop.packaging.cache_key import entry_uri
-    from airflow_stepop.runtime import values
-
     try:
         kept = store.get(STATE_KEY) if store is not None else None
-        if not isinstance(kept, dict) or kept.get("try_number") != ti.try_number:
-            return  # caching is off, or this try did not start the job (a re-attached one)
-        outputs = {}
-        for ref in values.references(json.loads(manifest)["outputs"]):
-            outputs[ref["uri"]] = _fingerprint(storage, kept["root"], ref)
-            if outputs[ref["uri"]] is None:
-                raise MissError(f"the result's artifact {ref['uri']} is gone already")
-        entry = {
-            "key": kept["key"],
-            "job_id": handle["job_id"],
-            "spec_sha256": kept["spec_sha256"],
-            "result_sha256": hashlib.sha256(manifest).hexdigest(),
-            "created_at": time.time(),
-            "made_by": {
-                "run_id": ti.run_id,
-                "task_id": ti.task_id,
-                "map_index": ti.map_index,
-                "try_number": ti.try_number,
-            },
-            "billing": {
-                name: billing.get(name) for name in ("billable_seconds", "estimated_cost_usd")
-            }
-            if isinstance(billing, dict)
-            else None,  # fmt: skip
-            "outputs": outputs,
-        }
-        uri = entry_uri(kept["root"], ti.dag_id, kept["key"])
-        _refuse_links(storage, kept["root"], uri)
-        storage.write_bytes(uri, json.dumps(entry, indent=1).encode())
     except Exception as exc:
         log.warning("Step cache: the result was not cached (%s)", exc)
         return
-    log.info("Step cache: result of job %s kept under key %s", shown_job(handle), kept["key"])
+    if not isinstance(kept, dict) or kept.get("try_number") != ti.try_number:
+        return  # caching is off, or this try did not start the job (a re-attached one)
+    made_by = {"run_id": ti.run_id, "task_id": ti.task_id, "map_index": ti.map_index,
+               "try_number": ti.try_number}  # fmt: skip
+    from airflow_stepop.backends.cache_entry import write_entry
 
-
-def _refuse_links(storage: Storage, root: str, uri: str) -> None:
-    """On a local root, where a job may have made ``cache/<dag_id>`` a link elsewhere: the
-    entry's directory must resolve to a directory under the root."""
-    from pathlib import Path
-
-    local, base = storage.local_path(uri), storage.local_path(root)
-    if local is None or base is None:
-        return
-    local.parent.mkdir(parents=True, exist_ok=True)
-    if not local.parent.resolve().is_relative_to(Path(base).resolve()):
-        raise ValueError(f"{local.parent} leads out of the artifact root {root}")
+    write_entry(kept, ti.dag_id, made_by, handle, storage, manifest, billing, log)
 
 
 def remember_key(
     store: Any, ti: Any, key: CacheKey, root: str, spec_sha256: str, log: Logger
-) -> None:
+) -> dict[str, Any]:
     """The key the job this try starts runs, for ``keep_result`` (in another process after a
-    deferral): the task state store keeps it across the deferral, never the artifact store."""
+    deferral): the task state store keeps it across the deferral, never the artifact store.
+    Returned too, for a trigger that ends the task itself (``operators/trigger_end``)."""
+    kept = {"key": key.digest, "root": root, "spec_sha256": spec_sha256,
+            "try_number": ti.try_number}  # fmt: skip
     if store is None:
         log.warning("Step cache: this Airflow gives the task no task state store; the result "
-                    "of its job will not be cached")  # fmt: skip
+                    "of its job is cached only where its trigger ends the task")  # fmt: skip
     else:
-        store.set(STATE_KEY, {"key": key.digest, "root": root,
-                              "spec_sha256": spec_sha256, "try_number": ti.try_number})  # fmt: skip
+        store.set(STATE_KEY, kept)
+    return kept
 
 
 def report_hit(log: Logger, ti: Any, backend: StepBackend, hit: Hit) -> None:

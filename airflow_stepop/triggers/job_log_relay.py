@@ -18,8 +18,8 @@ from typing import Any
 from airflow_stepop.backends.base import StepBackend
 from airflow_stepop.backends.log_lines import relayed_lines
 from airflow_stepop.backends.naming import shown_job
+from airflow_stepop.backends.outcome import tail_line
 from airflow_stepop.triggers.log_drain import relay_round
-from airflow_stepop.triggers.progress import tail_line
 from airflow_stepop.triggers.relay_cursor import CursorStore
 from airflow_stepop.triggers.waits import (
     DEFAULT_ROUND_GAP,

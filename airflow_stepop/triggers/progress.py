@@ -19,21 +19,13 @@ from typing import Any
 
 from airflow_stepop.backends.base import JobStatus
 from airflow_stepop.backends.naming import shown_job
+from airflow_stepop.backends.outcome import usd
 from airflow_stepop.triggers.waits import finite_or_none
 
 REPEAT_SECONDS = 60.0
+
+
 # The event carries the job's last lines (Airflow stores it; a failure shows them): each cut here.
-TAIL_LINE_CHARS = 1000
-
-
-def tail_line(line: str) -> str:
-    """A job's line as the event's tail keeps it: its start, and how much more there is."""
-    if len(line) <= TAIL_LINE_CHARS:
-        return line
-    more = len(line) - TAIL_LINE_CHARS
-    return f"{line[:TAIL_LINE_CHARS]}... ({more} more characters in the task log)"
-
-
 def _duration(seconds: float) -> str:
     seconds = int(max(0.0, seconds))
     if seconds < 60:
@@ -91,12 +83,3 @@ class Progress:
             self.state = status.state
             self.shown = now
             self.log.info(self.line(status, now))
-
-
-def usd(amount: float) -> str:
-    """A cost as the log shows it: to a hundredth of a cent, and a short job's not as $0.0000."""
-    if amount == 0:
-        return "$0"
-    if amount < 0.0001:
-        return "<$0.0001"
-    return f"${amount:.4f}"

@@ -46,6 +46,7 @@ from airflow_stepop.triggers.process_identity import this_process
 from airflow_stepop.triggers.progress import Progress
 from airflow_stepop.triggers.relay_cursor import CursorStore
 from airflow_stepop.triggers.services import load_backend, prepared_service, service_and_group
+from airflow_stepop.triggers.task_end import TaskEnd
 from airflow_stepop.triggers.user_kill import (
     FLUSH_SECONDS,
     LOG_TAIL_LINES,
@@ -73,7 +74,7 @@ def _passed(end: float | None) -> bool:
     return end is not None and time.monotonic() >= end
 
 
-class StepJobTrigger(UserKill, ImagePhase, JobLogRelay, BaseTrigger):
+class StepJobTrigger(TaskEnd, UserKill, ImagePhase, JobLogRelay, BaseTrigger):
     def __init__(
         self,
         backend_path: str,
@@ -87,19 +88,22 @@ class StepJobTrigger(UserKill, ImagePhase, JobLogRelay, BaseTrigger):
         time_left: float | None = None,
         image_build: dict[str, Any] | None = None,
         prepared: dict[str, Any] | None = None,
+        end_task: dict[str, Any] | None = None,
     ) -> None:
         """``time_left``: seconds of execution_timeout left when the task deferred (None: no
         timeout). ``deadline`` is what the previous version passed instead (the worker's wall
         clock): a trigger it stored still loads and keeps that deadline. ``image_build`` (an
         ``ImageBuild``'s JSON) and ``prepared`` (a ``PreparedJob``'s body): the job is not
         created yet; the trigger follows the build (``handle`` is the build's), then creates
-        the job and follows it."""
+        the job and follows it. ``end_task`` (``operators/trigger_end``): the trigger ends the
+        task itself when the job has ended (``task_end.py``); None: the task resumes."""
         super().__init__()
         self.backend_path = backend_path
         self.backend_kwargs = backend_kwargs
         self.handle = handle
         self.image_build = image_build
         self.prepared = prepared
+        self.end_task = end_task if isinstance(end_task, dict) else None
         # Stored numbers are clamped (``waits.py``); what was changed is said in the task log
         # when the trigger runs (Airflow routes a trigger's lines there only from then on).
         self._clamped: list[str] = []
@@ -147,6 +151,8 @@ class StepJobTrigger(UserKill, ImagePhase, JobLogRelay, BaseTrigger):
             kwargs["deadline"] = self.deadline
         if self.image_build is not None:
             kwargs.update(image_build=self.image_build, prepared=self.prepared)
+        if self.end_task is not None:
+            kwargs["end_task"] = self.end_task
         return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     @property
@@ -176,6 +182,11 @@ class StepJobTrigger(UserKill, ImagePhase, JobLogRelay, BaseTrigger):
             self._job_ended = event.payload["status"] != "unwatched"
         else:
             cursors = self._cursors or CursorStore(self.handle, self.storage_conn_id)
+        ended = await self._ended_task(event)
+        if ended is not None:  # no resumed try: nothing to hold it for
+            event, resume_from = ended, time.monotonic()
+        elif self.end_task is not None and isinstance(event.payload, dict):
+            event.payload["worker_delivers"] = True  # the task resumes, not as its record says
         await self._before_event(resume_from, cursors)
         # A triggerer killed before the event is stored resumes this trigger: it repeats only
         # the lines of the last seconds, not the whole job's since the last save.

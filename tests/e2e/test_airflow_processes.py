@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -236,30 +235,3 @@ def test_a_task_marked_failed_before_it_defers_stops_its_job(airflow_stack):
     if pid_file.exists():
         pid = int(pid_file.read_text())
         wait_for_ok("the step process to be stopped", lambda: not process_alive(pid), 60)
-
-
-def test_quick_steps_at_once_resume_without_a_retry(airflow_stack):
-    """Airflow 3.3 fails a task whose resumed try is queued before the executor reported that
-    the deferring try exited (apache/airflow#67287): without [stepop] resume_hold_seconds,
-    some of many steps that end about a second after their deferral failed so, with nothing
-    in their task log (2 of 7 runs of this test)."""
-    api, home = airflow_stack
-    dag, steps = "quick_steps_at_once", 24  # local_step_dags.QUICK_STEPS
-    api.patch(f"/api/v2/dags/{dag}", {"is_paused": False})
-    run_id = api.post(f"/api/v2/dags/{dag}/dagRuns", {"logical_date": None})["dag_run_id"]
-    run_path = f"/api/v2/dags/{dag}/dagRuns/{run_id}"
-    wait_for_ok("the run to end", lambda: api.get(run_path)["state"] in ("success", "failed"), 600)
-    tis = api.get(f"{run_path}/taskInstances?limit=100")["task_instances"]
-    assert sorted(ti["state"] for ti in tis) == ["success"] * steps, tis
-
-    # each trigger (in the triggerer, not the deferring process) held its event until the
-    # default 10 s after its start, though its job ended within a few
-    ended = {ti["map_index"]: datetime.fromisoformat(ti["end_date"]) for ti in tis}
-    held = {}
-    for log in (home / "logs" / f"dag_id={dag}" / f"run_id={run_id}").rglob("*.trigger.*.log"):
-        text = log.read_text()
-        assert "The task resumes in " in text and "resume_hold_seconds" in text
-        started = datetime.fromisoformat(json.loads(text.splitlines()[0])["timestamp"])
-        index = int(log.parent.name.removeprefix("map_index="))
-        held[index] = (ended[index] - started).total_seconds()
-    assert len(held) == steps and min(held.values()) >= 10, held

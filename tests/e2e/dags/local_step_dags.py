@@ -12,7 +12,6 @@ from step_helpers import make_array, record_pid, wait_for_file
 
 from airflow_stepop import DockerSettings, LocalStepOperator, ResourceSettings
 
-QUICK_STEPS = 24
 RESULTS = os.environ.get("STEPOP_TEST_RESULTS", "/tmp")
 
 
@@ -272,20 +271,6 @@ def held_until_killed():
 
 
 held_until_killed()
-
-
-@dag(schedule=None)
-def quick_steps_at_once():
-    """Many steps whose jobs end about a second after their deferral, and no retries."""
-
-    @task.local_step
-    def quick(i: int) -> int:
-        return i
-
-    quick.expand(i=list(range(QUICK_STEPS)))
-
-
-quick_steps_at_once()
 
 
 class KilledWhileSubmitting(fault_operators.KilledWhileSubmitting, LocalStepOperator):

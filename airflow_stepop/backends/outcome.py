@@ -142,7 +142,7 @@ def _hint(error: dict[str, Any]) -> str | None:
 def _hint_for(error: dict[str, Any]) -> str | None:
     message = error["message"]
     if error["type"] == "ModuleNotFoundError":
-        from airflow_stepop.operators.missing_module import missing_module_hint
+        from airflow_stepop.backends.missing_module import missing_module_hint
 
         return missing_module_hint(message)
     if error["type"] == "FileNotFoundError" and _IN_THE_BUNDLE.search(message):
@@ -175,8 +175,6 @@ def _without_traceback(tail: list[str], traceback: str) -> list[str]:
     whole chain included). Line by line, not from where it starts: stdout and stderr reach a
     service's log as two streams, so a line printed before the exception can arrive amid or
     after it. A long line is compared as the tail keeps it (cut, see ``tail_line``)."""
-    from airflow_stepop.triggers.progress import tail_line
-
     pending = Counter(tail_line(line).rstrip() for line in traceback.rstrip().splitlines())
     kept: list[str] = []
     for line in reversed(tail):
@@ -230,12 +228,19 @@ def report_billing(
     log: Logger, ti: Any, backend: StepBackend, event: dict[str, Any]
 ) -> dict[str, Any] | None:
     """The finished job's billable time and cost: in the task log and an XCom; returned."""
+    billing = job_billing(log, backend, event)
+    if billing is not None:
+        ti.xcom_push(key=backend.billing_xcom_key, value=billing)
+    return billing
+
+
+def job_billing(log: Logger, backend: StepBackend, event: dict[str, Any]) -> dict[str, Any] | None:
+    """The finished job's billable time and cost, logged; None where the backend bills none
+    (its ``billing_xcom_key`` names the XCom it goes to)."""
     key = getattr(backend, "billing_xcom_key", None)
     billing = backend.billing(event.get("details") or {}) if key else None
     if not billing:
         return None
-    from airflow_stepop.triggers.progress import usd
-
     cost = billing.get("estimated_cost_usd")
     log.info(
         "Job %s: %s billable s x %s x %s%s%s",
@@ -248,7 +253,6 @@ def report_billing(
         if cost is not None
         else " (no price in the catalog)",
     )
-    ti.xcom_push(key=key, value=billing)
     return billing
 
 
@@ -261,3 +265,23 @@ def shown(result: Any, limit: int = 300) -> str:
 def output_uri(handle: dict[str, Any]) -> str:
     """Where the job left its results: the run directory unless the backend says otherwise."""
     return handle.get("output_uri") or handle["run_uri"]
+
+
+def usd(amount: float) -> str:
+    """A cost as the log shows it: to a hundredth of a cent, and a short job's not as $0.0000."""
+    if amount == 0:
+        return "$0"
+    if amount < 0.0001:
+        return "<$0.0001"
+    return f"${amount:.4f}"
+
+
+TAIL_LINE_CHARS = 1000
+
+
+def tail_line(line: str) -> str:
+    """A job's line as the event's tail keeps it: its start, and how much more there is."""
+    if len(line) <= TAIL_LINE_CHARS:
+        return line
+    more = len(line) - TAIL_LINE_CHARS
+    return f"{line[:TAIL_LINE_CHARS]}... ({more} more characters in the task log)"
