@@ -249,7 +249,7 @@ def rewrite_result(
     """After a step returned one pickled value: its artifact rewritten with ``payload`` bytes that
     write ``marker`` when unpickled, and result.json with their digest, ``materializer`` and a
     connection id of the writer's. The rewritten record."""
-    from airflow_stepop.operators.outcome import output_uri
+    from airflow_stepop.backends.outcome import output_uri
     from airflow_stepop.runtime.digest import new_digest
     from airflow_stepop.runtime.storage import join
 
@@ -353,7 +353,7 @@ def first_event(trigger: Any, timeout: float = 240) -> dict[str, Any]:
 def assert_refused(event: dict[str, Any], storage: Any, marker: Path, *said: str) -> str:
     """The job failed before anything rewritten ran: the task's error (what the operator
     raises) says why, no marker, no result. Returns the task's error."""
-    from airflow_stepop.operators.outcome import output_uri, step_failure
+    from airflow_stepop.backends.outcome import output_uri, step_failure
     from airflow_stepop.runtime.storage import join
 
     assert event["status"] == "failed", event

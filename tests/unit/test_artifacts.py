@@ -264,7 +264,7 @@ def test_a_reference_renders_in_a_template_as_the_readme_says():
 def test_a_reference_in_a_dict_is_shown_in_its_short_form():
     """A multiple_outputs result in the task log's ``result:`` line, or a printed dict: the
     fields' long form, cut at 300 characters, would lose the type and size."""
-    from airflow_stepop.operators.outcome import shown
+    from airflow_stepop.backends.outcome import shown
 
     ref = ArtifactRef(
         uri="s3://bucket/steps/train/outputs/model.pkl", sha256="0" * 64, size=5120,

@@ -14,7 +14,7 @@ import pytest
 
 from airflow_stepop.backends.base import JobNameTakenError, JobStatus, StepBackend
 from airflow_stepop.backends.image_build import ImageBuilder
-from airflow_stepop.operators.outcome import StepFailedError, before_job_failure
+from airflow_stepop.backends.outcome import StepFailedError, before_job_failure
 from airflow_stepop.triggers.step_job import StepJobTrigger
 
 _groups = itertools.count()

@@ -9,7 +9,7 @@ import fsspec
 import pytest
 
 from airflow_stepop.artifacts import fingerprint as fingerprints
-from airflow_stepop.operators.step_cache import _fingerprint
+from airflow_stepop.artifacts.fingerprint import artifact_fingerprint as _fingerprint
 from airflow_stepop.runtime.storage import Storage
 from airflow_stepop.runtime.verified import EMPTY_TREE
 

@@ -8,7 +8,7 @@ import traceback
 import pytest
 
 from airflow_stepop import StepFailedError
-from airflow_stepop.operators.outcome import step_failure
+from airflow_stepop.backends.outcome import step_failure
 from airflow_stepop.runtime.storage import Storage
 
 
@@ -80,7 +80,7 @@ def test_an_entry_scripts_summary_line_after_the_traceback_is_not_shown_again(tm
 
 def test_a_traceback_line_the_tail_keeps_cut_is_not_shown_again(tmp_path):
     """A long message (a large repr) is cut in the event's tail: still the traceback's line."""
-    from airflow_stepop.triggers.progress import tail_line
+    from airflow_stepop.backends.outcome import tail_line
 
     summary = f"ValueError: {'x' * 9000}"
     printed = f'Traceback (most recent call last):\n  File "s.py", line 1\n{summary}\n'

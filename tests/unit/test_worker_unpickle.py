@@ -11,7 +11,7 @@ import pytest
 
 from airflow_stepop import ArtifactRef
 from airflow_stepop.artifacts.ref import UnpicklingRefusedError
-from airflow_stepop.operators.outcome import read_result
+from airflow_stepop.backends.outcome import read_result
 from airflow_stepop.runtime import values
 from airflow_stepop.runtime.digest import WRITTEN_KIND, digest_of
 from airflow_stepop.runtime.storage import Storage
@@ -94,7 +94,7 @@ def test_a_manifest_record_with_a_field_this_release_does_not_know_is_refused(tm
 
 
 def test_the_data_file_hint_knows_where_this_release_extracts_the_bundle():
-    from airflow_stepop.operators.outcome import _hint
+    from airflow_stepop.backends.outcome import _hint
 
     error = {
         "type": "FileNotFoundError",
