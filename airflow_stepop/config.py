@@ -256,11 +256,13 @@ def get_int(name: str) -> int:
 
 
 def check_numbers() -> None:
-    """Read every number option, so that a wrong one fails the task before its job starts, not
-    after the submit (``poll_interval``) or in the triggerer (``log_calls_per_second``)."""
+    """Read every number option and the options read after the submit, so that a wrong one
+    fails the task before its job starts, not after the submit (``poll_interval``,
+    ``end_from_trigger``) or in the triggerer (``log_calls_per_second``)."""
     for name, (kind, _, _) in OPTIONS.items():
         if kind in ("float", "integer"):
             _number(name, float if kind == "float" else int)
+    get_bool("end_from_trigger")
 
 
 def _number(name: str, kind: type) -> Any:

@@ -37,3 +37,13 @@ def two_phases(release: str, finish: str | None = None) -> str:
     if finish is not None:
         wait_for_file(finish, 300)
     return "done"
+
+
+def split(n: int) -> dict:
+    """A result for ``multiple_outputs``: plain values and a list."""
+    print(f"splitting {n}")
+    return {"count": n, "names": ["a", "b", "c"][:n]}
+
+
+def fails(why: str) -> None:
+    raise ValueError(why)

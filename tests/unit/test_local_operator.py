@@ -93,6 +93,7 @@ def test_a_configured_remote_root_is_refused_before_anything_is_uploaded(monkeyp
         ("LIST_CALLS_PER_SECOND", "inf", "[stepop] list_calls_per_second='inf'"),
         ("INLINE_RESULT_MAX_BYTES", "64k", "[stepop] inline_result_max_bytes='64k'"),
         ("RESUME_HOLD_SECONDS", "-5", "[stepop] resume_hold_seconds='-5'"),
+        ("END_FROM_TRIGGER", "maybe", "[stepop] end_from_trigger='maybe'"),
         ("LOCAL_JOBS_DIR", "relative/jobs", "[stepop] local_jobs_dir='relative/jobs'"),
     ],
 )
