@@ -89,6 +89,14 @@ SCRIPTS = {
         r"^ratio second/first, command: ",
         r"^ratio second/first, DAG run: ",
     ], seconds=32),
+    # a deployment of Airflow's four services on PostgreSQL, one run of each chain: the local
+    # rows and SageMaker's at a 1 s poll on both sides (its default-interval rows are left out)
+    "turnaround": Script([
+        r"^=== chains of 4 tasks, 1 run\(s\) each, ",
+        r"^local step turnaround over a plain @task: .* \(target <= 2 s\); resumed in a worker: ",
+        r"^SageMaker step turnaround over a plain @task: .* \(target <= 7 s\)$",
+        r"^ratio ours/SageMakerTrainingOperator, poll 1 s both: .* \(target <= 0\.8x\)$",
+    ], cloud=True, seconds=150),
     # the local backend's rows of two faults, through the suite's own tests
     "fault_matrix": Script([
         r"^failure in execute\(\) after submit, no retry left +local +survived ",

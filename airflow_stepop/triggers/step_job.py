@@ -267,6 +267,7 @@ class StepJobTrigger(TaskEnd, UserKill, ImagePhase, JobLogRelay, BaseTrigger):
         job_id = shown_job(self.handle)
         progress = Progress(self.handle, self.log, running_since=cursors.running_since)
         wait = first_wait(backend)
+        first = self._first_poll_in(wait)
         failures = 0
         # The deadline on the clock of the poller's rounds: a round due at ``end`` runs at or
         # after it. Only a round's own time says whether the deadline passed: a round of another
@@ -278,7 +279,9 @@ class StepJobTrigger(TaskEnd, UserKill, ImagePhase, JobLogRelay, BaseTrigger):
             # after ``due`` (rounds are at least first_poll_seconds apart), so the job is stopped
             # within a round of its deadline, not up to a poll interval after it.
             now = time.monotonic()
-            due = now + wait if end is None else max(now, min(now + wait, end))
+            step = first if first is not None else wait
+            first = None
+            due = now + step if end is None else max(now, min(now + step, end))
             try:
                 status = await poller.status(self.handle, due)
                 if status.terminal and not status.details:
@@ -305,6 +308,14 @@ class StepJobTrigger(TaskEnd, UserKill, ImagePhase, JobLogRelay, BaseTrigger):
                 return await self._time_out(backend, tail, cursor, cursors)
             # Short jobs finish fast, long ones are polled at poll_interval.
             wait = min(self.poll_interval, wait * 2)
+
+    def _first_poll_in(self, wait: float) -> float:
+        """Seconds to the first poll: ``wait`` after the job's submit (the worker's clock), not
+        after this trigger's start, which comes a triggerer's pick-up later."""
+        submitted = finite_or_none(self.handle.get("submitted_at"))
+        if submitted is None:
+            return wait
+        return min(wait, max(0.0, submitted + wait - time.time()))
 
     async def _end(self) -> float | None:
         """The task's deadline on ``time.monotonic()``'s clock, None for none: one for the
