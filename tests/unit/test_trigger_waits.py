@@ -220,3 +220,27 @@ def test_progress_from_times_that_are_not_finite_still_shows_its_line(submitted_
     progress.update(JobStatus("succeeded"))
     assert log.lines[0].startswith("Job j: running, 0s since submit, about ")
     assert log.lines[1].startswith("Job j: succeeded, 0s since submit, about ")
+
+
+@pytest.mark.parametrize(
+    ("submitted_ago", "expected"),
+    [
+        (3.0, 2.0),  # a triggerer's pick-up took 3 s: the first poll comes 2 s on
+        (60.0, 0.0),  # a trigger resumed long after the submit polls at once
+        (-30.0, 5.0),  # the worker's clock ahead of this one: never more than the wait
+        (None, 5.0),  # a handle without the submit's time (an older release's)
+        (NAN, 5.0),
+        (INF, 5.0),
+    ],
+)
+def test_the_first_poll_is_due_first_poll_seconds_after_the_submit(
+    tmp_path, submitted_ago, expected
+):
+    trigger = _trigger(tmp_path)
+    if submitted_ago is None:
+        trigger.handle.pop("submitted_at", None)
+    elif math.isfinite(submitted_ago):
+        trigger.handle["submitted_at"] = time.time() - submitted_ago
+    else:
+        trigger.handle["submitted_at"] = submitted_ago
+    assert trigger._first_poll_in(5.0) == pytest.approx(expected, abs=0.5)
