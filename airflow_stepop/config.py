@@ -48,8 +48,9 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "True",
         "A step's trigger ends its task itself when the job has ended (result verified, XComs "
         "pushed, the task marked success or failed): no second task process, no wait. A task "
-        "with a callback, email, outlets, retry_policy, post_execute, a fail_fast DAG or "
-        "Airflow listeners resumes in a worker instead, as does every task when this is off.",
+        "with a success callback, outlets, post_execute or Airflow listeners resumes in a "
+        "worker instead, and after a failure one with a failure or retry callback, email, "
+        "retry_policy or a fail_fast DAG; every task does when this is off.",
     ),
     "resume_hold_seconds": (
         "integer",

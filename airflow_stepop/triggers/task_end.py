@@ -72,6 +72,8 @@ async def ended_task(
         return None
     if status == "failed" and event.get("capacity") and end.get("capacity_failover"):
         return None  # the worker tries the next machine type
+    if status != "succeeded" and not end.get("end_failure"):
+        return None  # a failure callback, email, retry_policy...: the worker fails the task
     try:
         if status == "succeeded":
             outcome = await asyncio.to_thread(_succeeded, log, backend, end, event, conn_id)
@@ -82,7 +84,7 @@ async def ended_task(
 
             ended: TriggerEvent = TaskSuccessEvent()
         else:
-            ended = await asyncio.to_thread(_failed, log, event, conn_id)
+            ended = await asyncio.to_thread(_failed, log, event, conn_id, bool(end.get("end_skip")))
             if ended is None:
                 return None
     except Exception as exc:
@@ -159,7 +161,9 @@ async def _push(end: dict[str, Any], xcoms: dict[str, tuple[Any, int | None]]) -
         )
 
 
-def _failed(log: Any, event: dict[str, Any], conn_id: str | None) -> TriggerEvent | None:
+def _failed(
+    log: Any, event: dict[str, Any], conn_id: str | None, end_skip: bool
+) -> TriggerEvent | None:
     """The failure, logged as the task's error, and the event that ends the task so."""
     from airflow.sdk import exceptions
     from airflow.triggers.base import TaskFailedEvent, TaskSkippedEvent
@@ -169,6 +173,8 @@ def _failed(log: Any, event: dict[str, Any], conn_id: str | None) -> TriggerEven
 
     error = step_failure(event, worker_storage(conn_id))
     if isinstance(error, exceptions.AirflowSkipException):
+        if not end_skip:
+            return None  # on_skipped_callback: the worker skips the task
         log.info("Skipping the task: %s", error)
         return TaskSkippedEvent()
     if isinstance(error, exceptions.AirflowFailException):

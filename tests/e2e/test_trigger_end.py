@@ -30,6 +30,7 @@ DAG_IDS = (
     "results_from_the_trigger",
     "failures_from_the_trigger",
     "resumes_for_its_callback",
+    "failure_callbacks",
 )
 RUN_TIMEOUT = 600
 
@@ -163,3 +164,16 @@ def test_a_step_with_a_success_callback_resumes_in_a_worker_which_runs_it(runs):
         "xcomEntries/return_value"
     )
     assert xcom["value"] == 7
+
+
+def test_a_failure_callback_keeps_the_worker_for_a_failure_only(runs):
+    """The failing step resumes in a worker, which fails it and runs the callback with the
+    step's error; the step that succeeds ends from its trigger."""
+    seen, _, home, results = runs
+    run = seen["failure_callbacks"]
+    assert run["tis"][("fine", -1)]["state"] == "success"
+    assert run["tis"][("broken", -1)]["state"] == "failed"
+    fine = _logs(home, "failure_callbacks", run["run_id"], "fine")[1]
+    assert "succeeded; result: 1" in fine["trigger"] and "succeeded" not in fine["worker"]
+    failure = json.loads((results / "failure-broken.json").read_text())
+    assert failure.startswith("StepFailedError: Step job ") and "broken on purpose" in failure

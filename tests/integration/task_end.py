@@ -42,7 +42,8 @@ def end_task(handle: dict[str, Any], **overrides: Any) -> dict[str, Any]:
     return {
         "dag_id": "d", "task_id": "t", "run_id": "r", "map_index": -1, "try_number": 1,
         "do_xcom_push": True, "multiple_outputs": False, "dag_result": False,
-        "mapped_over": False, "capacity_failover": False, "cache": None, **overrides,
+        "mapped_over": False, "capacity_failover": False, "end_failure": True,
+        "end_skip": True, "cache": None, **overrides,
     }  # fmt: skip
 
 

@@ -27,25 +27,30 @@ def test_a_plain_step_ends_from_its_trigger():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "reason"),
+    ("kwargs", "outcome", "reason"),
     [
-        ({"on_success_callback": _noop}, "on_success_callback"),
-        ({"on_failure_callback": [_noop]}, "on_failure_callback"),
-        ({"on_retry_callback": _noop}, "on_retry_callback"),
-        ({"on_skipped_callback": _noop}, "on_skipped_callback"),
-        ({"email": "a@example.com", "email_on_failure": True}, "email"),
-        ({"outlets": [Asset("s3://bucket/model")]}, "outlets"),
-        ({"post_execute": _noop}, "post_execute"),
+        ({"on_success_callback": _noop}, "success", "on_success_callback"),
+        ({"outlets": [Asset("s3://bucket/model")]}, "success", "outlets"),
+        ({"post_execute": _noop}, "success", "post_execute"),
+        ({"on_failure_callback": [_noop]}, "failure", "on_failure_callback"),
+        ({"on_retry_callback": _noop}, "failure", "on_retry_callback"),
+        ({"email": "a@example.com", "email_on_failure": True}, "failure", "email"),
+        ({"on_skipped_callback": _noop}, "skip", "on_skipped_callback"),
     ],
 )
-def test_what_only_a_worker_runs_keeps_the_worker(kwargs, reason):
-    assert reason in worker_needed(_step(**kwargs))
+def test_what_only_a_worker_runs_keeps_the_worker_for_that_end(kwargs, outcome, reason):
+    """A failure's callback keeps the worker for a failure only, and so on."""
+    step = _step(**kwargs)
+    assert reason in worker_needed(step, outcome)
+    for other in {"success", "failure", "skip"} - {outcome}:
+        assert worker_needed(step, other) is None
 
 
 def test_a_fail_fast_dag_keeps_the_worker():
     with DAG("fails_fast", schedule=None, fail_fast=True):
         step = _step()
-    assert "fail_fast" in worker_needed(step)
+    assert "fail_fast" in worker_needed(step, "failure")
+    assert worker_needed(step, "success") is None
 
 
 def test_the_option_turns_it_off(monkeypatch):

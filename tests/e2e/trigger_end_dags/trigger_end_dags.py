@@ -105,3 +105,28 @@ def resumes_for_its_callback():
 
 
 resumes_for_its_callback()
+
+
+def _record_failure(context) -> None:
+    error = context["exception"]
+    _write(f"failure-{context['ti'].task_id}.json", f"{type(error).__name__}: {error}")
+
+
+@dag(schedule=None, default_args={"on_failure_callback": _record_failure})
+def failure_callbacks():
+    """A failure callback keeps the worker for a failure only: a success still ends from the
+    trigger."""
+
+    @task.local_step
+    def fine() -> int:
+        return 1
+
+    @task.local_step
+    def broken() -> None:
+        raise ValueError("broken on purpose")
+
+    fine()
+    broken()
+
+
+failure_callbacks()
