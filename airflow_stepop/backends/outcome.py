@@ -262,6 +262,14 @@ def shown(result: Any, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def delivery_marker(handle: dict[str, Any]) -> str:
+    """Where the trigger that ends a task notes that it delivered the job's result (a retry
+    after a clear then runs the step again): in the run directory the worker staged."""
+    from airflow_stepop.runtime.storage import join
+
+    return join(handle["run_uri"], f"delivered-{handle['job_id']}.json")
+
+
 def output_uri(handle: dict[str, Any]) -> str:
     """Where the job left its results: the run directory unless the backend says otherwise."""
     return handle.get("output_uri") or handle["run_uri"]

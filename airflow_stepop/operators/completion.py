@@ -38,8 +38,6 @@ class StepCompletion:
 
         self.stored_link_kinds = None  # execute() may have stored some: until recalled, ask
         handle = event["handle"]
-        if event.get("worker_delivers"):
-            self._take_back_delivery(context.get("task_state_store"))
         backend = self.make_backend()
         if event.get("phase") is not None:  # the job was not created (``triggers/image_phase``)
             return self._no_job(context, backend, event)
@@ -81,16 +79,6 @@ class StepCompletion:
             return result
         finally:
             self._release(backend, handle)
-
-    @staticmethod
-    def _take_back_delivery(store: Any) -> None:
-        """The trigger did not end the task (``operators/trigger_end``), so this task delivers
-        the job's result: until it has, a retry may still reuse it (``earlier_try``)."""
-        from airflow_stepop.operators.earlier_try import recall, remember
-
-        record = recall(store)
-        if record is not None and record.pop("trigger_delivers", None):
-            remember(store, record)
 
     def _release(self, backend: StepBackend, handle: dict[str, Any]) -> None:
         """Free the finished job's resources; never hides the step's own result or error."""

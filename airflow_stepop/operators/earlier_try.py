@@ -81,9 +81,9 @@ def earlier_job(
         return EarlierJob(attach=handle)
     if status.held:  # failed, but the service still holds it: nobody will come back for it
         backend.stop(handle)
-    # a trigger that ends the task delivers the result of a success (``trigger_end``); a task
-    # resumed in a worker takes the flag back until it has delivered it (``completion``)
-    delivered = record.get("delivered") or record.get("trigger_delivers")
+    delivered = bool(record.get("delivered"))
+    if status.state == "succeeded" and not delivered:  # or its trigger delivered it
+        delivered = _delivered_by_trigger(handle, storage_conn_id)
     if status.state == "succeeded" and not delivered:
         reused = _reuse(handle, record.get("try_number"), storage_conn_id, log)
         if reused is not None:
@@ -95,6 +95,17 @@ def earlier_job(
         " and its result was delivered" if delivered else "",
     )
     return EarlierJob()
+
+
+def _delivered_by_trigger(handle: dict[str, Any], storage_conn_id: str | None) -> bool:
+    """Whether the trigger that ended the earlier try delivered this job's result (its
+    marker, ``triggers/task_end``): then a clear runs the step again, as after a worker
+    delivered it. Whoever may write the run directory can only make a retry run the step
+    again, never hand it a result."""
+    from airflow_stepop.artifacts.storage import worker_storage
+    from airflow_stepop.backends.outcome import delivery_marker
+
+    return worker_storage(storage_conn_id).exists(delivery_marker(handle))
 
 
 def _reuse(

@@ -54,13 +54,10 @@ class JobWait:
         ti = context["ti"]
         self._handle = (backend, handle)
         try:
-            record: dict[str, Any] = {"handle": handle, "try_number": ti.try_number}
-            end = None
-            if self.deferrable:
-                end = trigger_end(self, context, backend, self._cache_kept)
-                if end is not None:  # a success it ends the task with delivers the result
-                    record["trigger_delivers"] = True
-            remember(context.get("task_state_store"), record)
+            remember(
+                context.get("task_state_store"), {"handle": handle, "try_number": ti.try_number}
+            )
+            end = trigger_end(self, context, backend, self._cache_kept) if self.deferrable else None
             self.stored_link_kinds = store_links(self.log, context, backend, handle)
             trigger = self._trigger(backend, handle, end_task=end)
             if self._killed:  # on_kill stopped the job: there is nothing to wait for

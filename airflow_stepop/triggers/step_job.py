@@ -185,8 +185,6 @@ class StepJobTrigger(TaskEnd, UserKill, ImagePhase, JobLogRelay, BaseTrigger):
         ended = await self._ended_task(event)
         if ended is not None:  # no resumed try: nothing to hold it for
             event, resume_from = ended, time.monotonic()
-        elif self.end_task is not None and isinstance(event.payload, dict):
-            event.payload["worker_delivers"] = True  # the task resumes, not as its record says
         await self._before_event(resume_from, cursors)
         # A triggerer killed before the event is stored resumes this trigger: it repeats only
         # the lines of the last seconds, not the whole job's since the last save.

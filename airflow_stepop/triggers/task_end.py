@@ -80,6 +80,7 @@ async def ended_task(
             if outcome is None:
                 return None
             await _push(end, outcome)
+            await asyncio.to_thread(_note_delivery, event["handle"], conn_id)
             from airflow.triggers.base import TaskSuccessEvent
 
             ended: TriggerEvent = TaskSuccessEvent()
@@ -159,6 +160,19 @@ async def _push(end: dict[str, Any], xcoms: dict[str, tuple[Any, int | None]]) -
             dag_result=end.get("dag_result", False) and key == "return_value",
             _mapped_length=mapped_length,
         )
+
+
+def _note_delivery(handle: dict[str, Any], conn_id: str | None) -> None:
+    """The marker that says this job's result was delivered (``earlier_try``): written once
+    the XComs are, before the task ends; a failure here lets the worker deliver it instead."""
+    import json
+    import time
+
+    from airflow_stepop.artifacts.storage import worker_storage
+    from airflow_stepop.backends.outcome import delivery_marker
+
+    note = {"job_id": handle["job_id"], "delivered_at": time.time()}
+    worker_storage(conn_id).write_bytes(delivery_marker(handle), json.dumps(note).encode())
 
 
 def _failed(

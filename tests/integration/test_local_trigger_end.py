@@ -67,7 +67,7 @@ def test_a_result_airflow_cannot_map_over_is_left_to_the_worker(tmp_path, steps,
     _, _, trigger = _ending(tmp_path, steps.scalar, [], mapped_over=True)
     event = ending_event(trigger, 120)
     assert type(event).__name__ == "TriggerEvent" and event.payload["status"] == "succeeded"
-    assert event.payload["worker_delivers"] is True and comms.sent == []
+    assert comms.sent == []
 
 
 def test_a_step_that_fails_for_good_is_left_to_the_worker(tmp_path, steps, monkeypatch):
@@ -132,3 +132,35 @@ async def _first_event(trigger):
     async for event in trigger.run():
         return event
     raise AssertionError("no event")
+
+
+class Store(dict):
+    """A task state store, as Airflow's task runner gives it: survives the task's tries."""
+
+    def set(self, key, value):
+        self[key] = value
+
+
+def test_a_task_cleared_after_its_trigger_delivered_the_result_runs_the_step_again(
+    tmp_path, steps, monkeypatch
+):
+    """A user's clear of the successful task: the trigger's delivery note makes the next try
+    run the step again, as after a worker delivered it; without the note (the worker was to
+    deliver it and died first) the next try returns the verified result with no new job."""
+    from airflow_stepop.backends.outcome import delivery_marker
+    from airflow_stepop.operators.earlier_try import STATE_KEY, earlier_job
+    from airflow_stepop.runtime.storage import Storage
+
+    in_a_triggerer(monkeypatch)
+    backend, handle, trigger = _ending(tmp_path, steps.listed, [2])
+    assert type(ending_event(trigger, 120)).__name__ == "TaskSuccessEvent"
+    store = Store({STATE_KEY: {"handle": handle, "try_number": 1}})  # what execute() kept
+    log = type("Log", (), {"info": print, "warning": print})()
+
+    def next_try():
+        return earlier_job(backend, store, 2, "unused", None, log)
+
+    assert next_try() == (None, None)  # run again
+    Path(Storage().local_path(delivery_marker(handle))).unlink()
+    reused = next_try().reuse
+    assert reused is not None and reused.result == [0, 1]

@@ -54,8 +54,10 @@ def test_a_local_step_deferred_before_the_move_resumes_and_returns_its_result(
     old_classpath, old_kwargs = STORED["local"]
     # what the old version stored has the shape the new one writes and reads
     assert classpath == old_classpath
-    # ... but for the deadline: a duration now (``time_left``), the worker's wall clock then
-    assert kwargs.keys() - {"time_left"} == old_kwargs.keys() - {"deadline"}
+    # ... but for the deadline: a duration now (``time_left``), the worker's wall clock then;
+    # and what the trigger needs to end the task itself (``end_task``), which a trigger stored
+    # without it does not (its task resumes in a worker, as then)
+    assert kwargs.keys() - {"time_left", "end_task"} == old_kwargs.keys() - {"deadline"}
     assert kwargs["handle"].keys() == old_kwargs["handle"].keys()
     assert kwargs["backend_kwargs"].keys() == old_kwargs["backend_kwargs"].keys()
     assert kwargs["backend_path"] != old_kwargs["backend_path"]  # the move changed it
