@@ -264,7 +264,7 @@ class StepJobTrigger(TaskEnd, UserKill, ImagePhase, JobLogRelay, BaseTrigger):
         backend = poller.backend  # shared by the group's triggers
         job_id = shown_job(self.handle)
         progress = Progress(self.handle, self.log, running_since=cursors.running_since)
-        wait = first_wait(backend)
+        wait = min(first_wait(backend), self.poll_interval)  # a user's 1 s polls from the first
         first = self._first_poll_in(wait)
         failures = 0
         # The deadline on the clock of the poller's rounds: a round due at ``end`` runs at or

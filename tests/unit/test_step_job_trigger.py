@@ -119,17 +119,18 @@ def test_a_deadline_between_two_polls_stops_the_job_at_the_deadline_not_a_poll_l
 
 
 def test_a_poll_round_spaced_past_the_deadline_stops_the_job_then(clock, tmp_path):
-    """A poll interval shorter than the service's round spacing (0.3 s, 5 s): the round after
-    15 s comes at 20 s, past the 18 s deadline though the trigger asked for 15.3 s; the job is
-    stopped then, not a round later."""
+    """A poll interval shorter than the service's round spacing (0.3 s, 5 s): the first round
+    comes at the poll interval, the next ones 5 s apart; the round after 15.3 s comes at
+    20.3 s, past the 18 s deadline though the trigger asked for 15.6 s; the job is stopped
+    then, not a round later."""
     backend = RunningBackend(clock)
     backend.first_poll_seconds = 5.0
     poller = Poller(backend, clock)
     trigger = _trigger(tmp_path, deadline=START + 18.0, poll_interval=0.3)
     event = asyncio.run(_watch(trigger, poller))
     assert event.payload["status"] == "timeout"
-    assert poller.rounds == pytest.approx([5.0, 10.0, 15.0, 20.0])
-    assert backend.stopped_at == [pytest.approx(START + 20.0)]
+    assert poller.rounds == pytest.approx([0.3, 5.3, 10.3, 15.3, 20.3])
+    assert backend.stopped_at == [pytest.approx(START + 20.3)]
 
 
 def test_a_round_of_another_trigger_before_the_deadline_does_not_stop_the_job(clock, tmp_path):
