@@ -96,7 +96,7 @@ SCRIPTS = {
         r"^local step turnaround over a plain @task: .* \(target <= 2 s\); resumed in a worker: ",
         r"^SageMaker step turnaround over a plain @task: .* \(target <= 7 s\)$",
         r"^ratio ours/SageMakerTrainingOperator, poll 1 s both: .* \(target <= 0\.8x\)$",
-    ], cloud=True, seconds=150),
+    ], cloud=True, seconds=70),
     # the local backend's rows of two faults, through the suite's own tests
     "fault_matrix": Script([
         r"^failure in execute\(\) after submit, no retry left +local +survived ",

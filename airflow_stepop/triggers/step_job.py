@@ -17,8 +17,10 @@ log_calls_per_second``, see ``StepBackend.alogs``), and the
 log cursor is saved beside the run (``relay-<job>.json``) so that a trigger resumed by another
 triggerer continues the relay where it stopped instead of from the start.
 
-A job that ends within seconds of its deferral holds its event a while (``_hold_seconds``): the
-resumed task must not be queued before Airflow's executor has reported the deferring try's exit.
+When the job has ended, the trigger ends the task itself where it may (``task_end.py``). Where
+the task resumes in a worker instead, a job that ended within seconds of its deferral holds its
+event a while (``_hold_seconds``): the resumed task must not be queued before Airflow's executor
+has reported the deferring try's exit.
 
 A step whose image a service builds defers before its job exists: the trigger then follows the
 build first, the same way, and creates the job when the build succeeds (``image_phase.py``); one
