@@ -199,21 +199,20 @@ def read_result(
     conn_id: str | None,
     *,
     check_artifacts: bool = False,
+    max_bytes: int = RESULT_MANIFEST_MAX_BYTES,
 ) -> JobResult:
     """The step's result from its manifest; its references carry ``conn_id``, the operator's
     connection (the manifest is the job's: a connection named in it is never used).
     ``check_artifacts``: every artifact it names must still be there (a result reused from an
     earlier try; a fresh one was just written). The job writes the manifest: it is read as at
-    most ``RESULT_MANIFEST_MAX_BYTES``."""
+    most ``max_bytes`` (``RESULT_MANIFEST_MAX_BYTES``; less in a triggerer)."""
     import json
 
     from airflow_stepop.runtime import spec as specs
     from airflow_stepop.runtime import values
     from airflow_stepop.runtime.storage import join
 
-    data = storage.read_bounded(
-        join(output_uri(handle), specs.RESULT_NAME), RESULT_MANIFEST_MAX_BYTES
-    )
+    data = storage.read_bounded(join(output_uri(handle), specs.RESULT_NAME), max_bytes)
     manifest = json.loads(data)
     for record in values.references(manifest["outputs"]) if check_artifacts else ():
         if not storage.exists(record["uri"]):

@@ -100,12 +100,16 @@ def earlier_job(
 def _delivered_by_trigger(handle: dict[str, Any], storage_conn_id: str | None) -> bool:
     """Whether the trigger that ended the earlier try delivered this job's result (its
     marker, ``triggers/task_end``): then a clear runs the step again, as after a worker
-    delivered it. Whoever may write the run directory can only make a retry run the step
-    again, never hand it a result."""
+    delivered it. Whoever may write the run directory can make a retry run the step again
+    (a marker written) or reuse the verified result of the cleared try (the marker deleted),
+    never hand it another result. A marker that cannot be read counts as absent."""
     from airflow_stepop.artifacts.storage import worker_storage
     from airflow_stepop.backends.outcome import delivery_marker
 
-    return worker_storage(storage_conn_id).exists(delivery_marker(handle))
+    try:
+        return worker_storage(storage_conn_id).exists(delivery_marker(handle))
+    except Exception:
+        return False
 
 
 def _reuse(

@@ -49,7 +49,6 @@ class JobWait:
         """Record the job for a retry, link it, and wait for it: deferred, or here."""
         from airflow_stepop.operators.earlier_try import remember
         from airflow_stepop.operators.job_links import store_links
-        from airflow_stepop.operators.trigger_end import trigger_end
 
         ti = context["ti"]
         self._handle = (backend, handle)
@@ -57,7 +56,7 @@ class JobWait:
             remember(
                 context.get("task_state_store"), {"handle": handle, "try_number": ti.try_number}
             )
-            end = trigger_end(self, context, backend, self._cache_kept) if self.deferrable else None
+            end = self._trigger_end(context, backend) if self.deferrable else None
             self.stored_link_kinds = store_links(self.log, context, backend, handle)
             trigger = self._trigger(backend, handle, end_task=end)
             if self._killed:  # on_kill stopped the job: there is nothing to wait for
@@ -76,6 +75,18 @@ class JobWait:
                 self._left_to_retry(backend, handle, ti)
             raise
         return self.execute_complete(context, self._run_inline(trigger))
+
+    def _trigger_end(self, context: Any, backend: StepBackend) -> dict[str, Any] | None:
+        """What the trigger needs to end the task itself (``operators/trigger_end``); None,
+        the task resumes in a worker, also when finding out fails: the job is submitted."""
+        from airflow_stepop.operators.trigger_end import trigger_end
+
+        try:
+            return trigger_end(self, context, backend, self._cache_kept)
+        except Exception as exc:
+            self.log.warning("The task resumes in a worker after its job (%s: %s)",
+                             type(exc).__name__, exc)  # fmt: skip
+            return None
 
     def _run_inline(self, trigger: StepJobDeferral) -> dict[str, Any]:
         """Run the trigger in this process (not deferrable): its event's payload. Meanwhile

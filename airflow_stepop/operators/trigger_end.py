@@ -4,13 +4,14 @@ A trigger that ends its task (Airflow's ``TaskSuccessEvent``/``TaskFailedEvent``
 second task process and queues no resumed try, so Airflow 3.3's resume race
 (apache/airflow#67287) and the hold past it (``[stepop] resume_hold_seconds``) do not apply.
 Airflow then sets the task's state from the triggerer and runs nothing of the worker's end of a
-task: no ``on_success_callback``, ``on_failure_callback``, ``on_retry_callback`` or
+task (Airflow 3.3.2's ``models/trigger.py``): no ``on_success_callback`` or
 ``on_skipped_callback``, no email, no listener (OpenLineage), no asset event for ``outlets``, no
-``retry_policy``, no ``post_execute``, no ``fail_fast`` (Airflow 3.3.2's
-``models/trigger.py``). A task that relies on one of them for the way it ends resumes in a
-worker to end so: a failure callback or email keeps the worker for a failure, and a success
-still ends from the trigger. The rule is decided here, at the deferral, where the task's
-definition is at hand.
+``retry_policy``, no ``post_execute``, no ``fail_fast``; a failure's ``on_failure_callback`` or
+``on_retry_callback`` runs in the DAG processor, with neither the exception nor the run's
+context (``dag_run``, ``logical_date``), and twice if two triggerers end the task at once. A
+task that relies on one of them for the way it ends resumes in a worker to end so: a failure
+callback or email keeps the worker for a failure, and a success still ends from the trigger.
+The rule is decided here, at the deferral, where the task's definition is at hand.
 """
 
 from __future__ import annotations

@@ -184,7 +184,7 @@ class StepJobTrigger(TaskEnd, UserKill, ImagePhase, JobLogRelay, BaseTrigger):
             self._job_ended = event.payload["status"] != "unwatched"
         else:
             cursors = self._cursors or CursorStore(self.handle, self.storage_conn_id)
-        ended = await self._ended_task(event)
+        ended = await self._ended_task(event, cursors)
         if ended is not None:  # no resumed try: nothing to hold it for
             event, resume_from = ended, time.monotonic()
         await self._before_event(resume_from, cursors)

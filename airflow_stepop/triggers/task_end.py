@@ -20,12 +20,14 @@ which reads the result again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.backends.naming import shown_job
 from airflow_stepop.triggers.process_identity import this_process
 from airflow_stepop.triggers.services import load_backend
+from airflow_stepop.triggers.user_kill import FLUSH_SECONDS
 
 if TYPE_CHECKING:
     from airflow.triggers.base import TriggerEvent
@@ -34,6 +36,9 @@ if TYPE_CHECKING:
 
 # Event statuses the trigger may end the task on; the others are the worker's to handle.
 ENDS_TASK = frozenset({"succeeded", "failed", "timeout"})
+# A result manifest larger than this is read by a worker, not on the triggerer (shared by every
+# trigger): inline results are 64 KiB each by default ([stepop] inline_result_max_bytes).
+TRIGGER_RESULT_MAX_BYTES = 4 << 20
 
 
 class TaskEnd:
@@ -46,20 +51,33 @@ class TaskEnd:
     log: Any
     storage_conn_id: str | None
 
-    async def _ended_task(self, event: TriggerEvent) -> TriggerEvent | None:
+    async def _ended_task(self, event: TriggerEvent, cursors: Any) -> TriggerEvent | None:
         """The event that ends the task itself (``task_end.py``), or None: it resumes in a
         worker. Never in the process that deferred (``dag.test()`` resumes the task with any
-        event's payload, and a task not deferrable runs its trigger itself)."""
+        event's payload, and a task not deferrable runs its trigger itself). A triggerer
+        stopping meanwhile saves the log relay's cursor (``cursors``) first."""
+        try:
+            return await self._end_task(event)
+        except asyncio.CancelledError:  # the next triggerer goes on from here
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(cursors.flush(), FLUSH_SECONDS)
+            raise
+
+    async def _end_task(self, event: TriggerEvent) -> TriggerEvent | None:
         if self.end_task is None or self.deferred_by == this_process():
             return None
         payload = event.payload
         if (
             not isinstance(payload, dict)
+            or payload.get("status") not in ENDS_TASK
             or "phase" in payload
             or payload.get("handle", {}).get("after_image_build")
         ):
             return None  # an image build's end, or a job it created: the worker records it
-        backend = await asyncio.to_thread(load_backend, self.backend_path, self.backend_kwargs)
+        try:
+            backend = await asyncio.to_thread(load_backend, self.backend_path, self.backend_kwargs)
+        except Exception:  # the usual event says what the worker needs to know
+            return None
         return await ended_task(self.log, backend, self.end_task, payload, self.storage_conn_id)
 
 
@@ -79,8 +97,7 @@ async def ended_task(
             outcome = await asyncio.to_thread(_succeeded, log, backend, end, event, conn_id)
             if outcome is None:
                 return None
-            await _push(end, outcome)
-            await asyncio.to_thread(_note_delivery, event["handle"], conn_id)
+            await asyncio.to_thread(_deliver, end, outcome, event["handle"], conn_id)
             from airflow.triggers.base import TaskSuccessEvent
 
             ended: TriggerEvent = TaskSuccessEvent()
@@ -109,14 +126,16 @@ def _succeeded(
 
     handle = event["handle"]
     storage = worker_storage(conn_id)
-    result, manifest = read_result(handle, storage, conn_id)
-    xcoms = _result_xcoms(end, result)
-    if xcoms is None:
+    result, manifest = read_result(handle, storage, conn_id, max_bytes=TRIGGER_RESULT_MAX_BYTES)
+    result_xcoms = _result_xcoms(end, result)
+    if result_xcoms is None:
         return None
     log.info("Step job %s succeeded; result: %s", shown_job(handle), shown(result))
     billing = job_billing(log, backend, event)
-    if billing is not None:
-        xcoms[backend.billing_xcom_key] = (billing, None)
+    # the order of the worker's pushes: the billing record (execute_complete), then the
+    # task runner's: a multiple_outputs key of the same name wins, the return value last
+    xcoms = {backend.billing_xcom_key: (billing, None)} if billing is not None else {}
+    xcoms.update(result_xcoms)
     kept = end.get("cache")
     if isinstance(kept, dict) and kept.get("try_number") == end["try_number"]:
         from airflow_stepop.backends.cache_entry import write_entry
@@ -144,13 +163,20 @@ def _result_xcoms(end: dict[str, Any], result: Any) -> dict[str, tuple[Any, int 
     return xcoms
 
 
-async def _push(end: dict[str, Any], xcoms: dict[str, tuple[Any, int | None]]) -> None:
-    """Push through the XCom backend Airflow is configured with, as the task runner does; the
-    return value last, as there."""
+def _deliver(
+    end: dict[str, Any],
+    xcoms: dict[str, tuple[Any, int | None]],
+    handle: dict[str, Any],
+    conn_id: str | None,
+) -> None:
+    """Push the XComs through the XCom backend Airflow is configured with, as the task runner
+    does (in this thread: a backend's serialization, an object store's upload say, stays off
+    the triggerer's loop; the Task SDK sends each to the triggerer's supervisor), then note
+    the delivery."""
     from airflow.sdk.execution_time.xcom import XCom
 
     for key, (value, mapped_length) in xcoms.items():
-        await XCom.aset(
+        XCom.set(
             key,
             value,
             dag_id=end["dag_id"],
@@ -160,6 +186,7 @@ async def _push(end: dict[str, Any], xcoms: dict[str, tuple[Any, int | None]]) -
             dag_result=end.get("dag_result", False) and key == "return_value",
             _mapped_length=mapped_length,
         )
+    _note_delivery(handle, conn_id)
 
 
 def _note_delivery(handle: dict[str, Any], conn_id: str | None) -> None:

@@ -17,22 +17,30 @@ ANOTHER_PROCESS = "1-another-process"  # the trigger runs in a triggerer, not wh
 class SupervisorComms:
     """What a triggerer's supervisor receives from its triggers (``SetXCom`` messages)."""
 
-    def __init__(self) -> None:
+    def __init__(self, refuse: bool = False) -> None:
         self.sent: list[Any] = []
+        self.refuse = refuse  # the Execution API refuses every XCom (a 400, say)
+
+    def send(self, message: Any) -> None:
+        if self.refuse:
+            from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
+
+            raise AirflowRuntimeError(ErrorType.GENERIC_ERROR, detail={"refused": True})
+        self.sent.append(message)
 
     async def asend(self, message: Any) -> None:
-        self.sent.append(message)
+        self.send(message)
 
     def xcoms(self) -> dict[str, Any]:
         """The XComs pushed, by key (as serialized for the Execution API)."""
         return {m.key: m.value for m in self.sent if type(m).__name__ == "SetXCom"}
 
 
-def in_a_triggerer(monkeypatch: Any) -> SupervisorComms:
+def in_a_triggerer(monkeypatch: Any, refuse: bool = False) -> SupervisorComms:
     """Route this process's Task SDK calls to a recording supervisor, as in a triggerer."""
     from airflow.sdk.execution_time import task_runner
 
-    comms = SupervisorComms()
+    comms = SupervisorComms(refuse)
     monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", comms, raising=False)
     return comms
 

@@ -164,3 +164,28 @@ def test_a_task_cleared_after_its_trigger_delivered_the_result_runs_the_step_aga
     Path(Storage().local_path(delivery_marker(handle))).unlink()
     reused = next_try().reuse
     assert reused is not None and reused.result == [0, 1]
+
+
+def test_xcoms_the_execution_api_refuses_leave_the_result_to_a_worker(tmp_path, steps, monkeypatch):
+    """A push refused (a result over [core] max_map_length, say): the usual event, no note of
+    a delivery, so a worker delivers the result and a retry may still reuse it."""
+    from airflow_stepop.backends.outcome import delivery_marker
+
+    in_a_triggerer(monkeypatch, refuse=True)
+    _, handle, trigger = _ending(tmp_path, steps.listed, [2])
+    event = ending_event(trigger, 120)
+    assert type(event).__name__ == "TriggerEvent" and event.payload["status"] == "succeeded"
+    assert not Path(delivery_marker(handle).removeprefix("file://")).exists()
+
+
+def test_a_backend_the_triggerer_cannot_load_still_sends_the_unwatched_event(
+    tmp_path, steps, monkeypatch
+):
+    """The worker then leaves the job to a retry or stops it, as before the trigger could end
+    the task (no exception out of the trigger's run)."""
+    in_a_triggerer(monkeypatch)
+    _, _, trigger = _ending(tmp_path, steps.listed, [2])
+    trigger.backend_path = "no_such_module.Backend"
+    trigger._following = (trigger.backend_path, trigger.backend_kwargs)
+    event = ending_event(trigger, 120)
+    assert type(event).__name__ == "TriggerEvent" and event.payload["status"] == "unwatched"
