@@ -28,6 +28,7 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
             ("sagemaker", "SageMaker", "s3://"),
             ("vertex", "Vertex AI", "gs://"),
             ("azureml", "Azure ML", "abfs://, az:// or azureml://datastores/"),
+            ("kubernetes", "Kubernetes", "s3://, or file:// on a shared volume"),
         )
     },
     "poll_interval": ("float", "5.0", "Seconds between two job-state polls of a trigger."),
@@ -218,6 +219,38 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "string",
         "Standard_DS3_v2",
         "Azure ML VM size of a serverless step that gives neither resources= nor instance_type=.",
+    ),
+    "kubernetes_namespace": (
+        "string",
+        "",
+        "Namespace of Kubernetes steps' Jobs when the operator's namespace= is not set. Empty "
+        "means the connection's namespace extra, else 'default'.",
+    ),
+    "kubernetes_schedule_timeout": (
+        "float",
+        "1800",
+        "Seconds a Kubernetes step's pod may stay unschedulable (no node with room for its "
+        "requests, selectors and tolerations) before the step fails; time queued in Kueue, "
+        "where the Job waits suspended, does not count.",
+    ),
+    "kubernetes_gpu_resource": (
+        "string",
+        "nvidia.com/gpu",
+        "The extended resource a Kubernetes step's GPUs are requested as (amd.com/gpu, "
+        "gpu.intel.com/i915...).",
+    ),
+    "kubernetes_gpu_label": (
+        "string",
+        "nvidia.com/gpu.product",
+        "The node label that names a node's GPU model, which ResourceSettings.gpu_type selects "
+        "on: NVIDIA GPU feature discovery's nvidia.com/gpu.product, or GKE's "
+        "cloud.google.com/gke-accelerator (docs/kubernetes.md has both tables).",
+    ),
+    "kubernetes_image_repository": (
+        "string",
+        "",
+        "Where Kubernetes steps push environment images they build: 'host[:port]/<name>' of a "
+        "registry the cluster pulls from. Needed by a step with docker= that builds.",
     ),
     "sagemaker_default_instance_type": (
         "string",

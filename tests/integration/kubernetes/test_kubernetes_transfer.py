@@ -1,0 +1,147 @@
+"""A pod's artifacts through signed S3 URLs: what the worker signs, and the pod's entry script
+downloading and uploading with them against an S3 emulator (moto, in this process)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from pathlib import Path
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from airflow_stepop.artifacts.storage import worker_storage
+from airflow_stepop.backends.base import JobRequest
+from airflow_stepop.backends.kubernetes import entry, transfer
+from cloud.stack import free_port
+
+BUCKET = "stepop-transfer"
+ROOT = f"s3://{BUCKET}/stepop"
+RUN = f"{ROOT}/runs/dag/run/task/-1/1"
+CODE = b"PK\x05\x06" + b"\0" * 18  # an empty zip
+CODE_URI = f"{ROOT}/code/{hashlib.sha256(CODE).hexdigest()}.zip"
+UPSTREAM = f"{ROOT}/runs/dag/run/prep/-1/1/outputs/model"
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+    client.create_bucket(Bucket=BUCKET)
+    yield client, endpoint
+    server.stop()
+
+
+@pytest.fixture
+def aws_connection(s3, monkeypatch):
+    _, endpoint = s3
+    extra = {"endpoint_url": endpoint, "region_name": "us-east-1"}
+    connection = {"conn_type": "aws", "login": "testing", "password": "testing", "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(connection))
+
+
+def put(client, uri: str, data: bytes) -> None:
+    client.put_object(Bucket=BUCKET, Key=uri.removeprefix(f"s3://{BUCKET}/"), Body=data)
+
+
+def get(client, key: str) -> bytes:
+    return client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+
+
+def test_a_pod_fetches_its_files_and_uploads_its_results_with_signed_urls(
+    s3, aws_connection, tmp_path: Path
+):
+    client, _ = s3
+    spec = {"args": [{"ref": {"uri": UPSTREAM}}], "kwargs": {}}
+    put(client, CODE_URI, CODE)
+    put(client, f"{RUN}/spec.json", json.dumps(spec).encode())
+    put(client, f"{RUN}/inputs/arg0.npy", b"array bytes")
+    put(client, f"{UPSTREAM}/weights.bin", b"weights")
+    put(client, f"{UPSTREAM}/config/model.json", b"{}")
+    request = JobRequest(job_name="j", task_key="k", spec_uri=f"{RUN}/spec.json", run_uri=RUN,
+                         code_uri=CODE_URI)  # fmt: skip
+    put(client, f"{request.checkpoint_uri}/step-1.ckpt", b"epoch 1")
+    output_uri = f"{RUN}/output"
+    storage = worker_storage("aws_default")
+
+    document = transfer.plan(request, spec, storage, transfer.S3Signer("aws_default"),
+                             output_uri=output_uri, expires_s=600)  # fmt: skip
+
+    assert len(transfer.secret_bytes(document)) < transfer.MAX_DOCUMENT_BYTES
+    launch = {"code_uri": CODE_URI, "code_sha256": hashlib.sha256(CODE).hexdigest(),
+              "output_uri": output_uri, "checkpoint_uri": request.checkpoint_uri,
+              "transfer": document}  # fmt: skip
+    work = tmp_path / "work"
+    path_map, code, output_dir, checkpoints = entry.fetch_all(launch, str(work))
+
+    local = {uri: Path(path) for uri, path in path_map.items()}
+    assert Path(code).read_bytes() == CODE
+    assert (local[RUN] / "spec.json").read_bytes() == json.dumps(spec).encode()
+    assert (local[RUN] / "inputs" / "arg0.npy").read_bytes() == b"array bytes"
+    assert (local[UPSTREAM] / "config" / "model.json").read_bytes() == b"{}"
+    assert (Path(checkpoints) / "step-1.ckpt").read_bytes() == b"epoch 1"
+    assert local[output_uri] == Path(output_dir)
+
+    # what the runtime would write, then the entry's uploads
+    out = Path(output_dir)
+    (out / "outputs" / "model").mkdir(parents=True)
+    (out / "outputs" / "model" / "w.bin").write_bytes(b"\x00" * 70_000)
+    (out / "result.json").write_text('{"ok": true}')
+    downloaded = entry.tree_state(checkpoints)
+    (Path(checkpoints) / "step-2.ckpt").write_bytes(b"epoch 2")
+    assert entry.upload_tree(document["uploads"]["output"], output_dir) == 2
+    assert entry.upload_tree(document["uploads"]["checkpoint"], checkpoints, downloaded) == 1
+
+    prefix = output_uri.removeprefix(f"s3://{BUCKET}/")
+    assert get(client, f"{prefix}/outputs/model/w.bin") == b"\x00" * 70_000
+    assert get(client, f"{prefix}/result.json") == b'{"ok": true}'
+    checkpoint_prefix = request.checkpoint_uri.removeprefix(f"s3://{BUCKET}/")
+    assert get(client, f"{checkpoint_prefix}/step-2.ckpt") == b"epoch 2"
+
+
+def test_the_upload_grant_allows_only_keys_under_its_prefix_and_no_read(s3, aws_connection):
+    # The emulator does not enforce a POST policy, so this reads what S3 would enforce.
+    grant = transfer.S3Signer("aws_default").upload_grant(f"{RUN}/output", 600)
+    policy = json.loads(base64.b64decode(grant["fields"]["policy"]))
+    prefix = RUN.removeprefix(f"s3://{BUCKET}/") + "/output/"
+    assert ["starts-with", "$key", prefix] in policy["conditions"]
+    assert {"bucket": BUCKET} in policy["conditions"]
+    assert ["content-length-range", 0, transfer.MAX_OBJECT_BYTES] in policy["conditions"]
+    assert "key" not in grant["fields"]  # the pod names each file under the prefix
+    assert grant["prefix"] == prefix
+
+
+def test_the_results_manifest_is_uploaded_after_everything_else(monkeypatch, tmp_path: Path):
+    sent = []
+    monkeypatch.setattr(entry, "upload", lambda grant, relative, path: sent.append(relative))
+    for name in ("result.json", "a.txt", "outputs/z/b.bin", "error.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    entry.upload_tree({"kind": "post"}, str(tmp_path))
+    assert sent[:2] == ["a.txt", "outputs/z/b.bin"]
+    assert set(sent[2:]) == {"result.json", "error.json"}
+
+
+def test_a_missing_input_is_named_before_any_job_starts(s3, aws_connection):
+    request = JobRequest(job_name="j", task_key="k", spec_uri=f"{RUN}/spec.json", run_uri=RUN,
+                         code_uri=CODE_URI)  # fmt: skip
+    gone = f"{ROOT}/runs/dag/run/other/-1/1/outputs/return_value.npy"
+    spec = {"args": [{"ref": {"uri": gone}}], "kwargs": {}}
+    with pytest.raises(FileNotFoundError, match="return_value.npy"):
+        transfer.plan(request, spec, worker_storage("aws_default"),
+                      transfer.S3Signer("aws_default"), output_uri=RUN, expires_s=60)  # fmt: skip
+
+
+def test_a_failed_download_names_the_file_and_never_the_signed_url(tmp_path: Path, s3):
+    _, endpoint = s3
+    url = f"{endpoint}/{BUCKET}/nothing-here?X-Amz-Signature=0123secret"
+    with pytest.raises(entry.TransferError) as failed:
+        entry.download(url, str(tmp_path / "in" / "weights.bin"))
+    assert "weights.bin" in str(failed.value) and "404" in str(failed.value)
+    assert "secret" not in str(failed.value) and endpoint not in str(failed.value)
