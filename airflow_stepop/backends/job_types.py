@@ -111,7 +111,9 @@ class JobNameTakenError(RuntimeError):
 @dataclass(frozen=True)
 class JobStatus:
     state: JobState
-    reason: str | None = None  # the service's own words for a failure (capacity, OOM, ...)
+    # the service's own words for a failure (capacity, OOM, ...), or for why a job that has not
+    # ended waits (no node can take it): the task log's progress line shows the latter
+    reason: str | None = None
     # Small JSON facts of a finished job that the operator reports (e.g. billable seconds):
     # they ride in the trigger's event, so the worker needs no call of its own to get them.
     details: dict[str, Any] = field(default_factory=dict)

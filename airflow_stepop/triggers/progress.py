@@ -1,10 +1,12 @@
 """Progress a person can follow in the task log while a step is deferred.
 
 One line at each state change and at most once a minute otherwise: the state, the time since
-the job was submitted and, where the backend says so in the handle, the machine and the cost so
-far (the handle's ``price_per_hour`` for the whole job, counted from the first poll that saw the
-job running, a resumed trigger's from its predecessor's; left out of the last line of a job
-this trigger's polls never saw running). A job waiting in its service's queue for capacity
+the job was submitted, why a job that has not ended waits where its service says (its status's
+``reason``; a new reason is a change too: a pod no node can take, with the scheduler's
+message) and, where the backend says so in the handle, the machine and the cost so far (the
+handle's ``price_per_hour`` for the whole job, counted from the first poll that saw the job
+running, a resumed trigger's from its predecessor's; left out of the last line of a job this
+trigger's polls never saw running). A job waiting in its service's queue for capacity
 (``JobStatus.queued``) says since when: from submit when the first poll found it queued, else
 from the poll that first did. The times it is given come from the worker's clock
 (``submitted_at``) and from a file the job can write (``running_since``): one that is not a
@@ -48,6 +50,7 @@ class Progress:
         self.state: str | None = None
         self.shown = 0.0
         self.queued_since: float | None = None
+        self.waiting_reason: str | None = None
 
     def line(self, status: JobStatus, now: float) -> str:
         what = self.handle.get("kind") or "Job"  # "Image build" for the build of its image
@@ -57,6 +60,8 @@ class Progress:
         if status.queued and self.queued_since is not None:
             since = datetime.fromtimestamp(self.queued_since, UTC)
             parts.append(f"queued for capacity since {since:%Y-%m-%d %H:%M:%S} UTC")
+        if status.reason and not status.terminal:  # why it waits, in the service's words
+            parts.append(status.reason)
         if machine := self.handle.get("machine"):
             parts.append(f"on {machine}")
         price = self.handle.get("price_per_hour")
@@ -75,6 +80,9 @@ class Progress:
             if self.running_since is None:
                 self.running_since = now
         changed = status.state != self.state or status.queued != (self.queued_since is not None)
+        waiting_reason = None if status.terminal else status.reason
+        changed = changed or waiting_reason != self.waiting_reason
+        self.waiting_reason = waiting_reason
         if not status.queued:
             self.queued_since = None
         elif self.queued_since is None:  # queued from the start, or since this poll

@@ -228,3 +228,33 @@ def test_a_job_queued_for_capacity_says_since_when_and_shows_each_change():
     progress.update(JobStatus("pending"), now=1_800_000_001.0)
     progress.update(JobStatus("pending", queued=True), now=1_800_000_002.0)
     assert later[-1].endswith("queued for capacity since 2027-01-15 08:00:02 UTC")
+
+
+def test_why_a_job_waits_is_shown_at_once_and_again_when_it_changes():
+    """A pod no node can take: the scheduler's message reaches the task log at the poll that
+    saw it, and its next message too, without waiting for the minute's repeat."""
+    from airflow_stepop.triggers.progress import Progress
+
+    class Lines(list):
+        def info(self, line):
+            self.append(line)
+
+    lines = Lines()
+    progress = Progress({"job_id": "j", "submitted_at": 1000.0}, lines)
+    gpu = "Unschedulable: 0/2 nodes are available: 1 Insufficient nvidia.com/gpu."
+    for now, status in [
+        (1, JobStatus("pending")),
+        (2, JobStatus("pending", reason=gpu)),
+        (3, JobStatus("pending", reason=gpu)),
+        (4, JobStatus("pending", reason="Unschedulable: 0/2 nodes: 2 Insufficient cpu.")),
+        (9, JobStatus("running")),
+        (12, JobStatus("failed", reason="Error: exit code 1")),
+    ]:
+        progress.update(status, now=1000.0 + now)
+    assert lines == [
+        "Job j: pending, 1s since submit",
+        f"Job j: pending, 2s since submit, {gpu}",
+        "Job j: pending, 4s since submit, Unschedulable: 0/2 nodes: 2 Insufficient cpu.",
+        "Job j: running, 9s since submit",
+        "Job j: failed, 12s since submit",  # a failure's reason is the error's, not this line's
+    ]

@@ -1,0 +1,112 @@
+"""A Job and its pods, as the API returns them, in the contract's words."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from airflow_stepop.backends.kubernetes.job import billing, job_status
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def stamp(seconds_ago: float) -> str:
+    return (NOW - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def job(*conditions, suspend=False, deleting=False, limits=None):
+    meta = {"name": "train-t1"}
+    if deleting:
+        meta["deletionTimestamp"] = stamp(1)
+    container = {"name": "step", "resources": {"limits": limits or {}}}
+    return {
+        "metadata": meta,
+        "spec": {"suspend": suspend, "parallelism": 1, "activeDeadlineSeconds": 900,
+                 "template": {"spec": {"containers": [container]}}},
+        "status": {"conditions": [
+            {"type": kind, "status": status, "reason": reason, "message": f"{reason} said"}
+            for kind, status, reason in conditions
+        ]},
+    }  # fmt: skip
+
+
+def pod(phase="Running", *, waiting=None, terminated=None, reason=None, scheduled=None):
+    status = {"phase": phase, "conditions": []}
+    if reason:
+        status.update(reason=reason, message="The node was low on resource: memory.")
+    if scheduled is not None:
+        status["conditions"].append({"type": "PodScheduled", "status": "False",
+                                     "reason": "Unschedulable", "message": scheduled[0],
+                                     "lastTransitionTime": stamp(scheduled[1])})  # fmt: skip
+    state = {}
+    if waiting:
+        state["waiting"] = {"reason": waiting, "message": 'Back-off pulling image "bad:1"'}
+    if terminated:
+        state["terminated"] = terminated
+    if state:
+        status["containerStatuses"] = [{"name": "step", "state": state}]
+    return {"metadata": {"name": "train-t1-x7k2p"}, "spec": {"nodeName": "gpu-node-1"},
+            "status": status}  # fmt: skip
+
+
+def status_of(j, pods=(), timeout=600):
+    return job_status(j, list(pods), schedule_timeout_s=timeout, now=NOW)
+
+
+def test_a_completed_job_succeeds_with_its_run_time():
+    ended = {"exitCode": 0, "reason": "Completed", "startedAt": stamp(95), "finishedAt": stamp(5)}
+    done = status_of(job(("Complete", "True", "Completed")), [pod("Succeeded", terminated=ended)])
+    assert done.state == "succeeded"
+    assert done.details["run_seconds"] == 90 and done.details["nodes"] == ["gpu-node-1"]
+    record = billing(done.details)
+    assert record["billable_seconds"] == 90 and record["estimated_cost_usd"] is None
+
+
+def test_a_condition_whose_status_is_false_does_not_end_the_job():
+    assert status_of(job(("Failed", "False", "x"), ("Complete", "False", "y")), [pod()]).state == (
+        "running"
+    )
+
+
+def test_an_oom_killed_step_says_so_and_how_to_fix_it():
+    ended = {"exitCode": 137, "reason": "OOMKilled"}
+    failed = status_of(job(("Failed", "True", "BackoffLimitExceeded")),
+                       [pod("Failed", terminated=ended)])  # fmt: skip
+    assert failed.state == "failed"
+    assert failed.reason.startswith("OOMKilled") and "ResourceSettings(memory" in failed.reason
+
+
+def test_an_evicted_pod_and_a_deadline_are_told_in_kubernetes_words():
+    evicted = status_of(job(("Failed", "True", "BackoffLimitExceeded")),
+                        [pod("Failed", reason="Evicted")])  # fmt: skip
+    assert evicted.reason.startswith("Evicted") and "low on resource: memory" in evicted.reason
+    late = status_of(job(("Failed", "True", "DeadlineExceeded")), [])
+    assert late.reason.startswith("DeadlineExceeded") and "activeDeadlineSeconds=900" in late.reason
+
+
+def test_a_step_that_raised_fails_with_its_exit_code():
+    ended = {"exitCode": 1, "reason": "Error"}
+    failed = status_of(job(("Failed", "True", "BackoffLimitExceeded")),
+                       [pod("Failed", terminated=ended)])  # fmt: skip
+    assert failed.reason == "Error: exit code 1"
+
+
+def test_an_image_that_cannot_be_pulled_fails_the_step_at_once_naming_it():
+    failed = status_of(job(), [pod("Pending", waiting="ImagePullBackOff")])
+    assert failed.state == "failed" and failed.held  # the Job is still there: it is deleted
+    assert "ImagePullBackOff" in failed.reason and '"bad:1"' in failed.reason
+    assert status_of(job(), [pod("Pending", waiting="ContainerCreating")]).state == "pending"
+
+
+def test_an_unschedulable_pod_waits_with_the_schedulers_words_then_fails():
+    message = "0/2 nodes are available: 1 Insufficient nvidia.com/gpu."
+    waiting = status_of(job(), [pod("Pending", scheduled=(message, 30))])
+    assert waiting.state == "pending" and message in waiting.reason
+    over = status_of(job(), [pod("Pending", scheduled=(message, 700))])
+    assert over.state == "failed" and over.held
+    assert "kubernetes_schedule_timeout" in over.reason and message in over.reason
+
+
+def test_a_suspended_job_is_queued_and_a_deleted_one_is_stopping():
+    queued = status_of(job(("Suspended", "True", "JobSuspended"), suspend=True))
+    assert queued.state == "pending" and queued.queued
+    assert status_of(job(deleting=True), [pod()]).stopping
