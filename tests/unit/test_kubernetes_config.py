@@ -41,6 +41,7 @@ def config(**kwargs):
         ({"queue_name": "Team Queue"}, ["queue_name", "user-queue"]),
         ({"instance_count": 0}, ["instance_count=0", "1 to 100"]),
         ({"max_runtime": "1h"}, ["max_runtime"]),
+        ({"ttl_after_finished": 60}, ["ttl_after_finished=60", "600"]),
         ({"artifact_root": "https://example.com/x"}, ["artifact_root", "s3://"]),
         (
             {"artifact_volume": {"emptyDir": {}}, "artifact_root": "file:///mnt/a"},

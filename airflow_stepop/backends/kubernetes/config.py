@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 DEFAULT_RUNTIME_S = 7 * 24 * 3600
 MAX_RUNTIME_S = 30 * 24 * 3600
 DEFAULT_TTL_S = 7 * 24 * 3600  # a finished Job stays a week: its logs, and the step cache's proof
+# A Job gone sooner could be gone before a trigger (or a triggerer back from a restart) read
+# how it ended: its task would run the step again.
+MIN_TTL_S = 600
 MAX_INSTANCES = 100
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Labels and annotations of ours on every Job (``manifest``): a user's may not replace them.
@@ -108,44 +111,15 @@ class KubernetesJobConfig:
             instance_count=check.whole_number(
                 owner, "instance_count", instance_count, low=1, high=MAX_INSTANCES
             ),
-            max_runtime_s=(
-                check.seconds(
-                    owner,
-                    "max_runtime",
-                    max_runtime,
-                    low=1,
-                    high=MAX_RUNTIME_S,
-                    service="Kubernetes",
-                )  # fmt: skip
-                if max_runtime is not None
-                else check.runtime_limit(
-                    execution_timeout, high=MAX_RUNTIME_S, otherwise=DEFAULT_RUNTIME_S
-                )
+            max_runtime_s=_seconds(owner, "max_runtime", max_runtime, low=1)
+            or check.runtime_limit(
+                execution_timeout, high=MAX_RUNTIME_S, otherwise=DEFAULT_RUNTIME_S
             ),
-            ttl_after_finished_s=(
-                DEFAULT_TTL_S
-                if ttl_after_finished is None
-                else check.seconds(
-                    owner,
-                    "ttl_after_finished",
-                    ttl_after_finished,
-                    low=0,
-                    high=MAX_RUNTIME_S,
-                    service="Kubernetes",
-                )  # fmt: skip
-            ),
-            schedule_timeout_s=(
-                None
-                if schedule_timeout is None
-                else check.seconds(
-                    owner,
-                    "schedule_timeout",
-                    schedule_timeout,
-                    low=1,
-                    high=MAX_RUNTIME_S,
-                    service="Kubernetes",
-                )  # fmt: skip
-            ),
+            ttl_after_finished_s=_seconds(
+                owner, "ttl_after_finished", ttl_after_finished, low=MIN_TTL_S
+            )
+            or DEFAULT_TTL_S,
+            schedule_timeout_s=_seconds(owner, "schedule_timeout", schedule_timeout, low=1),
             service_account_name=check.matching(
                 owner,
                 "service_account_name",
@@ -232,6 +206,13 @@ class KubernetesJobConfig:
             schedule_timeout_s=self.schedule_timeout_s
             or config.get_float("kubernetes_schedule_timeout"),
         )
+
+
+def _seconds(owner: str, name: str, value: Any, *, low: int) -> int | None:
+    """A duration argument (timedelta or whole seconds) up to ``MAX_RUNTIME_S``; None: unset."""
+    if value is None:
+        return None
+    return check.seconds(owner, name, value, low=low, high=MAX_RUNTIME_S, service="Kubernetes")
 
 
 _VOLUME_KINDS = ("persistentVolumeClaim", "hostPath", "nfs", "csi", "ephemeral")
