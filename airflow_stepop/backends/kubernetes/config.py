@@ -31,6 +31,7 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Labels and annotations of ours on every Job (``manifest``): a user's may not replace them.
 OUR_KEYS = (KUEUE_QUEUE_LABEL, "app.kubernetes.io/managed-by")
 SCHEMES = ("s3",)  # object stores whose URLs the worker signs (``transfer``)
+STORE_CONNECTIONS = {"s3": "aws_default"}  # each store's usual Airflow connection
 IMAGE_EXAMPLE = "registry.example.com/ml/pytorch:2.5-cuda12"
 
 

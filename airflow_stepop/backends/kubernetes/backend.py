@@ -1,0 +1,364 @@
+"""The Kubernetes backend: a step runs as a ``batch/v1`` Job on the cluster of a connection.
+
+The worker's calls live here (the official ``kubernetes`` client), the triggerer's in
+``triggerer_calls.py`` (inherited), what a Job says in ``job.py``, its objects in
+``manifest.py``. How a step starts:
+
+1. ``prepare``: the image (``image_uri``, or the ``DockerSettings`` image, content-hashed and
+   built by the worker's engine only on a registry miss, pushed to ``image_repository``), the
+   transfer document (signed URLs for an object store root, ``transfer.py``) and the three
+   objects, all as JSON;
+2. ``create``: the Secret first (its pods read it at start), then the Job, which then owns the
+   Secret (and, for several pods, their headless Service): they go with it. A Job of the same
+   name that exists is this try's own only when its container's ``STEPOP_TRY_ID`` (in the pod
+   template, which cannot change after create) is this try's id; else ``JobNameTakenError``.
+
+A finished Job's Secret is deleted at ``release``: its URLs are not needed any more. The Job
+stays for ``ttl_after_finished`` (its logs, and the step cache's proof of a result).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_stepop.backends.base import (
+    JobNameTakenError,
+    JobRecord,
+    JobRequest,
+    JobStatus,
+    PreparedJob,
+    StepBackend,
+    service_refusal,
+)
+from airflow_stepop.backends.bootstrap import TRY_ID_ENV, read_staged_spec
+from airflow_stepop.backends.kubernetes import job as job_states
+from airflow_stepop.backends.kubernetes import manifest, transfer
+from airflow_stepop.backends.kubernetes.clients import read_access, sync_client
+from airflow_stepop.backends.kubernetes.config import KubernetesJobConfig
+from airflow_stepop.backends.kubernetes.triggerer_calls import (
+    JOB_NAME_LABEL,
+    KubernetesTriggererCalls,
+)
+from airflow_stepop.backends.ratelimit import list_limiter
+from airflow_stepop.runtime.spec import SPEC_SHA256_ENV
+from airflow_stepop.setting_values import SettingsError
+
+if TYPE_CHECKING:
+    from airflow_stepop.images.builder import ImageChoice
+    from airflow_stepop.settings import DockerSettings
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+RBAC = (
+    "The connection's account needs, in the namespace: create, get, list and delete on jobs, "
+    "secrets and services; get and list on pods and pods/log (docs/kubernetes.md, RBAC)."
+)
+
+
+def api_message(exc: Exception) -> str:
+    """An API error's own message (its Status body), else the exception's text."""
+    body = getattr(exc, "body", None)
+    try:
+        return json.loads(body).get("message") or str(exc)
+    except (TypeError, ValueError, AttributeError):
+        return str(exc)
+
+
+def status_code(exc: Exception) -> int | None:
+    return getattr(exc, "status", None)
+
+
+class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
+    """Runs steps as Jobs on the cluster of a cncf.kubernetes connection."""
+
+    # pods on a warm cluster start in seconds: 1, 2, 4 s... then poll_interval
+    first_poll_seconds = 1.0
+    billing_xcom_key = "kubernetes_billing"
+
+    def __init__(
+        self,
+        kubernetes_conn_id: str | None = "kubernetes_default",
+        job: KubernetesJobConfig | None = None,
+        storage_conn_id: str | None = None,
+    ) -> None:
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.job = job
+        self.storage_conn_id = storage_conn_id
+        self._access = None
+        self._client = None
+        self._sync: Any = None
+        self._pods = {}
+        self._ended = set()
+        self._stopped = set()
+
+    def serialize(self) -> dict[str, Any]:
+        return {"kubernetes_conn_id": self.kubernetes_conn_id}
+
+    # ---- clients -----------------------------------------------------------------------
+
+    def _apis(self) -> tuple[Any, Any]:
+        """(BatchV1Api, CoreV1Api) of the worker, on the connection's own configuration."""
+        from kubernetes import client
+
+        if self._sync is None:
+            self._sync = sync_client(self._access or read_access(self.kubernetes_conn_id))
+        return client.BatchV1Api(self._sync), client.CoreV1Api(self._sync)
+
+    def _plain(self, obj: Any) -> dict[str, Any]:
+        """An API model as the API's JSON (camelCase), what ``job.py`` reads."""
+        return self._sync.sanitize_for_serialization(obj)
+
+    # ---- worker side -------------------------------------------------------------------
+
+    def prepare(self, request: JobRequest) -> PreparedJob:
+        """Decide the image, sign the pod's transfers and make the Job's three objects."""
+        if self.job is None or self.job.namespace is None:
+            raise RuntimeError("KubernetesBackend.prepare needs a completed job configuration")
+        job = self.job
+        self._check_namespace(job.namespace)
+        storage = self._storage()
+        spec = read_staged_spec(storage, request)
+        image = self._image(request)
+        shared_volume = job.artifact_volume is not None
+        output_uri = request.run_uri if shared_volume else f"{request.run_uri.rstrip('/')}/output"
+        plan = None
+        if not shared_volume:
+            signer = transfer.signer_for(request.run_uri, self.storage_conn_id)
+            expires = transfer.url_lifetime(job.max_runtime_s, job.schedule_timeout_s or 0)
+            plan = transfer.plan(request, spec, storage, signer, output_uri=output_uri,
+                                 expires_s=expires)  # fmt: skip
+        name = request.job_name
+        launch = manifest.launch_document(request, name, job, output_uri=output_uri,
+                                          transfer=plan)  # fmt: skip
+        launch_bytes = transfer.secret_bytes(launch)
+        entry_bytes = (Path(__file__).parent / "entry.py").read_bytes()
+        body = manifest.job_manifest(request, name, job, image=image.reference,
+                                     output_uri=output_uri, entry=entry_bytes,
+                                     launch=launch_bytes)  # fmt: skip
+        labels = manifest.our_labels(request, job)
+        secret = manifest.secret(name, job.namespace, labels, {
+            manifest.ENTRY_FILE: entry_bytes, manifest.LAUNCH_FILE: launch_bytes,
+        })  # fmt: skip
+        secret["metadata"]["annotations"] = {manifest.TRY_ID: request.try_id}
+        service = None
+        if job.instance_count > 1:
+            service = manifest.headless_service(name, job.namespace, labels)
+        handle = {
+            "job_id": name,
+            "namespace": job.namespace,
+            "task_key": request.task_key,
+            "run_uri": request.run_uri,
+            "output_uri": output_uri,
+            "schedule_timeout_s": job.schedule_timeout_s,
+            "image": image.reference,
+            "machine": self._machine(request),
+        }
+        prepared = {"job": body, "secret": secret, "service": service, "handle": handle,
+                    "try_id": request.try_id}  # fmt: skip
+        return PreparedJob(prepared, image.build)
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The Secret, the Job, then the Job's ownership of the Secret (and the Service)."""
+        batch, core = self._apis()
+        handle, namespace = body["handle"], body["handle"]["namespace"]
+        name = body["job"]["metadata"]["name"]
+        secret_name = body["secret"]["metadata"]["name"]
+        self._put_secret(core, namespace, body["secret"], body.get("try_id") or "")
+        try:
+            created = self._plain(batch.create_namespaced_job(namespace, body["job"]))
+        except Exception as exc:
+            if status_code(exc) != 409:
+                self._delete_quietly(core.delete_namespaced_secret, secret_name, namespace)
+                raise self._refusal(exc, namespace) from exc
+            created = self._plain(batch.read_namespaced_job(name, namespace))
+            owner = _container_env(created).get(TRY_ID_ENV)
+            if body.get("try_id") and owner != body["try_id"]:
+                raise JobNameTakenError(name, owner) from None
+            log.info("Job %s exists already; attaching to it", name)
+        owners = {"metadata": {"ownerReferences": manifest.owned_by(created)}}
+        core.patch_namespaced_secret(secret_name, namespace, owners, _content_type=MERGE_PATCH)
+        if body.get("service") is not None:
+            service = {**body["service"]}
+            service["metadata"] = {**service["metadata"], **owners["metadata"]}
+            try:
+                core.create_namespaced_service(namespace, service)
+            except Exception as exc:
+                if status_code(exc) != 409:
+                    raise
+        log.info("Job %s in namespace %s: %s, image %s", name, namespace, handle["machine"],
+                 handle["image"])  # fmt: skip
+        return dict(handle)
+
+    def _put_secret(self, core: Any, namespace: str, secret: dict, try_id: str) -> None:
+        """Create the Secret; one of that name from this try's lost create is replaced, one of
+        another try's means the Job's name is taken (nothing of it is touched)."""
+        name = secret["metadata"]["name"]
+        try:
+            core.create_namespaced_secret(namespace, secret)
+            return
+        except Exception as exc:
+            if status_code(exc) != 409:
+                raise self._refusal(exc, namespace) from exc
+        existing = self._plain(core.read_namespaced_secret(name, namespace))
+        owner = ((existing.get("metadata") or {}).get("annotations") or {}).get(manifest.TRY_ID)
+        if try_id and owner != try_id:
+            raise JobNameTakenError(name.removesuffix("-stepop"), owner)
+        core.replace_namespaced_secret(name, namespace, secret)
+
+    def _refusal(self, exc: Exception, namespace: str) -> Exception:
+        """The API's refusal of a create, in words that say what to change."""
+        code, message = status_code(exc), api_message(exc)
+        if code == 404 and "namespaces" in message:
+            return SettingsError(
+                f"The namespace {namespace!r} does not exist on the cluster of connection "
+                f"{self.kubernetes_conn_id!r}: create it (kubectl create namespace "
+                f"{namespace}), or set namespace= or [stepop] kubernetes_namespace to one that "
+                "exists."
+            )
+        if code in (401, 403):
+            return SettingsError(f"The cluster refused the step's objects ({message}). {RBAC}")
+        if code in (400, 422):
+            return service_refusal("Kubernetes", message)
+        return exc
+
+    def _check_namespace(self, namespace: str) -> None:
+        """A namespace that does not exist is refused before anything is signed or built; an
+        account that may not read namespaces (most may not) is not refused for that."""
+        _, core = self._apis()
+        try:
+            core.read_namespace(namespace)
+        except Exception as exc:
+            if status_code(exc) == 404:
+                raise self._refusal(exc, namespace) from None
+            if status_code(exc) not in (401, 403):
+                raise
+
+    @staticmethod
+    def _delete_quietly(delete: Any, name: str, namespace: str) -> None:
+        try:
+            delete(name, namespace)
+        except Exception as exc:
+            if status_code(exc) != 404:
+                log.warning("Could not delete %s in %s: %s", name, namespace, api_message(exc))
+
+    def _storage(self) -> Any:
+        from airflow_stepop.artifacts.storage import worker_storage
+
+        return worker_storage(self.storage_conn_id)
+
+    def _image(self, request: JobRequest) -> ImageChoice:
+        """``image_uri`` as given, else the ``DockerSettings`` image, built by the worker's
+        engine on a registry miss and pushed where the cluster pulls from."""
+        from airflow_stepop.images import builder
+        from airflow_stepop.images.registry import Registry
+
+        assert self.job is not None
+        if self.job.image_uri:
+            return builder.ImageChoice(self.job.image_uri)
+        if request.docker is None:
+            raise SettingsError("A Kubernetes step needs image_uri= or docker=DockerSettings(...)")
+
+        def registry() -> Registry:
+            if not self.job or not self.job.image_repository:
+                raise SettingsError(
+                    "The step's DockerSettings need an image built, and a Kubernetes step "
+                    "pushes it to a registry the cluster pulls from: set image_repository= (or "
+                    "[stepop] kubernetes_image_repository), e.g. 'registry.example.com/ml/env', "
+                    "or give image_uri= an image that has what the step needs."
+                )
+            return Registry(self.job.image_repository)
+
+        return builder.service_image(request.docker, registry, mode="engine")
+
+    def _machine(self, request: JobRequest) -> str:
+        """What the task log says the step runs on: its pods and what each asks for."""
+        assert self.job is not None
+        pods = f"{self.job.instance_count} pod" + ("s" if self.job.instance_count > 1 else "")
+        wanted = request.resources.shown() if request.resources is not None else "no requests"
+        return f"{pods}, {wanted}"
+
+    def find_active(self, task_key: str) -> dict[str, Any] | None:
+        assert self.job is not None and self.job.namespace is not None
+        batch, _ = self._apis()
+        list_limiter(self.poll_group()).acquire()
+        answer = self._plain(batch.list_namespaced_job(
+            self.job.namespace, label_selector=manifest.task_selector(task_key), limit=50,
+        ))  # fmt: skip
+        for job in answer.get("items") or []:
+            status = job_states.job_status(job, [], schedule_timeout_s=float("inf"))
+            if not status.terminal and not status.stopping:
+                return self.handle_from_job(job)
+        return None
+
+    def handle_from_job(self, job: dict[str, Any]) -> dict[str, Any]:
+        """A handle made from the Job alone (its annotations say where its files are)."""
+        meta = job.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        assert self.job is not None
+        return {
+            "job_id": meta["name"],
+            "namespace": meta["namespace"],
+            "task_key": annotations.get(manifest.TASK_KEY, ""),
+            "run_uri": annotations.get(manifest.RUN_URI, ""),
+            "output_uri": annotations.get(manifest.OUTPUT_URI, ""),
+            "schedule_timeout_s": self.job.schedule_timeout_s or 0.0,
+        }
+
+    def _read(self, namespace: str, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        batch, core = self._apis()
+        job = self._plain(batch.read_namespaced_job(name, namespace))
+        pods = self._plain(
+            core.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME_LABEL}={name}")
+        )
+        return job, pods.get("items") or []  # fmt: skip
+
+    def status(self, handle: dict[str, Any]) -> JobStatus:
+        job, pods = self._read(handle["namespace"], handle["job_id"])
+        return job_states.job_status(job, pods, schedule_timeout_s=float(
+            handle.get("schedule_timeout_s") or float("inf")))  # fmt: skip
+
+    def job_record(self, job_id: str) -> JobRecord:
+        """The Job in this backend's namespace; the spec's sha256 from its pod template's
+        environment, which no one can change after the create."""
+        assert self.job is not None and self.job.namespace is not None
+        job, pods = self._read(self.job.namespace, job_id)
+        status = job_states.job_status(job, pods, schedule_timeout_s=float("inf"))
+        return JobRecord(status, _container_env(job).get(SPEC_SHA256_ENV),
+                         self.handle_from_job(job))  # fmt: skip
+
+    def stop(self, handle: dict[str, Any]) -> None:
+        batch, _ = self._apis()
+        try:
+            batch.delete_namespaced_job(handle["job_id"], handle["namespace"],
+                                        propagation_policy="Foreground")  # fmt: skip
+        except Exception as exc:
+            if status_code(exc) != 404:
+                raise
+
+    def release(self, handle: dict[str, Any]) -> None:
+        """The finished Job's Secret (its signed URLs) goes now, not with the Job's TTL."""
+        _, core = self._apis()
+        name = manifest.secret_name(handle["job_id"])
+        self._delete_quietly(core.delete_namespaced_secret, name, handle["namespace"])
+
+    def is_gone(self, exc: Exception) -> bool:
+        return status_code(exc) == 404
+
+    def billing(self, details: dict[str, Any]) -> dict[str, Any] | None:
+        return job_states.billing(details)
+
+    def environment_id(self, docker: DockerSettings | None) -> str:
+        if self.job is not None and self.job.image_uri:
+            return f"image:{self.job.image_uri}"
+        return super().environment_id(docker)
+
+
+def _container_env(job: dict[str, Any]) -> dict[str, str]:
+    """The step container's environment as the Job's pod template holds it."""
+    template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    containers = template.get("containers") or [{}]
+    return {e.get("name"): e.get("value") for e in containers[0].get("env") or []}

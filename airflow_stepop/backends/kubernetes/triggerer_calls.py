@@ -1,0 +1,235 @@
+"""The Kubernetes backend's triggerer side, which ``KubernetesBackend`` inherits.
+
+One ``kubernetes_asyncio`` API client per backend object (a poll group's poller keeps one for
+as long as it has triggers), on a configuration of its own (``clients``). Every read is raw
+JSON read to a bound (``_read_bounded``): the triggerer is shared by every deferred task, and
+a List of Jobs or a pod log could be of any size.
+
+* ``astatuses``: per namespace, one List of the watched task instances' Jobs and one of their
+  pods (label selector ``stepop.io/task in (...)``, ``SELECTOR_CHUNK`` tasks a call), however
+  many jobs wait; ``astatus``: one Job GET and one pod List.
+* ``alogs``: the pods' logs (``logs``), the pods as the last poll listed them.
+* ``astop``: deletes the Job with foreground propagation: its pods are stopped (SIGTERM, then
+  SIGKILL after their grace period) and the Job stays readable until they are gone.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+from airflow_stepop.backends.base import JobStatus
+from airflow_stepop.backends.kubernetes import logs
+from airflow_stepop.backends.kubernetes.clients import ClusterAccess, async_client, read_access
+from airflow_stepop.backends.kubernetes.job import job_status
+from airflow_stepop.backends.kubernetes.manifest import MANAGED_BY, TASK_LABEL
+from airflow_stepop.backends.naming import task_digest
+from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
+
+SELECTOR_CHUNK = 100  # task hashes in one label selector: ~1.2 KB of query
+PAGE_ITEMS = 200
+MAX_PAGE_BYTES = 32 << 20
+MAX_OBJECT_BYTES = 4 << 20
+REQUEST_TIMEOUT_S = 60
+TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+class ApiError(RuntimeError):
+    """An API call the server answered with an error Status (its code and its message)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(f"Kubernetes API answered HTTP {status}: {message}")
+
+
+def status_error(status: int, body: bytes) -> ApiError:
+    try:
+        message = json.loads(body).get("message") or ""
+    except ValueError:
+        message = body[:300].decode("utf-8", "replace")
+    return ApiError(status, message)
+
+
+class KubernetesTriggererCalls:
+    """``KubernetesBackend``'s async calls, with the pods and ends they keep per job."""
+
+    kubernetes_conn_id: str | None
+    _access: ClusterAccess | None
+    _client: Any
+    _pods: dict[str, list[dict[str, Any]]]  # job -> its pods as last listed
+    _ended: set[str]  # jobs a poll saw end: their last log read takes no token
+    _stopped: set[str]  # jobs this process deleted: gone means stopped
+
+    def poll_group(self) -> str:
+        """One cluster (connection), one group: its API server rate-limits every client."""
+        return f"kubernetes:{self.kubernetes_conn_id}"
+
+    def prepare_async(self) -> None:
+        """The connection, read here in a thread (a secrets backend call may block)."""
+        import kubernetes_asyncio.client  # noqa: F401 - its first import takes a while
+
+        self._access = read_access(self.kubernetes_conn_id)
+
+    async def _api(self) -> Any:
+        if self._client is None:
+            if self._access is None:
+                self.prepare_async()  # a caller that skipped it (a script)
+            assert self._access is not None
+            self._client = await async_client(self._access)
+        return self._client
+
+    async def _read_bounded(
+        self, path: str, query: dict[str, Any], *, limit: int, method: str = "GET",
+        body: Any = None,
+    ) -> bytes:  # fmt: skip
+        """One API call's answer, at most ``limit`` bytes (more: a failure, never a partial
+        document); an error Status raises ``ApiError``."""
+        client = await self._api()
+        response = await client.call_api(
+            path, method, query_params=list(query.items()),
+            header_params={"Accept": "application/json, text/plain, */*",
+                           "Content-Type": "application/json"},
+            body=body, auth_settings=["BearerToken"], _preload_content=False,
+            _request_timeout=REQUEST_TIMEOUT_S,
+        )  # fmt: skip
+        try:
+            data = bytearray()
+            async for chunk in response.content.iter_chunked(64 * 1024):
+                data += chunk
+                if len(data) > limit:
+                    break
+        finally:
+            response.release()
+        if response.status >= 400:
+            raise status_error(response.status, bytes(data[:65536]))
+        if len(data) > limit:
+            raise ApiError(response.status, f"the answer to {path} is over {limit} bytes")
+        return bytes(data)
+
+    async def _list(self, path: str, selector: str) -> list[dict[str, Any]]:
+        """Every item of a List, page by page, each page with a List token."""
+        items: list[dict[str, Any]] = []
+        query: dict[str, Any] = {"labelSelector": selector, "limit": PAGE_ITEMS}
+        limiter = list_limiter(self.poll_group())
+        while True:
+            await limiter.aacquire()
+            page = json.loads(await self._read_bounded(path, query, limit=MAX_PAGE_BYTES))
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            query["continue"] = token
+
+    async def astatus(self, handle: dict[str, Any]) -> JobStatus:
+        namespace, name = handle["namespace"], handle["job_id"]
+        try:
+            job = json.loads(await self._read_bounded(
+                f"/apis/batch/v1/namespaces/{namespace}/jobs/{quote(name)}", {},
+                limit=MAX_OBJECT_BYTES,
+            ))  # fmt: skip
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            return self._gone(handle)
+        pods = await self._list(f"/api/v1/namespaces/{namespace}/pods", f"{JOB_NAME_LABEL}={name}")
+        return self._seen(handle, job, pods)
+
+    async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:
+        """Per namespace, the watched tasks' Jobs and pods in two Lists (per chunk of tasks);
+        a job they leave out (deleted) is asked with ``astatus``."""
+        out: dict[str, JobStatus] = {}
+        by_namespace: dict[str, list[dict[str, Any]]] = {}
+        for handle in handles:
+            by_namespace.setdefault(handle["namespace"], []).append(handle)
+        for namespace, group in sorted(by_namespace.items()):
+            for start in range(0, len(group), SELECTOR_CHUNK):
+                chunk = group[start : start + SELECTOR_CHUNK]
+                digests = sorted({task_digest(h["task_key"]) for h in chunk})
+                selector = f"{MANAGED_BY[0]}={MANAGED_BY[1]},{TASK_LABEL} in ({','.join(digests)})"
+                jobs = await self._list(f"/apis/batch/v1/namespaces/{namespace}/jobs", selector)
+                pods = await self._list(f"/api/v1/namespaces/{namespace}/pods", selector)
+                by_job: dict[str, list[dict[str, Any]]] = {}
+                for pod in pods:
+                    labels = (pod.get("metadata") or {}).get("labels") or {}
+                    by_job.setdefault(labels.get(JOB_NAME_LABEL, ""), []).append(pod)
+                listed = {(job.get("metadata") or {}).get("name"): job for job in jobs}
+                for handle in chunk:
+                    job = listed.get(handle["job_id"])
+                    if job is not None:
+                        pods_of = by_job.get(handle["job_id"], [])
+                        out[handle["job_id"]] = self._seen(handle, job, pods_of)
+        return out
+
+    def _seen(self, handle: dict[str, Any], job: dict, pods: list[dict]) -> JobStatus:
+        status = job_status(job, pods, schedule_timeout_s=float(handle["schedule_timeout_s"]))
+        self._pods[handle["job_id"]] = pods
+        if status.terminal:
+            self._ended.add(handle["job_id"])
+        return status
+
+    def _gone(self, handle: dict[str, Any]) -> JobStatus:
+        """A Job the API no longer has: stopped where this process deleted it, else failed."""
+        self._ended.add(handle["job_id"])
+        if handle["job_id"] in self._stopped:
+            return JobStatus("stopped", "the Job was deleted (stopped)")
+        return JobStatus(
+            "failed",
+            f"the Job {handle['job_id']} is gone from namespace {handle['namespace']}: someone "
+            "deleted it, or its ttlSecondsAfterFinished ended before its end was read",
+        )
+
+    async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
+        name, namespace = handle["job_id"], handle["namespace"]
+        pods = self._pods.get(name)
+        if pods is None:
+            pods = await self._list(f"/api/v1/namespaces/{namespace}/pods",
+                                    f"{JOB_NAME_LABEL}={name}")  # fmt: skip
+        limiter = log_limiter(self.poll_group())
+
+        async def read_log(pod: str, query: dict[str, Any]) -> str:
+            path = f"/api/v1/namespaces/{namespace}/pods/{quote(pod)}/log"
+            try:
+                data = await self._read_bounded(path, query, limit=int(query["limitBytes"]) * 2)
+            except ApiError as exc:
+                if exc.status in (400, 404):  # not started yet, or gone (deleted)
+                    return ""
+                raise
+            return data.decode("utf-8", "replace")
+
+        return await logs.read_new_lines(
+            read_log, name, pods, cursor, final=name in self._ended, allowed=limiter.try_acquire
+        )
+
+    async def astop(self, handle: dict[str, Any]) -> None:
+        self._stopped.add(handle["job_id"])
+        path = f"/apis/batch/v1/namespaces/{handle['namespace']}/jobs/{quote(handle['job_id'])}"
+        try:
+            await self._read_bounded(
+                path, {}, limit=MAX_OBJECT_BYTES, method="DELETE",
+                body={"kind": "DeleteOptions", "apiVersion": "v1",
+                      "propagationPolicy": "Foreground"},
+            )  # fmt: skip
+        except ApiError as exc:
+            if exc.status != 404:  # already gone: nothing to stop
+                raise
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+    def forget(self, handle: dict[str, Any]) -> None:
+        self._pods.pop(handle["job_id"], None)
+        self._ended.discard(handle["job_id"])
+        self._stopped.discard(handle["job_id"])
+
+    def is_transient(self, exc: Exception) -> bool:
+        if isinstance(exc, ApiError):
+            return exc.status in TRANSIENT_STATUS
+        import asyncio
+
+        import aiohttp
+
+        return isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError))
