@@ -33,7 +33,9 @@ class FakeControl:
         self.url = url.rstrip("/")
         self.timeout = timeout
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """``METHOD /_fake/<path>`` with a JSON body; the JSON answer (None when empty). For a
+        fake's own controls (the Kubernetes fake's ``nodes``, ``queues``...)."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(f"{self.url}/_fake/{path}", data=data, method=method)
         req.add_header("Content-Type", "application/json")
@@ -46,40 +48,40 @@ class FakeControl:
 
     def health(self) -> dict[str, Any]:
         """``{"ok": true, "service": ...}``."""
-        return self._call("GET", "health")
+        return self.call("GET", "health")
 
     def counters(self) -> dict[str, int]:
         """API calls by operation name since the last reset."""
-        return dict(self._call("GET", "counters")["counters"])
+        return dict(self.call("GET", "counters")["counters"])
 
     def add_faults(self, *rules: dict[str, Any], replace: bool = False) -> list[dict[str, Any]]:
         """Add fault rules (or replace all); returns the rules now in force."""
-        return self._call("POST", "faults", {"faults": list(rules), "replace": replace})["faults"]
+        return self.call("POST", "faults", {"faults": list(rules), "replace": replace})["faults"]
 
     def faults(self) -> list[dict[str, Any]]:
         """The fault rules in force."""
-        return self._call("GET", "faults")["faults"]
+        return self.call("GET", "faults")["faults"]
 
     def clear_faults(self) -> None:
         """Remove every fault rule."""
-        self._call("DELETE", "faults")
+        self.call("DELETE", "faults")
 
     def reset(self, jobs: bool = False) -> None:
         """Clear faults and counters (and forget jobs with ``jobs=True``)."""
-        self._call("POST", "reset", {"jobs": jobs})
+        self.call("POST", "reset", {"jobs": jobs})
 
     def mode(self, mode: str | None = None) -> str:
         """Read or set the runner mode ("process" or "container") of fakes that have one."""
         if mode is None:
-            return self._call("GET", "mode")["mode"]
-        return self._call("POST", "mode", {"mode": mode})["mode"]
+            return self.call("GET", "mode")["mode"]
+        return self.call("POST", "mode", {"mode": mode})["mode"]
 
     def page_size(self, size: int | None = None) -> int:
         """Read or set the most jobs one list page holds (Vertex AI and Azure ML fakes; a reset
         restores the service's own)."""
         if size is None:
-            return int(self._call("GET", "page_size")["size"])
-        return int(self._call("POST", "page_size", {"size": size})["size"])
+            return int(self.call("GET", "page_size")["size"])
+        return int(self.call("POST", "page_size", {"size": size})["size"])
 
     @contextmanager
     def faulted(self, *rules: dict[str, Any]) -> Iterator[FakeControl]:

@@ -59,7 +59,12 @@ Fault rules (``kind`` picks the behaviour; unknown kinds are refused with 400):
 
 ``operation`` is an operation name or ``"*"``; ``count`` is how many times the rule fires before
 it retires itself (default: no limit; 1 for ``job_failure`` and ``preempt``; ``null`` for no
-limit).
+limit). A fake may add kinds of its own (:attr:`FaultBook.own_kinds`, each with its default
+``count``), taken like the job kinds: the Kubernetes fake's ``evict``, ``oom_kill`` and
+``image_pull``.
+
+A route may answer with a stream (:attr:`Response.stream`): the server sends it chunked as it
+comes, for answers that stay open (a watch, a followed log).
 
 Where each part lives: :mod:`~cloud.fake_http.routing` (:class:`Request`, :class:`Response`,
 :class:`Router`, :func:`rfc3339`), :mod:`~cloud.fake_http.faults` (:class:`FaultBook`),

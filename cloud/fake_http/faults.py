@@ -32,15 +32,17 @@ class FaultBook:
         # where the service signals a capacity shortage ("create", "provision", "queue"...);
         # the first is a rule's default ``at``; none: the fake has no ``capacity`` fault
         self.capacity_stages = capacity_stages
+        # kinds only this fake knows (Kubernetes: "evict"...) -> the default ``count`` of a rule
+        # (None: no limit), taken with take_job_fault like the shared job kinds
+        self.own_kinds: dict[str, int | None] = {}
 
     def validate(self, rule: Any) -> dict[str, Any]:
         if not isinstance(rule, dict) or "kind" not in rule:
             raise ValueError('a fault rule is an object with a "kind"')
         kind = rule["kind"]
-        if kind not in REQUEST_FAULT_KINDS + JOB_FAULT_KINDS:
-            raise ValueError(
-                f"fault kind {kind!r}: use one of {REQUEST_FAULT_KINDS + JOB_FAULT_KINDS}"
-            )
+        kinds = REQUEST_FAULT_KINDS + JOB_FAULT_KINDS + tuple(self.own_kinds)
+        if kind not in kinds:
+            raise ValueError(f"fault kind {kind!r}: use one of {kinds}")
         rate = float(rule.get("rate", 1.0))
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"fault rate {rate}: use 0..1")
@@ -49,6 +51,8 @@ class FaultBook:
         clean.setdefault("operation", "*")
         if kind in ("job_failure", "preempt"):  # "the next matching job": once, unless told
             clean.setdefault("count", 1)
+        if self.own_kinds.get(kind) is not None:
+            clean.setdefault("count", self.own_kinds[kind])
         if kind == "capacity":
             self._validate_capacity(clean)
         clean["_acc"] = 0.0

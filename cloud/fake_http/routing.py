@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,13 +39,20 @@ class Request:
 
 @dataclass
 class Response:
-    """What a route handler answers."""
+    """What a route handler answers.
+
+    ``stream``, when set, is the body: sent chunk by chunk (chunked transfer encoding) as the
+    iterator yields, for answers that stay open (a Kubernetes watch, a followed log). An empty
+    chunk sends nothing: it lets the server notice a client that went away while nothing
+    happened, so a generator that waits should yield one every second or so.
+    """
 
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     raw: bytes | None = None
     content_type: str = "application/json; charset=utf-8"
+    stream: Iterator[bytes] | None = None
 
 
 Handler = Callable[[Request], Response]

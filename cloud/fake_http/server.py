@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from cloud.fake_http.routing import Request
+from cloud.fake_http.routing import Request, Response
 from cloud.fake_http.service import FakeService
 from cloud.fake_http.tls import self_signed_cert
 
@@ -44,6 +44,9 @@ class _Handler(BaseHTTPRequestHandler):
             resp = self.service.dispatch(req)
         except Exception as exc:  # a fake's bug answers 500 instead of hanging the client
             resp = self.service.error_response(500, f"fake internal error: {exc!r}", "error")
+        if resp.stream is not None:
+            self._send_stream(resp)
+            return
         if resp.raw is not None:
             payload = resp.raw
         elif resp.body is None:
@@ -58,6 +61,44 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(payload)
+
+    def _send_stream(self, resp: Response) -> None:
+        """Send ``resp.stream`` chunked; stop early (closing the connection) when the client
+        goes away, and always close the iterator so its generator can clean up."""
+        self.send_response(resp.status)
+        self.send_header("Content-Type", resp.content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        for key, value in resp.headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        chunks = resp.stream
+        assert chunks is not None
+        try:
+            for chunk in chunks:
+                if not chunk:
+                    if self._client_gone():
+                        self.close_connection = True
+                        return
+                    continue
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client hung up mid-write
+            self.close_connection = True
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its end (a readable socket with nothing to read)."""
+        if isinstance(self.connection, ssl.SSLSocket):  # no MSG_PEEK on TLS: never known
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:  # nothing to read: still there
+            return False
+        except OSError:
+            return True
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle
 

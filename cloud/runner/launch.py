@@ -42,7 +42,9 @@ class JobLaunch:
     """What a service would start for a job, in terms every service shares.
 
     ``entrypoint`` None means the image's own ENTRYPOINT and ``args`` None its CMD (container
-    mode only: process mode needs an explicit entrypoint).
+    mode only: process mode needs an explicit entrypoint). ``hosts`` are more host names that
+    resolve to this machine in a container (the nodes' own always do), such as the DNS names
+    of a Kubernetes Job's other pods.
     """
 
     fake: str
@@ -56,6 +58,7 @@ class JobLaunch:
     nodes: list[NodeSpec] = field(default_factory=lambda: [NodeSpec("node-0")])
     labels: dict[str, str] = field(default_factory=dict)
     reroot: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
 
 
 # (node, stream name "stdout"/"stderr", line without its newline, epoch seconds when read)

@@ -285,7 +285,7 @@ class ContainerNode(Node):
             # which stack started it: `cloud-down` of one stack leaves other stacks' jobs alone
             "stepop.stack": os.environ.get("STEPOP_CLOUD_DIR", ""),
         }
-        hosts = {n.host: "127.0.0.1" for n in self.launch.nodes}
+        hosts = {h: "127.0.0.1" for h in [*(n.host for n in self.launch.nodes), *self.launch.hosts]}
         try:
             self.container = self.client.containers.run(
                 self.launch.image,

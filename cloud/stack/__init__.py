@@ -13,10 +13,12 @@ Pieces:
 * moto server: S3, ECR API, STS, IAM, CloudWatch Logs (``AWS_ENDPOINT_URL``);
 * gcp-storage-emulator, in memory (``STORAGE_EMULATOR_HOST``);
 * Azurite's blob service from npm, in memory (``AZURE_STORAGE_CONNECTION_STRING``);
-* the job-service fakes of :data:`FAKES`: SageMaker, Vertex AI, Azure ML, and the image
+* the job-service fakes of :data:`FAKES`: SageMaker, Vertex AI, Azure ML, the image
   builders CodeBuild (``STEPOP_CODEBUILD_ENDPOINT``, ``AWS_ENDPOINT_URL_CODEBUILD``,
   ``service_config.codebuild`` of the AWS connection) and Cloud Build
-  (``STEPOP_CLOUDBUILD_ENDPOINT``, the Google connection's ``cloudbuild_endpoint`` extra).
+  (``STEPOP_CLOUDBUILD_ENDPOINT``, the Google connection's ``cloudbuild_endpoint`` extra), and
+  a Kubernetes API server (``STEPOP_KUBERNETES_ENDPOINT``; ``AIRFLOW_CONN_KUBERNETES_DEFAULT``
+  with an inline kubeconfig, and the same kubeconfig as the file ``STEPOP_KUBECONFIG``).
 
 Once every piece answers, ``up`` creates the bucket :data:`DEMO_BUCKET` in S3, in GCS and as an
 Azure Blob container (``STEPOP_DEMO_BUCKET``), so the docs' "try it" blocks need no set-up of

@@ -58,6 +58,7 @@ FAKES: list[Fake] = [
     Fake("azureml", "cloud.azureml", "STEPOP_AZUREML_ENDPOINT"),
     Fake("codebuild", "cloud.codebuild", "STEPOP_CODEBUILD_ENDPOINT"),
     Fake("cloudbuild", "cloud.cloudbuild", "STEPOP_CLOUDBUILD_ENDPOINT"),
+    Fake("kubernetes", "cloud.kubernetes", "STEPOP_KUBERNETES_ENDPOINT"),
 ]
 
 
