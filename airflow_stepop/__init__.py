@@ -1,4 +1,5 @@
-"""airflow-stepop: run one Airflow task's callable as a job on a managed ML service.
+"""airflow-stepop: run one Airflow task's callable as a job on a managed ML service or a
+Kubernetes cluster.
 
 Public names are imported lazily, so ``python -m airflow_stepop.runtime`` and the DAG
 processor's parse stay light, and the runtime package works where Airflow is not installed.
@@ -16,6 +17,7 @@ _EXPORTS = {
     "DockerSettings": "airflow_stepop.settings",
     "ArtifactRef": "airflow_stepop.artifacts.ref",
     "AzureMLStepOperator": "airflow_stepop.operators.azureml",
+    "KubernetesStepOperator": "airflow_stepop.operators.kubernetes",
     "LocalStepOperator": "airflow_stepop.operators.local",
     "SageMakerStepOperator": "airflow_stepop.operators.sagemaker",
     "StepFailedError": "airflow_stepop.backends.outcome",
@@ -26,6 +28,7 @@ __all__ = [
     "ArtifactRef",
     "AzureMLStepOperator",
     "DockerSettings",
+    "KubernetesStepOperator",
     "LocalStepOperator",
     "ResourceSettings",
     "SageMakerStepOperator",
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
     from airflow_stepop.artifacts.ref import ArtifactRef
     from airflow_stepop.backends.outcome import StepFailedError
     from airflow_stepop.operators.azureml import AzureMLStepOperator
+    from airflow_stepop.operators.kubernetes import KubernetesStepOperator
     from airflow_stepop.operators.local import LocalStepOperator
     from airflow_stepop.operators.sagemaker import SageMakerStepOperator
     from airflow_stepop.operators.vertex import VertexStepOperator
@@ -65,6 +69,10 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "name": "azureml_step",
                 "class-name": "airflow_stepop.decorators.azureml.azureml_step_task",
+            },
+            {
+                "name": "kubernetes_step",
+                "class-name": "airflow_stepop.decorators.kubernetes.kubernetes_step_task",
             },
             {"name": "local_step", "class-name": "airflow_stepop.decorators.local.local_step_task"},
             {

@@ -110,3 +110,10 @@ def test_a_suspended_job_is_queued_and_a_deleted_one_is_stopping():
     queued = status_of(job(("Suspended", "True", "JobSuspended"), suspend=True))
     assert queued.state == "pending" and queued.queued
     assert status_of(job(deleting=True), [pod()]).stopping
+
+
+def test_a_pod_that_ended_badly_fails_the_step_before_the_job_says_so_without_deleting_it():
+    ended = {"exitCode": 1, "reason": "Error"}
+    failed = status_of(job(), [pod("Failed", terminated=ended)])
+    assert failed.state == "failed" and failed.reason == "Error: exit code 1"
+    assert not failed.held  # the Job controller ends it; its record stays for the step cache

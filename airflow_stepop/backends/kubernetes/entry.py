@@ -240,7 +240,7 @@ def main(argv: list) -> int:
     except (TransferError, OSError) as exc:
         print(f"[stepop] the step's results could not be uploaded: {exc}", file=sys.stderr)
         return exit_code or 1
-    print(f"[stepop] uploaded {sent} result files", flush=True)
+    print(f"[stepop] uploaded the step's results ({sent} files)", flush=True)
     return exit_code
 
 

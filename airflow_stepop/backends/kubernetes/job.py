@@ -93,8 +93,11 @@ def job_status(
         return JobStatus("pending", queued=True)
     for pod in pods:
         reason = pod_failure(pod)
-        if reason:  # a pod that will not start, or one that ended badly before the Job knew
-            return JobStatus("failed", reason, details=details, held=True)
+        if reason:
+            # a pod that ended badly: the Job controller fails the Job next (no retries of its
+            # own); one that cannot start waits for ever, so the Job is deleted (held)
+            stuck = reason.split(":", 1)[0] in STUCK_WAITING
+            return JobStatus("failed", reason, details=details, held=stuck)
     waits = [found for pod in pods if (found := unschedulable(pod))]
     if waits:
         message, since = waits[0]

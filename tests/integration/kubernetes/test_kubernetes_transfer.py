@@ -23,6 +23,9 @@ RUN = f"{ROOT}/runs/dag/run/task/-1/1"
 CODE = b"PK\x05\x06" + b"\0" * 18  # an empty zip
 CODE_URI = f"{ROOT}/code/{hashlib.sha256(CODE).hexdigest()}.zip"
 UPSTREAM = f"{ROOT}/runs/dag/run/prep/-1/1/outputs/model"
+# A connection of its own: filesystems are cached per connection id in the process, and another
+# test's aws_default may point at another S3.
+CONN = "aws_transfer_test"
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +46,7 @@ def aws_connection(s3, monkeypatch):
     _, endpoint = s3
     extra = {"endpoint_url": endpoint, "region_name": "us-east-1"}
     connection = {"conn_type": "aws", "login": "testing", "password": "testing", "extra": extra}
-    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(connection))
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN.upper()}", json.dumps(connection))
 
 
 def put(client, uri: str, data: bytes) -> None:
@@ -68,9 +71,9 @@ def test_a_pod_fetches_its_files_and_uploads_its_results_with_signed_urls(
                          code_uri=CODE_URI)  # fmt: skip
     put(client, f"{request.checkpoint_uri}/step-1.ckpt", b"epoch 1")
     output_uri = f"{RUN}/output"
-    storage = worker_storage("aws_default")
+    storage = worker_storage(CONN)
 
-    document = transfer.plan(request, spec, storage, transfer.S3Signer("aws_default"),
+    document = transfer.plan(request, spec, storage, transfer.S3Signer(CONN),
                              output_uri=output_uri, expires_s=600)  # fmt: skip
 
     assert len(transfer.secret_bytes(document)) < transfer.MAX_DOCUMENT_BYTES
@@ -107,7 +110,7 @@ def test_a_pod_fetches_its_files_and_uploads_its_results_with_signed_urls(
 
 def test_the_upload_grant_allows_only_keys_under_its_prefix_and_no_read(s3, aws_connection):
     # The emulator does not enforce a POST policy, so this reads what S3 would enforce.
-    grant = transfer.S3Signer("aws_default").upload_grant(f"{RUN}/output", 600)
+    grant = transfer.S3Signer(CONN).upload_grant(f"{RUN}/output", 600)
     policy = json.loads(base64.b64decode(grant["fields"]["policy"]))
     prefix = RUN.removeprefix(f"s3://{BUCKET}/") + "/output/"
     assert ["starts-with", "$key", prefix] in policy["conditions"]
@@ -134,8 +137,8 @@ def test_a_missing_input_is_named_before_any_job_starts(s3, aws_connection):
     gone = f"{ROOT}/runs/dag/run/other/-1/1/outputs/return_value.npy"
     spec = {"args": [{"ref": {"uri": gone}}], "kwargs": {}}
     with pytest.raises(FileNotFoundError, match="return_value.npy"):
-        transfer.plan(request, spec, worker_storage("aws_default"),
-                      transfer.S3Signer("aws_default"), output_uri=RUN, expires_s=60)  # fmt: skip
+        transfer.plan(request, spec, worker_storage(CONN),
+                      transfer.S3Signer(CONN), output_uri=RUN, expires_s=60)  # fmt: skip
 
 
 def test_a_failed_download_names_the_file_and_never_the_signed_url(tmp_path: Path, s3):

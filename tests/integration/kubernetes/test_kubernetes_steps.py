@@ -1,0 +1,45 @@
+"""Kubernetes steps end to end through dag.test() on the emulated cluster, s3:// artifacts."""
+
+from __future__ import annotations
+
+import json
+
+from airflow_stepop import ArtifactRef
+from tests.integration.kubernetes.conftest import dags, jobs_of, xcoms
+
+ELEMENTS = 29 * 1024 * 1024 // 8
+TOTAL = float(ELEMENTS * (ELEMENTS - 1) // 2)
+
+
+def _read(results, name):
+    return json.loads((results / f"{name}.json").read_text())
+
+
+def test_an_array_and_a_model_directory_pass_between_steps_by_reference(k8s):
+    run = dags().k8s_pipeline().test()
+    assert run.state == "success"
+    check = _read(k8s["results"], "check")
+    assert check["parts"] == TOTAL and check["gpu_total"] == TOTAL
+    assert check["model_files"] == ["config.json", "weights"]
+    rows = xcoms(run)
+    array = ArtifactRef.from_record(rows[("make_array", "return_value", -1)]["__data__"])
+    assert array.uri.startswith(k8s["root"] + "/") and array.size >= 29 * 1024 * 1024
+    model = ArtifactRef.from_record(rows[("save_model", "return_value", -1)]["__data__"])
+    assert model.materializer == "path"
+    assert all(len(json.dumps(value, default=str)) < 1024 for value in rows.values())
+
+    jobs = jobs_of(run)
+    assert len(jobs) == 5  # make_array, save_model, gpu_sum and two mapped shards
+    by_task = {job["metadata"]["labels"]["stepop.io/task-id"]: job for job in jobs}
+    gpu = by_task["gpu_sum"]["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert gpu["limits"] == {"nvidia.com/gpu": "1"}
+    for job in jobs:  # no signed URL, no credential in a Job
+        text = json.dumps(job)
+        assert "X-Amz-Signature" not in text and "X-Amz-Credential" not in text
+
+
+def test_a_raising_step_fails_with_its_exception_type_and_message(k8s):
+    run = dags().k8s_raises().test()
+    assert run.state == "failed"
+    failure = _read(k8s["results"], "failure")
+    assert "ValueError" in failure and "bad input -3: expected a positive count" in failure
