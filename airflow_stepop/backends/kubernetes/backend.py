@@ -94,6 +94,9 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
         self._pods = {}
         self._ended = set()
         self._stopped = set()
+        self._stamps = {}
+        self._followers = {}
+        self._stopping = {}
 
     def serialize(self) -> dict[str, Any]:
         return {"kubernetes_conn_id": self.kubernetes_conn_id}

@@ -10,11 +10,15 @@ a List of Jobs or a pod log could be of any size.
   many jobs wait; ``astatus``: one Job GET and one pod List.
 * ``alogs``: the pods' logs (``logs``), the pods as the last poll listed them.
 * ``astop``: deletes the Job with foreground propagation: its pods are stopped (SIGTERM, then
-  SIGKILL after their grace period) and the Job stays readable until they are gone.
+  SIGKILL after their grace period) and the Job stays readable until they are gone. A pod's
+  log goes with the pod, so before the delete each running pod's log is followed from the last
+  line relayed to the container's end (``FOLLOW_SECONDS`` at most): what the step printed as it
+  stopped is in the Job's last read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 from urllib.parse import quote
@@ -32,6 +36,7 @@ PAGE_ITEMS = 200
 MAX_PAGE_BYTES = 32 << 20
 MAX_OBJECT_BYTES = 4 << 20
 REQUEST_TIMEOUT_S = 60
+FOLLOW_SECONDS = 120.0  # a stopping pod's grace period (30 s by default) and its last upload
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
@@ -61,6 +66,9 @@ class KubernetesTriggererCalls:
     _pods: dict[str, list[dict[str, Any]]]  # job -> its pods as last listed
     _ended: set[str]  # jobs a poll saw end: their last log read takes no token
     _stopped: set[str]  # jobs this process deleted: gone means stopped
+    _stamps: dict[str, dict[str, str]]  # job -> pod -> the stamp of its last line relayed
+    _followers: dict[str, dict[str, asyncio.Task[str]]]  # job -> pod -> its log to its end
+    _stopping: dict[str, list[dict[str, Any]]]  # job -> its pods that ran when it was stopped
 
     def poll_group(self) -> str:
         """One cluster (connection), one group: its API server rate-limits every client."""
@@ -186,9 +194,21 @@ class KubernetesTriggererCalls:
         if pods is None:
             pods = await self._list(f"/api/v1/namespaces/{namespace}/pods",
                                     f"{JOB_NAME_LABEL}={name}")  # fmt: skip
+        final = name in self._ended
+        followed: dict[str, str] = {}
+        if final and name in self._followers:  # stopped: the logs its pods took with them
+            tasks = self._followers.pop(name)
+            await asyncio.wait(tasks.values(), timeout=FOLLOW_SECONDS)
+            followed = {pod: t.result() for pod, t in tasks.items() if t.done() and not
+                        t.cancelled() and t.exception() is None}  # fmt: skip
+            listed = {(pod.get("metadata") or {}).get("name") for pod in pods}
+            pods = [*pods, *(p for p in self._stopping.pop(name, []) if p["metadata"]["name"]
+                             not in listed)]  # fmt: skip
         limiter = log_limiter(self.poll_group())
 
         async def read_log(pod: str, query: dict[str, Any]) -> str:
+            if pod in followed:
+                return followed[pod]
             path = f"/api/v1/namespaces/{namespace}/pods/{quote(pod)}/log"
             try:
                 data = await self._read_bounded(path, query, limit=int(query["limitBytes"]) * 2)
@@ -198,12 +218,59 @@ class KubernetesTriggererCalls:
                 raise
             return data.decode("utf-8", "replace")
 
-        return await logs.read_new_lines(
-            read_log, name, pods, cursor, final=name in self._ended, allowed=limiter.try_acquire
+        lines, after = await logs.read_new_lines(
+            read_log, name, pods, cursor, final=final, allowed=limiter.try_acquire
         )
+        self._stamps[name] = {pod: seen.get("time", "") for pod, seen in after["pods"].items()}
+        return lines, after
+
+    async def _follow(self, namespace: str, pod: str, since: str) -> str:
+        """A pod's log from ``since`` (a stamp) to its container's end, as much as
+        ``FOLLOW_SECONDS`` and ``logs.WIDE_READ_BYTES`` allow: what a stopping step printed."""
+        query: dict[str, Any] = {"container": logs.CONTAINER, "timestamps": "true",
+                                 "follow": "true", "limitBytes": logs.WIDE_READ_BYTES}  # fmt: skip
+        if since:
+            query["sinceTime"] = since[:19] + "Z"
+        client = await self._api()
+        response = await client.call_api(
+            f"/api/v1/namespaces/{namespace}/pods/{quote(pod)}/log", "GET",
+            query_params=list(query.items()), auth_settings=["BearerToken"],
+            _preload_content=False, _request_timeout=FOLLOW_SECONDS,
+        )  # fmt: skip
+        data = bytearray()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FOLLOW_SECONDS
+        try:
+            if response.status >= 400:
+                return ""
+            while len(data) < logs.WIDE_READ_BYTES and loop.time() < deadline:
+                try:
+                    chunk = await asyncio.wait_for(
+                        response.content.readany(), deadline - loop.time()
+                    )
+                except TimeoutError:
+                    break
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            response.release()
+        return data.decode("utf-8", "replace")
 
     async def astop(self, handle: dict[str, Any]) -> None:
-        self._stopped.add(handle["job_id"])
+        name, namespace = handle["job_id"], handle["namespace"]
+        self._stopped.add(name)
+        if name not in self._followers:
+            stamps = self._stamps.get(name, {})
+            running = await self._running_pods(namespace, name)
+            self._stopping[name] = running  # gone once stopped: their last read needs them
+            self._followers[name] = {
+                pod["metadata"]["name"]: asyncio.ensure_future(
+                    self._follow(namespace, pod["metadata"]["name"],
+                                 stamps.get(pod["metadata"]["name"], ""))
+                )
+                for pod in running
+            }  # fmt: skip
         path = f"/apis/batch/v1/namespaces/{handle['namespace']}/jobs/{quote(handle['job_id'])}"
         try:
             await self._read_bounded(
@@ -215,6 +282,10 @@ class KubernetesTriggererCalls:
             if exc.status != 404:  # already gone: nothing to stop
                 raise
 
+    async def _running_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        pods = await self._list(f"/api/v1/namespaces/{namespace}/pods", f"{JOB_NAME_LABEL}={name}")
+        return [pod for pod in pods if (pod.get("status") or {}).get("phase") == "Running"]
+
     async def aclose(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
@@ -222,14 +293,16 @@ class KubernetesTriggererCalls:
 
     def forget(self, handle: dict[str, Any]) -> None:
         self._pods.pop(handle["job_id"], None)
+        self._stamps.pop(handle["job_id"], None)
+        self._stopping.pop(handle["job_id"], None)
+        for task in self._followers.pop(handle["job_id"], {}).values():
+            task.cancel()
         self._ended.discard(handle["job_id"])
         self._stopped.discard(handle["job_id"])
 
     def is_transient(self, exc: Exception) -> bool:
         if isinstance(exc, ApiError):
             return exc.status in TRANSIENT_STATUS
-        import asyncio
-
         import aiohttp
 
         return isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError))
