@@ -35,7 +35,7 @@ import pytest
 
 from cloud import stack
 
-CLOUDS = ("aws", "gcp", "azure")
+CLOUDS = ("aws", "gcp", "azure", "kubernetes")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -82,6 +82,13 @@ def missing_credentials(cloud: str) -> str | None:
             return "no AZURE_CLIENT_ID (nor az CLI)"
         need = ("AZURE_SUBSCRIPTION_ID", "STEPOP_LIVE_AZURE_RESOURCE_GROUP",
                 "STEPOP_LIVE_AZURE_WORKSPACE")  # fmt: skip
+    elif cloud == "kubernetes":  # a cluster, and an S3 bucket its pods reach
+        config = env.get("STEPOP_LIVE_KUBECONFIG", "")
+        if config and not os.path.exists(os.path.expanduser(config)):
+            return f"STEPOP_LIVE_KUBECONFIG={config} does not exist"
+        if env.get("AWS_ENDPOINT_URL"):
+            return "AWS_ENDPOINT_URL points at an emulator"
+        need = ("STEPOP_LIVE_KUBECONFIG", "STEPOP_LIVE_KUBERNETES_ROOT")
     else:
         return f"unknown cloud {cloud!r} (use one of {CLOUDS})"
     absent = [k for k in need if not env.get(k)]

@@ -56,6 +56,7 @@ SECONDS = {
     "airflow dags test stepop_azureml_train": 120,
     "airflow dags trigger stepop_train_pipeline": 85,
     "airflow dags test stepop_sagemaker_train": 60,
+    "airflow dags test stepop_kubernetes_train": 45,
     "airflow dags test no_engine_vertex": 30,
     "airflow dags test no_engine_sagemaker": 25,
 }

@@ -8,6 +8,7 @@ import pytest
 
 from airflow_stepop import (
     AzureMLStepOperator,
+    KubernetesStepOperator,
     LocalStepOperator,
     SageMakerStepOperator,
     VertexStepOperator,
@@ -21,6 +22,7 @@ from tests.doc_blocks import REPO
         (SageMakerStepOperator, "docs/sagemaker.md"),
         (VertexStepOperator, "docs/vertex.md"),
         (AzureMLStepOperator, "docs/azureml.md"),
+        (KubernetesStepOperator, "docs/kubernetes.md"),
         (LocalStepOperator, "README.md"),
     ],
 )
