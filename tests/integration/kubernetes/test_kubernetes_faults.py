@@ -46,12 +46,13 @@ def submit(k8s, function, args, *, resources=None, image=BASE, **arguments) -> t
         "test", image_uri=image, docker=None, resources=resources, artifact_root=None, **arguments
     ).completed("test", artifact_root=k8s["root"], connection_namespace="default",
                 image_uri=image)  # fmt: skip
-    backend = KubernetesBackend(job=config, storage_conn_id="aws_default")
+    store = "aws_default" if k8s["root"].startswith("s3://") else None
+    backend = KubernetesBackend(job=config, storage_conn_id=store)
     run_id = f"run-{uuid.uuid4().hex[:6]}"
     key = task_key("k8s_direct", run_id, function.__name__, -1)
     step = StepIdentity("k8s_direct", run_id, function.__name__, -1, 1)
     staged = stage_step(function, list(args), {}, root=k8s["root"], step=step,
-                        storage=worker_storage("aws_default"))  # fmt: skip
+                        storage=worker_storage(store))  # fmt: skip
     request = JobRequest(job_name(key, 1), key, staged.spec_uri, staged.run_uri,
                          staged.code_uri, resources=resources, try_id=f"try-{run_id}")  # fmt: skip
     return backend, backend.submit(request)
@@ -191,3 +192,16 @@ def _gone(backend, handle) -> bool:
     except Exception as exc:
         return backend.is_gone(exc)
     return False
+
+
+def test_a_file_root_on_a_shared_volume_needs_no_urls(k8s, ctl, tmp_path):
+    from airflow_stepop.artifacts.storage import worker_storage
+    from airflow_stepop.backends.outcome import read_result
+
+    root = tmp_path / "shared"
+    volume = {"hostPath": {"path": str(root), "type": "DirectoryOrCreate"}}
+    backend, handle = submit({**k8s, "root": f"file://{root}"}, answer, [],
+                             artifact_volume=volume)  # fmt: skip
+    assert event_of(backend, handle)["status"] == "succeeded"
+    assert read_result(handle, worker_storage(None), None).value == 42
+    assert handle["output_uri"] == handle["run_uri"]  # written in place, on the volume
