@@ -40,6 +40,7 @@ from airflow_stepop.operators.completion import StepCompletion
 from airflow_stepop.operators.image_wait import ImageWait
 from airflow_stepop.operators.job_wait import JobWait
 from airflow_stepop.operators.unknown_arguments import refuse_unknown_arguments
+from airflow_stepop.setting_values import SettingsError
 
 if TYPE_CHECKING:  # imported where used: a DAG file's parse needs none of them
     from airflow_stepop.backends.base import JobRequest, JobService, StepBackend
@@ -153,6 +154,13 @@ class BaseStepOperator(CapacityFailover, StepCompletion, ImageWait, JobWait, Bas
         name = getattr(self, "custom_operator_name", None) or type(self).__name__
         task_id = getattr(self, "task_id", None)
         return f"{name}(task_id={task_id!r})" if task_id else name
+
+    def refuse_failover(self, why: str) -> None:
+        """A backend with no machine types to fail over between refuses ``fallback_types`` and
+        ``capacity_attempts``, saying ``why`` and what to do instead."""
+        if self.fallback_types or self.capacity_attempts is not None:
+            name = "fallback_types" if self.fallback_types else "capacity_attempts"
+            raise SettingsError(f"{self.argument_owner}.{name}: {why}")
 
     # ---- what a service's subclass provides ------------------------------------------------
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from airflow_stepop.backends import arguments as check
 from airflow_stepop.backends.kubernetes.config import STORE_CONNECTIONS, KubernetesJobConfig
 from airflow_stepop.operators.base import BaseStepOperator
-from airflow_stepop.setting_values import SettingsError
 
 if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not need it
     from airflow_stepop.backends.kubernetes.backend import KubernetesBackend
@@ -86,13 +85,11 @@ class KubernetesStepOperator(BaseStepOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if self.fallback_types or self.capacity_attempts is not None:
-            name = "fallback_types" if self.fallback_types else "capacity_attempts"
-            raise SettingsError(
-                f"{self.argument_owner}.{name}: a Kubernetes step's pod waits for a node with "
-                "room (schedule_timeout=), with no machine types to fail over between. Drop it, "
-                "or list the node pools it may use with node_selector= or tolerations=."
-            )
+        self.refuse_failover(
+            "a Kubernetes step's pod waits for a node with room (schedule_timeout=), with no "
+            "machine types to fail over between. Drop it, or list the node pools it may use "
+            "with node_selector= or tolerations=."
+        )
         self.kubernetes_conn_id = check.conn_id(
             self.argument_owner, "kubernetes_conn_id", kubernetes_conn_id, "kubernetes_default"
         )

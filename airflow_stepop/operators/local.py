@@ -13,7 +13,6 @@ from airflow_stepop.backends.local.config import (
     max_runtime_seconds,
 )
 from airflow_stepop.operators.base import BaseStepOperator
-from airflow_stepop.setting_values import SettingsError
 
 if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not need it
     from airflow_stepop.backends.local.backend import LocalBackend
@@ -29,13 +28,10 @@ class LocalStepOperator(BaseStepOperator):
 
     def __init__(self, *, max_runtime: timedelta | int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if self.fallback_types or self.capacity_attempts is not None:
-            name = "fallback_types" if self.fallback_types else "capacity_attempts"
-            raise SettingsError(
-                f"{self.argument_owner}.{name}: the local backend runs on the worker's own "
-                "machine, with no machine types to fail over between. Drop it (it applies to "
-                "SageMaker, Vertex AI and Azure ML steps)."
-            )
+        self.refuse_failover(
+            "the local backend runs on the worker's own machine, with no machine types to fail "
+            "over between. Drop it (it applies to SageMaker, Vertex AI and Azure ML steps)."
+        )
         if self.artifact_root is not None:
             check_root(f"{self.argument_owner}.artifact_root", self.artifact_root)
         self.max_runtime_s = max_runtime_seconds(self.argument_owner, max_runtime)
