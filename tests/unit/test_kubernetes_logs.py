@@ -130,3 +130,12 @@ def test_a_second_of_log_longer_than_a_wide_read_is_skipped_saying_so(monkeypatc
     assert everything[0].startswith("burst 0")
     assert any("the rest of that second is skipped" in line for line in everything)
     assert everything[-1] == "after the burst"
+
+
+def test_a_cursor_the_job_rewrote_is_read_only_as_far_as_it_makes_sense():
+    kubelet = Kubelet()
+    kubelet.write("train-t1-abcde", 1, "hello")
+    for bad in ({"time": 5}, {"count": "x"}, {"count": -1}, {"reads": True}, "text", None):
+        got, cursor = read(kubelet, [pod("train-t1-abcde")], {"pods": {"train-t1-abcde": bad}})
+        assert got == ["hello"], bad  # read from the start, as a pod never seen
+    assert read(kubelet, [pod("train-t1-abcde")], ["not", "a", "dict"])[0] == ["hello"]

@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 
+from airflow_stepop.backends import naming
 from airflow_stepop.backends.base import JobRequest
 from airflow_stepop.backends.kubernetes import manifest
 from airflow_stepop.backends.kubernetes.config import KubernetesJobConfig
@@ -13,6 +14,7 @@ from airflow_stepop.backends.naming import task_key
 from airflow_stepop.settings import ResourceSettings
 
 DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+DNS_1035 = r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?"  # a Service's name
 LABEL_VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?"
 SIGNED = "https://bucket.s3.amazonaws.com/k?X-Amz-Signature=0123abcd"
 KEY = task_key("Train_Models", "manual__2026-11-29T10:00:00+00:00", "Fit.Model", 3, "ti-9")
@@ -125,13 +127,18 @@ def test_labels_find_the_task_instance_and_annotations_keep_its_full_identity():
 
 def test_job_names_are_dns_labels_that_leave_room_for_pod_indexes():
     long_key = task_key("D" * 200, "r", "T_" * 100, -1)
-    for key in (KEY, long_key):
-        for try_number in (1, 12):
-            name = manifest.job_name(key, try_number)
-            assert re.fullmatch(DNS_LABEL, name) and len(name) <= manifest.NAME_MAX
-            assert re.fullmatch(DNS_LABEL, f"{name}-99")
-    assert manifest.job_name(KEY, 1) != manifest.job_name(KEY, 2)
-    assert manifest.job_name(KEY, 1, salt="Q7") != manifest.job_name(KEY, 1)
+    digit_key = task_key("2024_Backfill", "r", "Fit", -1)
+    names = set()
+    for key in (KEY, long_key, digit_key):
+        for try_number, salt in ((1, ""), (12, ""), (1, "Q7x")):
+            name = manifest.job_name(naming.job_name(key, try_number, salt=salt))
+            assert re.fullmatch(DNS_1035, name) and len(name) <= manifest.NAME_MAX, name
+            assert re.fullmatch(DNS_LABEL, f"{name}-99") and len(f"{name}-99-abcde") <= 63
+            assert naming.task_digest(key) in name  # the task's hash survives every cut
+            names.add(name)
+    assert len(names) == 9  # every task, try and salt its own Job
+    request_name = naming.job_name(KEY, 1)
+    assert manifest.job_name(request_name) == manifest.job_name(request_name)
 
 
 def test_label_values_of_any_text_are_valid_and_distinct():

@@ -8,10 +8,11 @@ The worker's calls live here (the official ``kubernetes`` client), the triggerer
    built by the worker's engine only on a registry miss, pushed to ``image_repository``), the
    transfer document (signed URLs for an object store root, ``transfer.py``) and the three
    objects, all as JSON;
-2. ``create``: the Secret first (its pods read it at start), then the Job, which then owns the
-   Secret (and, for several pods, their headless Service): they go with it. A Job of the same
-   name that exists is this try's own only when its container's ``STEPOP_TRY_ID`` (in the pod
-   template, which cannot change after create) is this try's id; else ``JobNameTakenError``.
+2. ``create``: the Job, then the Secret and (for several pods) the headless Service, each
+   owned by the Job from its create on: they go with it, and no call ever changes them (its
+   pods wait for the Secret to mount). A Job of the same name that exists is this try's own
+   only when its container's ``STEPOP_TRY_ID`` (in the pod template, which cannot change
+   after create) is this try's id; else ``JobNameTakenError``, and nothing of it is touched.
 
 A finished Job's Secret is deleted at ``release``: its URLs are not needed any more. The Job
 stays for ``ttl_after_finished`` (its logs, and the step cache's proof of a result).
@@ -38,10 +39,8 @@ from airflow_stepop.backends.kubernetes import job as job_states
 from airflow_stepop.backends.kubernetes import manifest, transfer
 from airflow_stepop.backends.kubernetes.clients import read_access, sync_client
 from airflow_stepop.backends.kubernetes.config import KubernetesJobConfig
-from airflow_stepop.backends.kubernetes.triggerer_calls import (
-    JOB_NAME_LABEL,
-    KubernetesTriggererCalls,
-)
+from airflow_stepop.backends.kubernetes.job import JOB_NAME_LABEL
+from airflow_stepop.backends.kubernetes.triggerer_calls import KubernetesTriggererCalls
 from airflow_stepop.backends.ratelimit import list_limiter
 from airflow_stepop.runtime.spec import SPEC_SHA256_ENV
 from airflow_stepop.setting_values import SettingsError
@@ -52,10 +51,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MERGE_PATCH = "application/merge-patch+json"
+TIMEOUT = (10, 60)  # seconds to connect, to read: no worker call waits for ever
 RBAC = (
-    "The connection's account needs, in the namespace: create, get, list and delete on jobs, "
-    "secrets and services; get and list on pods and pods/log (docs/kubernetes.md, RBAC)."
+    "The connection's account needs, in the namespace: create, get, list and delete on jobs; "
+    "create and delete on secrets and services; get and list on pods and pods/log "
+    "(docs/kubernetes.md, RBAC)."
 )
 
 
@@ -134,7 +134,7 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
             expires = transfer.url_lifetime(job.max_runtime_s, job.schedule_timeout_s or 0)
             plan = transfer.plan(request, spec, storage, signer, output_uri=output_uri,
                                  expires_s=expires)  # fmt: skip
-        name = request.job_name
+        name = manifest.job_name(request.job_name)
         launch = manifest.launch_document(request, name, job, output_uri=output_uri,
                                           transfer=plan)  # fmt: skip
         launch_bytes = transfer.secret_bytes(launch)
@@ -146,7 +146,6 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
         secret = manifest.secret(name, job.namespace, labels, {
             manifest.ENTRY_FILE: entry_bytes, manifest.LAUNCH_FILE: launch_bytes,
         })  # fmt: skip
-        secret["metadata"]["annotations"] = {manifest.TRY_ID: request.try_id}
         service = None
         if job.instance_count > 1:
             service = manifest.headless_service(name, job.namespace, labels)
@@ -165,52 +164,60 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
         return PreparedJob(prepared, image.build)
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The Secret, the Job, then the Job's ownership of the Secret (and the Service)."""
+        """The Job, then its Secret and Service, each owned by it from its create on: they go
+        with it, and no call ever changes them. The pods wait for the Secret to mount."""
         batch, core = self._apis()
         handle, namespace = body["handle"], body["handle"]["namespace"]
         name = body["job"]["metadata"]["name"]
-        secret_name = body["secret"]["metadata"]["name"]
-        self._put_secret(core, namespace, body["secret"], body.get("try_id") or "")
         try:
-            created = self._plain(batch.create_namespaced_job(namespace, body["job"]))
+            created = self._plain(
+                batch.create_namespaced_job(namespace, body["job"], _request_timeout=TIMEOUT)
+            )
+            attached = False
         except Exception as exc:
             if status_code(exc) != 409:
-                self._delete_quietly(core.delete_namespaced_secret, secret_name, namespace)
                 raise self._refusal(exc, namespace) from exc
-            created = self._plain(batch.read_namespaced_job(name, namespace))
+            created = self._plain(
+                batch.read_namespaced_job(name, namespace, _request_timeout=TIMEOUT)
+            )
             owner = _container_env(created).get(TRY_ID_ENV)
             if body.get("try_id") and owner != body["try_id"]:
                 raise JobNameTakenError(name, owner) from None
-            log.info("Job %s exists already; attaching to it", name)
-        owners = {"metadata": {"ownerReferences": manifest.owned_by(created)}}
-        core.patch_namespaced_secret(secret_name, namespace, owners, _content_type=MERGE_PATCH)
+            log.info("Job %s exists already; attaching to it", name)  # this try's lost create
+            attached = True
+        owners = manifest.owned_by(created)
+        secret = {**body["secret"], "metadata": {**body["secret"]["metadata"],
+                                                 "ownerReferences": owners}}  # fmt: skip
+        made = self._create_owned(core.create_namespaced_secret, namespace, secret)
+        if made and attached:  # a worker lost between the Job and its Secret: the Job checks
+            self.stop({"job_id": name, "namespace": namespace})  # another launch document
+            raise RuntimeError(
+                f"Job {name} was created by an earlier attempt of this try without its Secret "
+                "(its worker was lost in between), so its pods could never start: it is "
+                "deleted, and the task's retry starts the step again."
+            )
+        if not made and not attached:  # left by a deleted Job of this name: not this Job's
+            self._delete_quietly(core.delete_namespaced_secret, secret["metadata"]["name"],
+                                 namespace)  # fmt: skip
+            self._create_owned(core.create_namespaced_secret, namespace, secret)
         if body.get("service") is not None:
-            service = {**body["service"]}
-            service["metadata"] = {**service["metadata"], **owners["metadata"]}
-            try:
-                core.create_namespaced_service(namespace, service)
-            except Exception as exc:
-                if status_code(exc) != 409:
-                    raise
+            service = {**body["service"], "metadata": {**body["service"]["metadata"],
+                                                       "ownerReferences": owners}}  # fmt: skip
+            self._create_owned(core.create_namespaced_service, namespace, service)
         log.info("Job %s in namespace %s: %s, image %s", name, namespace, handle["machine"],
                  handle["image"])  # fmt: skip
         return dict(handle)
 
-    def _put_secret(self, core: Any, namespace: str, secret: dict, try_id: str) -> None:
-        """Create the Secret; one of that name from this try's lost create is replaced, one of
-        another try's means the Job's name is taken (nothing of it is touched)."""
-        name = secret["metadata"]["name"]
+    def _create_owned(self, create: Any, namespace: str, obj: dict[str, Any]) -> bool:
+        """Create an object the Job owns; False when one of its name is there already (the
+        Job's own, from an earlier attempt of this try: a new name is a new Job)."""
         try:
-            core.create_namespaced_secret(namespace, secret)
-            return
+            create(namespace, obj, _request_timeout=TIMEOUT)
         except Exception as exc:
-            if status_code(exc) != 409:
-                raise self._refusal(exc, namespace) from exc
-        existing = self._plain(core.read_namespaced_secret(name, namespace))
-        owner = ((existing.get("metadata") or {}).get("annotations") or {}).get(manifest.TRY_ID)
-        if try_id and owner != try_id:
-            raise JobNameTakenError(name.removesuffix("-stepop"), owner)
-        core.replace_namespaced_secret(name, namespace, secret)
+            if status_code(exc) == 409:
+                return False
+            raise self._refusal(exc, namespace) from exc
+        return True
 
     def _refusal(self, exc: Exception, namespace: str) -> Exception:
         """The API's refusal of a create, in words that say what to change."""
@@ -233,7 +240,7 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
         account that may not read namespaces (most may not) is not refused for that."""
         _, core = self._apis()
         try:
-            core.read_namespace(namespace)
+            core.read_namespace(namespace, _request_timeout=TIMEOUT)
         except Exception as exc:
             if status_code(exc) == 404:
                 raise self._refusal(exc, namespace) from None
@@ -243,7 +250,7 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
     @staticmethod
     def _delete_quietly(delete: Any, name: str, namespace: str) -> None:
         try:
-            delete(name, namespace)
+            delete(name, namespace, _request_timeout=TIMEOUT)
         except Exception as exc:
             if status_code(exc) != 404:
                 log.warning("Could not delete %s in %s: %s", name, namespace, api_message(exc))
@@ -290,34 +297,40 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
         list_limiter(self.poll_group()).acquire()
         answer = self._plain(batch.list_namespaced_job(
             self.job.namespace, label_selector=manifest.task_selector(task_key), limit=50,
+            _request_timeout=TIMEOUT,
         ))  # fmt: skip
         for job in answer.get("items") or []:
+            if _container_env(job).get(manifest.TASK_KEY_ENV) != task_key:
+                continue  # labels anyone may set: the env, fixed at the create, says whose
             status = job_states.job_status(job, [], schedule_timeout_s=float("inf"))
             if not status.terminal and not status.stopping:
                 return self.handle_from_job(job)
         return None
 
     def handle_from_job(self, job: dict[str, Any]) -> dict[str, Any]:
-        """A handle made from the Job alone (its annotations say where its files are)."""
-        meta = job.get("metadata") or {}
-        annotations = meta.get("annotations") or {}
+        """A handle made from the Job alone: its pod template's environment, which no one can
+        change after the create, says whose it is and where its files are."""
+        env = _container_env(job)
         assert self.job is not None
         return {
-            "job_id": meta["name"],
-            "namespace": meta["namespace"],
-            "task_key": annotations.get(manifest.TASK_KEY, ""),
-            "run_uri": annotations.get(manifest.RUN_URI, ""),
-            "output_uri": annotations.get(manifest.OUTPUT_URI, ""),
+            "job_id": job["metadata"]["name"],
+            "namespace": job["metadata"]["namespace"],
+            "task_key": env.get(manifest.TASK_KEY_ENV, ""),
+            "run_uri": env.get(manifest.RUN_URI_ENV, ""),
+            "output_uri": env.get(manifest.OUTPUT_URI_ENV, ""),
             "schedule_timeout_s": self.job.schedule_timeout_s or 0.0,
         }
 
     def _read(self, namespace: str, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """A Job and the pods it owns (a pod's labels alone anyone may set)."""
         batch, core = self._apis()
-        job = self._plain(batch.read_namespaced_job(name, namespace))
+        job = self._plain(batch.read_namespaced_job(name, namespace, _request_timeout=TIMEOUT))
         pods = self._plain(
-            core.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME_LABEL}={name}")
+            core.list_namespaced_pod(
+                namespace, label_selector=f"{JOB_NAME_LABEL}={name}", _request_timeout=TIMEOUT
+            )
         )
-        return job, pods.get("items") or []  # fmt: skip
+        return job, job_states.owned_pods(job, pods.get("items") or [])  # fmt: skip
 
     def status(self, handle: dict[str, Any]) -> JobStatus:
         job, pods = self._read(handle["namespace"], handle["job_id"])
@@ -337,7 +350,8 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
         batch, _ = self._apis()
         try:
             batch.delete_namespaced_job(handle["job_id"], handle["namespace"],
-                                        propagation_policy="Foreground")  # fmt: skip
+                                        propagation_policy="Foreground",
+                                        _request_timeout=TIMEOUT)  # fmt: skip
         except Exception as exc:
             if status_code(exc) != 404:
                 raise

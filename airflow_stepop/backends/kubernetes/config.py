@@ -142,12 +142,12 @@ class KubernetesJobConfig:
                 "a PriorityClass name",
                 "high-priority",
             ),  # fmt: skip
-            queue_name=check.matching(
+            queue_name=check.matching(  # a label's value: at most 63
                 owner,
                 "queue_name",
                 queue_name,
-                shapes.DNS_SUBDOMAIN,
-                "a Kueue LocalQueue name",
+                f"(?=.{{1,63}}$){shapes.DNS_SUBDOMAIN}",
+                "a Kueue LocalQueue name of at most 63 characters",
                 "user-queue",
             ),  # fmt: skip
             gpu_resource=gpu_resource,
@@ -161,6 +161,12 @@ class KubernetesJobConfig:
         image; the root the task resolved must be one its pods can reach."""
         from airflow_stepop import config
 
+        if self.artifact_volume is not None and not artifact_root.startswith("file://"):
+            raise SettingsError(
+                f"{owner}.artifact_volume is for a file:// artifact root on a shared volume, "
+                f"but the root is {artifact_root!r} ({config.artifact_root_options('kubernetes')}"
+                "): drop artifact_volume, or set the root to the volume's file:// path."
+            )
         if artifact_root.startswith("file://") or "://" not in artifact_root:
             if self.artifact_volume is None:
                 raise SettingsError(

@@ -27,6 +27,7 @@ A signed URL is a credential: no message here ever shows one, only the file it i
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import shutil
@@ -71,7 +72,7 @@ def _retrying(what: str, call):
         except urllib.error.HTTPError as exc:
             if exc.code < 500 and exc.code != 429 or attempt == ATTEMPTS:
                 raise TransferError(f"{what}: the store answered HTTP {exc.code}") from None
-        except (urllib.error.URLError, OSError) as exc:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             if attempt == ATTEMPTS:
                 reason = getattr(exc, "reason", exc)
                 raise TransferError(f"{what}: {type(exc).__name__} ({reason})") from None
@@ -98,8 +99,8 @@ def _form_body(fields: dict, key: str, path: str):
         for name, value in [*fields.items(), ("key", key)]
     )
     head += (
-        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="'
-        f'{os.path.basename(key)}"\r\nContent-Type: application/octet-stream\r\n\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="blob"'
+        "\r\nContent-Type: application/octet-stream\r\n\r\n"
     ).encode()
     tail = f"\r\n--{boundary}--\r\n".encode()
     size = len(head) + os.path.getsize(path) + len(tail)
@@ -162,6 +163,14 @@ def upload_tree(grant: dict, directory: str, unchanged: dict | None = None) -> i
     return len(files)
 
 
+def inside(work: str, relative: str) -> str:
+    """``relative`` under ``work``, refused when it would lead out of it."""
+    target = os.path.normpath(os.path.join(work, relative))
+    if not target.startswith(os.path.normpath(work) + os.sep):
+        raise TransferError(f"the file {relative!r} would be written outside the step's directory")
+    return target
+
+
 def local_path(uri: str) -> str:
     parts = urlsplit(uri)
     return unquote(parts.path) if parts.scheme in ("file", "local") else uri
@@ -190,7 +199,7 @@ def fetch_all(launch: dict, work: str) -> tuple[dict, str, str, str]:
         return {}, code, launch["output_uri"], local_path(launch["checkpoint_uri"])
     started = time.monotonic()
     for item in transfer["downloads"]:
-        download(item["url"], os.path.join(work, item["path"]))
+        download(item["url"], inside(work, item["path"]))
     print(f"[stepop] fetched {len(transfer['downloads'])} files in "
           f"{time.monotonic() - started:.1f}s", flush=True)  # fmt: skip
     path_map = {uri: os.path.join(work, rel) for uri, rel in transfer["path_map"].items()}
@@ -235,8 +244,8 @@ def main(argv: list) -> int:
     if transfer is None or rank != "0":
         return exit_code
     try:
-        sent = upload_tree(transfer["uploads"]["output"], output_dir)
         upload_tree(transfer["uploads"]["checkpoint"], checkpoints, downloaded)
+        sent = upload_tree(transfer["uploads"]["output"], output_dir)  # result.json last
     except (TransferError, OSError) as exc:
         print(f"[stepop] the step's results could not be uploaded: {exc}", file=sys.stderr)
         return exit_code or 1

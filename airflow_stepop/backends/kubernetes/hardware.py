@@ -26,9 +26,6 @@ GFD_LABEL = "nvidia.com/gpu.product"
 GKE_LABEL = "cloud.google.com/gke-accelerator"
 DEFAULT_GPU_LABEL = GFD_LABEL
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
-# The toleration of the taint GPU node pools carry (GKE and AKS add it; the GPU operator's docs
-# suggest it): a pod that asks for a GPU tolerates it.
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 # Our GPU model names -> the values each labeller gives a node with that GPU.
 GPU_PRODUCTS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -102,6 +99,13 @@ def container_resources(resources: ResourceSettings | None, gpu_resource: str) -
     if limits:
         out["limits"] = limits
     return out
+
+
+def gpu_toleration(gpu_resource: str) -> dict[str, str]:
+    """The toleration of the taint GPU node pools carry, keyed by the GPU's resource name
+    (``nvidia.com/gpu`` on GKE and AKS pools, as the GPU operator's docs suggest): a pod that
+    asks for a GPU tolerates it."""
+    return {"key": gpu_resource, "operator": "Exists", "effect": "NoSchedule"}
 
 
 def gpu_affinity(label: str, products: tuple[str, ...]) -> dict[str, Any]:

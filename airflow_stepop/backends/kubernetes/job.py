@@ -35,9 +35,30 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
-def _container_state(pod: dict[str, Any]) -> dict[str, Any]:
+CONTAINER = "step"  # the step's container in every pod (``manifest``)
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # the Job controller's label on its pods
+
+
+def owned_pods(job: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods the Job made: their controller is its uid (a label anyone may set)."""
+    uid = (job.get("metadata") or {}).get("uid")
+    return [
+        pod
+        for pod in pods
+        if any(
+            ref.get("uid") == uid and ref.get("controller")
+            for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
+        )
+    ]
+
+
+def container_state(pod: dict[str, Any]) -> dict[str, Any]:
+    """The step container's state (a sidecar's status may come first: they sort by name)."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return (statuses[0].get("state") or {}) if statuses else {}
+    for status in statuses:
+        if status.get("name") == CONTAINER:
+            return status.get("state") or {}
+    return {}
 
 
 def pod_failure(pod: dict[str, Any]) -> str | None:
@@ -46,7 +67,7 @@ def pod_failure(pod: dict[str, Any]) -> str | None:
     name = (pod.get("metadata") or {}).get("name", "the pod")
     if status.get("reason") == "Evicted":
         return f"Evicted: pod {name} was evicted from its node: {status.get('message', '')}".strip()
-    state = _container_state(pod)
+    state = container_state(pod)
     waiting = state.get("waiting") or {}
     if waiting.get("reason") in STUCK_WAITING:
         return f"{waiting['reason']}: {waiting.get('message') or 'the container cannot start'}"
@@ -141,7 +162,7 @@ def job_details(job: dict[str, Any], pods: list[dict[str, Any]]) -> dict[str, An
     """Small facts of a Job: its pods' nodes, their run time and exit codes (for billing)."""
     seconds, nodes, exit_codes = 0.0, [], []
     for pod in pods:
-        ended = _container_state(pod).get("terminated") or {}
+        ended = container_state(pod).get("terminated") or {}
         seconds = max(seconds, _seconds(ended.get("startedAt"), ended.get("finishedAt")))
         if (pod.get("spec") or {}).get("nodeName"):
             nodes.append(pod["spec"]["nodeName"])

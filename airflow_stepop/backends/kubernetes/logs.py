@@ -21,12 +21,12 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from airflow_stepop.backends.kubernetes.job import CONTAINER, container_state
 from airflow_stepop.backends.log_lines import MORE, relayed_lines
 
 READ_BYTES = 1 << 20
 WIDE_READ_BYTES = 8 << 20
 FINAL_READS = 50  # per pod: 50 MiB of a finished step's log into the task log
-CONTAINER = "step"
 
 
 def split_stamp(line: str) -> tuple[str, str]:
@@ -82,12 +82,12 @@ async def read_new_lines(
     read (none: stop here). The cursor is kept where the job may write: only pods named after
     this Job are read.
     """
-    saved = (cursor or {}).get("pods")
+    saved = (cursor or {}).get("pods") if isinstance(cursor, dict) else None
     state: dict[str, dict[str, Any]] = {
-        name: dict(value)
-        for name, value in (saved if isinstance(saved, dict) else {}).items()
-        if isinstance(name, str) and name.startswith(f"{job}-") and isinstance(value, dict)
-    }
+        name: value
+        for name, value in ((n, _pod_cursor(v)) for n, v in (saved or {}).items())
+        if isinstance(name, str) and name.startswith(f"{job}-") and value is not None
+    } if isinstance(saved, dict) else {}  # fmt: skip
     several = len(pods) > 1
     lines: list[str] = []
     more = False
@@ -115,6 +115,21 @@ async def read_new_lines(
     if more:
         out[MORE] = True
     return lines, out
+
+
+def _pod_cursor(value: Any) -> dict[str, Any] | None:
+    """A pod's saved cursor as this module writes it, or None: the cursor is kept where the job
+    may write, and a value of another type would stop the relay, or lift its bounds."""
+    if not isinstance(value, dict):
+        return None
+    stamp, count, reads = value.get("time", ""), value.get("count", 0), value.get("reads", 0)
+    if not isinstance(stamp, str) or (stamp and not split_stamp(stamp + " x")[0]):
+        return None
+    numbers = (count, reads)
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in numbers):
+        return None
+    return {"time": stamp, "count": count, "reads": min(reads, FINAL_READS),
+            "ended": value.get("ended") is True}  # fmt: skip
 
 
 async def _read(
@@ -158,7 +173,6 @@ def _index(pod: dict[str, Any]) -> int:
 
 
 def _started(pod: dict[str, Any]) -> bool:
-    """Whether the pod's container has started (a waiting one has no log yet)."""
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    state = (statuses[0].get("state") or {}) if statuses else {}
+    """Whether the pod's step container has started (a waiting one has no log yet)."""
+    state = container_state(pod)
     return "running" in state or "terminated" in state

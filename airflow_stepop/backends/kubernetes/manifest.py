@@ -6,12 +6,13 @@ backend's.
   ``activeDeadlineSeconds`` (``max_runtime``), ``ttlSecondsAfterFinished``; an Indexed Job of
   ``instance_count`` pods when there are several; created suspended with the Kueue queue label
   when ``queue_name`` is set (Kueue admits it).
-* **Identity**: the name is ``naming.job_name`` in Kubernetes' lowercase alphabet, short enough
-  for ``<job>-<index>`` host names; labels say who manages it and which task instance it runs
-  (``stepop.io/task``, a hash: re-attach and the poller's List select on it) and carry the
-  Airflow ids in label form; annotations carry what labels cannot hold: the try's id (a Job of
-  this name is only taken for this try's own), the full task key, the spec's sha256 and where
-  the run's files are (a handle is rebuilt from the Job alone).
+* **Identity**: the name is the request's (``naming.job_name``) in Kubernetes' lowercase
+  alphabet, short enough for ``<job>-<index>`` host names (``job_name``). Labels say who
+  manages it and which task instance it runs (``stepop.io/task``, a hash: re-attach and the
+  poller's List select on it) and carry the Airflow ids in label form; annotations say the
+  same in full, for people. What re-attach and the step cache trust is the step container's
+  environment, which no one can change after the create: the try's id, the task key, the
+  spec's sha256 and where the run's files are.
 * **Pod**: one container, ``step``, whose command is the bootstrap (``backends/bootstrap.py``)
   checking the entry script and its launch document, both in the Secret, mounted read-only at
   ``SECRET_DIR``. The signed URLs are in the launch document: never in the spec or the env.
@@ -32,11 +33,10 @@ from airflow_stepop.backends.bootstrap import (
 )
 from airflow_stepop.backends.kubernetes import hardware
 from airflow_stepop.backends.kubernetes.config import KUEUE_QUEUE_LABEL, KubernetesJobConfig
-from airflow_stepop.backends.naming import job_name as service_job_name
+from airflow_stepop.backends.kubernetes.job import CONTAINER
 from airflow_stepop.backends.naming import task_digest
 
 NAME_MAX = 52  # <job>-<index> host names and the pods' job-name label stay within 63
-CONTAINER = "step"
 SECRET_DIR = "/var/run/stepop"
 ENTRY_FILE = "stepop_entry.py"
 LAUNCH_FILE = "stepop_launch.json"
@@ -48,13 +48,26 @@ TASK_KEY = "stepop.io/task-key"
 SPEC_SHA256 = "stepop.io/spec-sha256"
 RUN_URI = "stepop.io/run-uri"
 OUTPUT_URI = "stepop.io/output-uri"
+# The same facts in the step container's environment, which no one can change after the
+# create (annotations anyone who may patch Jobs can): what re-attach and the step cache read.
+TASK_KEY_ENV, RUN_URI_ENV, OUTPUT_URI_ENV = "STEPOP_TASK_KEY", "STEPOP_RUN_URI", "STEPOP_OUTPUT_URI"
 MASTER_PORT = 29500
 _NOT_LABEL = re.compile(r"[^A-Za-z0-9_.-]+")
+_NAME_TAIL = re.compile(r"-[0-9a-f]{10}-t\d+(-[a-z0-9]+)?$")  # naming.job_name's hash and try
 
 
-def job_name(key: str, try_number: int, salt: str = "") -> str:
-    """The Job's name: the shared naming rule, lowercased (a DNS-1123 label)."""
-    return service_job_name(key, try_number, max_length=NAME_MAX, salt=salt.lower()).lower()
+def job_name(request_name: str) -> str:
+    """The Job's name for a request's (``naming.job_name``: ``<slug>-<hash>-t<try>[-<salt>]``,
+    up to 63 characters, capitals kept): lowercase, at most ``NAME_MAX``, the slug cut first,
+    starting with a letter (the headless Service's name, a DNS-1035 label, is the Job's). The
+    same request name always gives the same Job name."""
+    name = request_name.lower()
+    tail = _NAME_TAIL.search(name)
+    if len(name) > NAME_MAX and tail:  # keep the task's hash and the try whole
+        head = name[: tail.start()][: NAME_MAX - len(tail.group()) - 1].rstrip("-")
+        name = f"{head}{tail.group()}" if head else tail.group().lstrip("-")
+    name = name[:NAME_MAX].rstrip("-")
+    return name if name[:1].isalpha() else f"s{name}"[:NAME_MAX].rstrip("-")
 
 
 def label_value(value: str) -> str:
@@ -150,22 +163,25 @@ def owned_by(job: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": meta["uid"]}]
 
 
-def _environment(request: JobRequest) -> list[dict[str, str]]:
+def _environment(request: JobRequest, output_uri: str) -> list[dict[str, str]]:
     env = {**request.environment, "PYTHONUNBUFFERED": "1"}
     env.update(bootstrap_environment(request.spec_sha256, request.try_id))  # after the user's
+    env.update({TASK_KEY_ENV: request.task_key, RUN_URI_ENV: request.run_uri,
+                OUTPUT_URI_ENV: output_uri})  # fmt: skip
     return [{"name": key, "value": value} for key, value in env.items()]
 
 
 def _pod_spec(
-    request: JobRequest, name: str, job: KubernetesJobConfig, image: str, checked: list
-) -> dict[str, Any]:
+    request: JobRequest, name: str, job: KubernetesJobConfig, image: str, checked: list,
+    output_uri: str,
+) -> dict[str, Any]:  # fmt: skip
     assert job.gpu_resource is not None and job.gpu_label is not None  # completed()
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
         "command": ["python3"],
         "args": bootstrap_arguments(checked, [ENTRY_FILE, LAUNCH_FILE]),
-        "env": _environment(request),
+        "env": _environment(request, output_uri),
         "volumeMounts": [{"name": "stepop", "mountPath": SECRET_DIR, "readOnly": True}],
     }
     resources = hardware.container_resources(request.resources, job.gpu_resource)
@@ -184,8 +200,9 @@ def _pod_spec(
     }
     tolerations = list(job.tolerations)
     gpus = request.resources is not None and bool(request.resources.gpu_count)
-    if gpus and hardware.GPU_TOLERATION not in tolerations:
-        tolerations.append(dict(hardware.GPU_TOLERATION))
+    toleration = hardware.gpu_toleration(job.gpu_resource)
+    if gpus and toleration not in tolerations:
+        tolerations.append(toleration)
     if tolerations:
         spec["tolerations"] = tolerations
     if job.node_selector:
@@ -224,7 +241,7 @@ def job_manifest(
         "ttlSecondsAfterFinished": job.ttl_after_finished_s,
         "template": {
             "metadata": {"labels": labels, "annotations": dict(job.annotations)},
-            "spec": _pod_spec(request, name, job, image, checked),
+            "spec": _pod_spec(request, name, job, image, checked, output_uri),
         },
     }
     if job.instance_count > 1:

@@ -29,7 +29,7 @@ import math
 from typing import Any, Protocol
 
 from airflow_stepop.backends.base import JobRequest
-from airflow_stepop.runtime.storage import Storage
+from airflow_stepop.runtime.storage import Storage, unsafe_key
 from airflow_stepop.runtime.values import input_uris
 from airflow_stepop.setting_values import SettingsError
 
@@ -109,7 +109,15 @@ def _files(storage: Storage, uri: str) -> list[tuple[str, str]]:
     for key in sorted(fs.find(path.rstrip("/"))):
         if key.endswith("/") or not key.startswith(base):  # a folder marker, or not below it
             continue
-        out.append((f"{scheme}://{key}", key.removeprefix(base)))
+        relative = key.removeprefix(base)
+        problem = unsafe_key(relative)
+        if problem:  # a job's upload grant lets it name keys: never a path out of the pod's dir
+            raise ValueError(
+                f"The artifact {uri} holds the key {key!r}, which {problem}: a pod would write "
+                "it outside its own directory. Refusing to start the step; re-run the task that "
+                "produced it, and check who else writes that root."
+            )
+        out.append((f"{scheme}://{key}", relative))
     return out
 
 
@@ -136,6 +144,14 @@ def plan(
             add(uri, f"{RUN_DIR}/{relative}")
     path_map = {request.code_uri: CODE_FILE, run_uri: RUN_DIR}
     outside = sorted({uri for uri in input_uris(spec) if not uri.startswith(run_uri + "/")})
+    scheme = run_uri.split("://", 1)[0]
+    for uri in outside:
+        if not uri.startswith(f"{scheme}://"):
+            raise SettingsError(
+                f"An input of this step is the artifact {uri}, which a Kubernetes step on a "
+                f"{scheme}:// root cannot read (its pod gets signed URLs for that store only). "
+                f"Give the upstream task a {scheme}:// artifact root, or pass the value itself."
+            )
     for index, uri in enumerate(outside):
         local = f"{INPUTS_DIR}/{index}"
         files = _files(storage, uri)

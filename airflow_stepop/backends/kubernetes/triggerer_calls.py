@@ -26,7 +26,12 @@ from urllib.parse import quote
 from airflow_stepop.backends.base import JobStatus
 from airflow_stepop.backends.kubernetes import logs
 from airflow_stepop.backends.kubernetes.clients import ClusterAccess, async_client, read_access
-from airflow_stepop.backends.kubernetes.job import job_status
+from airflow_stepop.backends.kubernetes.job import (
+    CONTAINER,
+    JOB_NAME_LABEL,
+    job_status,
+    owned_pods,
+)
 from airflow_stepop.backends.kubernetes.manifest import MANAGED_BY, TASK_LABEL
 from airflow_stepop.backends.naming import task_digest
 from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
@@ -38,7 +43,6 @@ MAX_OBJECT_BYTES = 4 << 20
 REQUEST_TIMEOUT_S = 60
 FOLLOW_SECONDS = 120.0  # a stopping pod's grace period (30 s by default) and its last upload
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
 class ApiError(RuntimeError):
@@ -93,7 +97,20 @@ class KubernetesTriggererCalls:
         body: Any = None,
     ) -> bytes:  # fmt: skip
         """One API call's answer, at most ``limit`` bytes (more: a failure, never a partial
-        document); an error Status raises ``ApiError``."""
+        document); an error Status raises ``ApiError``. A 401 makes the client again once: a
+        kubeconfig's exec plugin (EKS, GKE) gives tokens of minutes, and only a new client asks
+        it for another."""
+        try:
+            return await self._call(path, query, limit=limit, method=method, body=body)
+        except ApiError as exc:
+            if exc.status != 401:
+                raise
+        await self.aclose()
+        return await self._call(path, query, limit=limit, method=method, body=body)
+
+    async def _call(
+        self, path: str, query: dict[str, Any], *, limit: int, method: str, body: Any
+    ) -> bytes:
         client = await self._api()
         response = await client.call_api(
             path, method, query_params=list(query.items()),
@@ -171,6 +188,9 @@ class KubernetesTriggererCalls:
         return out
 
     def _seen(self, handle: dict[str, Any], job: dict, pods: list[dict]) -> JobStatus:
+        """The Job's state from it and the pods it owns (a pod's labels alone anyone may set);
+        the pods are kept for its log reads."""
+        pods = owned_pods(job, pods)
         status = job_status(job, pods, schedule_timeout_s=float(handle["schedule_timeout_s"]))
         self._pods[handle["job_id"]] = pods
         if status.terminal:
@@ -190,10 +210,9 @@ class KubernetesTriggererCalls:
 
     async def alogs(self, handle: dict[str, Any], cursor: Any) -> tuple[list[str], Any]:
         name, namespace = handle["job_id"], handle["namespace"]
-        pods = self._pods.get(name)
-        if pods is None:
-            pods = await self._list(f"/api/v1/namespaces/{namespace}/pods",
-                                    f"{JOB_NAME_LABEL}={name}")  # fmt: skip
+        if name not in self._pods:  # a trigger's first read before a poll: the Job's own pods
+            await self.astatus(handle)
+        pods = self._pods.get(name, [])
         final = name in self._ended
         followed: dict[str, str] = {}
         if final and name in self._followers:  # stopped: the logs its pods took with them
@@ -227,7 +246,7 @@ class KubernetesTriggererCalls:
     async def _follow(self, namespace: str, pod: str, since: str) -> str:
         """A pod's log from ``since`` (a stamp) to its container's end, as much as
         ``FOLLOW_SECONDS`` and ``logs.WIDE_READ_BYTES`` allow: what a stopping step printed."""
-        query: dict[str, Any] = {"container": logs.CONTAINER, "timestamps": "true",
+        query: dict[str, Any] = {"container": CONTAINER, "timestamps": "true",
                                  "follow": "true", "limitBytes": logs.WIDE_READ_BYTES}  # fmt: skip
         if since:
             query["sinceTime"] = since[:19] + "Z"
@@ -283,10 +302,26 @@ class KubernetesTriggererCalls:
                 raise
 
     async def _running_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The Job's running pods (none when it is gone already)."""
+        try:
+            job = json.loads(await self._read_bounded(
+                f"/apis/batch/v1/namespaces/{namespace}/jobs/{quote(name)}", {},
+                limit=MAX_OBJECT_BYTES,
+            ))  # fmt: skip
+        except ApiError as exc:
+            if exc.status == 404:
+                return []
+            raise
         pods = await self._list(f"/api/v1/namespaces/{namespace}/pods", f"{JOB_NAME_LABEL}={name}")
-        return [pod for pod in pods if (pod.get("status") or {}).get("phase") == "Running"]
+        running = [pod for pod in pods if (pod.get("status") or {}).get("phase") == "Running"]
+        return owned_pods(job, running)
 
     async def aclose(self) -> None:
+        """Close the client; a stop's log followers end with it."""
+        for tasks in self._followers.values():
+            for task in tasks.values():
+                task.cancel()
+        self._followers.clear()
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()

@@ -38,8 +38,7 @@ def submit(k8s, function, args, *, resources=None, image=BASE, **arguments) -> t
     """Stage ``function(*args)`` and start its Job through the backend: (backend, handle)."""
     from airflow_stepop.artifacts.storage import worker_storage
     from airflow_stepop.backends.base import JobRequest
-    from airflow_stepop.backends.kubernetes.manifest import job_name
-    from airflow_stepop.backends.naming import task_key
+    from airflow_stepop.backends.naming import job_name, task_key
     from airflow_stepop.packaging.staging import StepIdentity, stage_step
 
     config = KubernetesJobConfig.from_arguments(

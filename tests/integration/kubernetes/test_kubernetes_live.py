@@ -23,8 +23,7 @@ def test_a_step_runs_as_one_job_on_a_real_cluster(monkeypatch):
     from airflow_stepop.backends.base import JobRequest
     from airflow_stepop.backends.kubernetes.backend import KubernetesBackend
     from airflow_stepop.backends.kubernetes.config import KubernetesJobConfig
-    from airflow_stepop.backends.kubernetes.manifest import job_name
-    from airflow_stepop.backends.naming import task_key
+    from airflow_stepop.backends.naming import job_name, task_key
     from airflow_stepop.backends.outcome import read_result
     from airflow_stepop.packaging.staging import StepIdentity, stage_step
 

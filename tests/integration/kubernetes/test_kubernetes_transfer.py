@@ -148,3 +148,24 @@ def test_a_failed_download_names_the_file_and_never_the_signed_url(tmp_path: Pat
         entry.download(url, str(tmp_path / "in" / "weights.bin"))
     assert "weights.bin" in str(failed.value) and "404" in str(failed.value)
     assert "secret" not in str(failed.value) and endpoint not in str(failed.value)
+
+
+def test_a_key_that_would_lead_out_of_the_pods_directory_is_refused(s3, aws_connection):
+    client, _ = s3
+    planted = f"{ROOT}/runs/dag/run/bad/-1/1/outputs/model"
+    put(client, f"{planted}/weights.bin", b"w")
+    put(client, f"{planted}/../../../../../../../../usr/lib/python3/zz.pth", b"import os")
+    request = JobRequest(job_name="j", task_key="k", spec_uri=f"{RUN}/spec.json", run_uri=RUN,
+                         code_uri=CODE_URI)  # fmt: skip
+    spec = {"args": [{"ref": {"uri": planted}}], "kwargs": {}}
+    with pytest.raises(ValueError, match="outside its own directory"):
+        transfer.plan(request, spec, worker_storage(CONN), transfer.S3Signer(CONN),
+                      output_uri=RUN, expires_s=60)  # fmt: skip
+
+
+def test_the_entry_never_writes_outside_its_directory(tmp_path: Path):
+    work = tmp_path / "work"
+    assert entry.inside(str(work), "in/0/model.bin") == str(work / "in" / "0" / "model.bin")
+    for escape in ("../outside", "in/../../outside", "/etc/passwd"):
+        with pytest.raises(entry.TransferError, match="outside the step's directory"):
+            entry.inside(str(work), escape)
