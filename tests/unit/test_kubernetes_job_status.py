@@ -90,11 +90,31 @@ def test_a_step_that_raised_fails_with_its_exit_code():
     assert failed.reason == "Error: exit code 1"
 
 
-def test_an_image_that_cannot_be_pulled_fails_the_step_at_once_naming_it():
-    failed = status_of(job(), [pod("Pending", waiting="ImagePullBackOff")])
+def test_an_image_that_is_not_there_fails_at_once_a_pull_that_may_recover_waits():
+    lost = pod("Pending", waiting="ErrImagePull")
+    lost["status"]["containerStatuses"][0]["state"]["waiting"]["message"] = (
+        'failed to resolve reference "registry.example.com/ml/train:1": not found'
+    )
+    failed = status_of(job(), [lost])
     assert failed.state == "failed" and failed.held  # the Job is still there: it is deleted
-    assert "ImagePullBackOff" in failed.reason and '"bad:1"' in failed.reason
+    assert "ErrImagePull" in failed.reason and "registry.example.com/ml/train:1" in failed.reason
+    backing_off = pod("Pending", waiting="ImagePullBackOff")  # a registry's 429 or 5xx, say
+    waiting = status_of(job(), [backing_off])
+    assert waiting.state == "pending" and '"bad:1"' in waiting.reason  # said while it waits
+    backing_off["metadata"]["creationTimestamp"] = stamp(700)
+    over = status_of(job(), [backing_off])
+    assert over.state == "failed" and over.held and "ImagePullBackOff" in over.reason
     assert status_of(job(), [pod("Pending", waiting="ContainerCreating")]).state == "pending"
+
+
+def test_a_job_that_makes_no_pod_fails_after_the_schedule_timeout():
+    stuck = job()
+    stuck["metadata"]["creationTimestamp"] = stamp(30)
+    assert status_of(stuck).state == "pending"
+    stuck["metadata"]["creationTimestamp"] = stamp(700)
+    failed = status_of(stuck)
+    assert failed.state == "failed" and failed.held
+    assert failed.reason.startswith("NoPods") and "kubectl describe job train-t1" in failed.reason
 
 
 def test_an_unschedulable_pod_waits_with_the_schedulers_words_then_fails():

@@ -11,6 +11,7 @@ image), or no node can take it (the scheduler's message while it waits, a failur
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +20,11 @@ from airflow_stepop.backends.base import JobStatus, billing_record
 # Waiting reasons of a container that will not start without a change by a person.
 STUCK_WAITING = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName",
                  "CreateContainerConfigError", "CreateContainerError")  # fmt: skip
+# An image pull that will never succeed, in containerd's words (a 429 or a 5xx of the registry
+# is retried by the kubelet: that pull fails the step only after the schedule timeout).
+_LOST_IMAGE = re.compile(
+    r"not found|manifest unknown|unauthorized|denied|no such host|invalid reference", re.I
+)
 
 
 def parse_time(value: str | None) -> datetime | None:
@@ -114,11 +120,27 @@ def job_status(
         return JobStatus("pending", queued=True)
     for pod in pods:
         reason = pod_failure(pod)
-        if reason:
-            # a pod that ended badly: the Job controller fails the Job next (no retries of its
-            # own); one that cannot start waits for ever, so the Job is deleted (held)
-            stuck = reason.split(":", 1)[0] in STUCK_WAITING
-            return JobStatus("failed", reason, details=details, held=stuck)
+        if not reason:
+            continue
+        if reason.split(":", 1)[0] not in STUCK_WAITING:  # the Job controller fails it next
+            return JobStatus("failed", reason, details=details)
+        # a pod that cannot start waits for ever: the step fails (and its Job is deleted) at
+        # once where no retry can help, else after the schedule timeout
+        waited = _age(pod, now)
+        if _LOST_IMAGE.search(reason) or reason.startswith(("InvalidImageName", "CreateC")):
+            return JobStatus("failed", reason, details=details, held=True)
+        if waited > schedule_timeout_s:
+            return JobStatus("failed", f"{reason} (for {waited:.0f} s)", held=True)
+        return JobStatus("pending", reason=reason)
+    if not pods and _age(job, now) > schedule_timeout_s:  # the Job controller made none
+        return JobStatus(
+            "failed",
+            f"NoPods: the Job made no pod in {_age(job, now):.0f} s ([stepop] "
+            f"kubernetes_schedule_timeout is {schedule_timeout_s:g} s): its events say why "
+            "(FailedCreate: a service account, priority class or quota the namespace refuses; "
+            f"kubectl describe job {(job.get('metadata') or {}).get('name', '')})",
+            held=True,
+        )
     waits = [found for pod in pods if (found := unschedulable(pod))]
     if waits:
         message, since = waits[0]
@@ -135,6 +157,12 @@ def job_status(
     if "Running" in phases or "Succeeded" in phases:
         return JobStatus("running")
     return JobStatus("pending")
+
+
+def _age(obj: dict[str, Any], now: datetime) -> float:
+    """Seconds since the object's creation (0 when it does not say)."""
+    created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
+    return (now - created).total_seconds() if created else 0.0
 
 
 def failure_reason(job: dict[str, Any], failed: dict[str, Any], pods: list[dict[str, Any]]) -> str:

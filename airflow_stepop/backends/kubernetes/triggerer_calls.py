@@ -2,8 +2,9 @@
 
 One ``kubernetes_asyncio`` API client per backend object (a poll group's poller keeps one for
 as long as it has triggers), on a configuration of its own (``clients``). Every read is raw
-JSON read to a bound (``_read_bounded``): the triggerer is shared by every deferred task, and
-a List of Jobs or a pod log could be of any size.
+JSON read to a bound (``_read_bounded``), and a List is ``MAX_PAGES`` pages at most: the
+triggerer is shared by every deferred task, and a List of Jobs or a pod log could be of any
+size.
 
 * ``astatuses``: per namespace, one List of the watched task instances' Jobs and one of their
   pods (label selector ``stepop.io/task in (...)``, ``SELECTOR_CHUNK`` tasks a call), however
@@ -38,6 +39,7 @@ from airflow_stepop.backends.ratelimit import list_limiter, log_limiter
 
 SELECTOR_CHUNK = 100  # task hashes in one label selector: ~1.2 KB of query
 PAGE_ITEMS = 200
+MAX_PAGES = 10
 MAX_PAGE_BYTES = 32 << 20
 MAX_OBJECT_BYTES = 4 << 20
 REQUEST_TIMEOUT_S = 60
@@ -134,18 +136,20 @@ class KubernetesTriggererCalls:
         return bytes(data)
 
     async def _list(self, path: str, selector: str) -> list[dict[str, Any]]:
-        """Every item of a List, page by page, each page with a List token."""
+        """The items of a List, page by page (each with a List token), ``MAX_PAGES`` pages at
+        most: what a round leaves out is asked of each job on its own."""
         items: list[dict[str, Any]] = []
         query: dict[str, Any] = {"labelSelector": selector, "limit": PAGE_ITEMS}
         limiter = list_limiter(self.poll_group())
-        while True:
+        for _ in range(MAX_PAGES):
             await limiter.aacquire()
             page = json.loads(await self._read_bounded(path, query, limit=MAX_PAGE_BYTES))
             items.extend(page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue")
             if not token:
-                return items
+                break
             query["continue"] = token
+        return items
 
     async def astatus(self, handle: dict[str, Any]) -> JobStatus:
         namespace, name = handle["namespace"], handle["job_id"]
@@ -173,8 +177,15 @@ class KubernetesTriggererCalls:
                 chunk = group[start : start + SELECTOR_CHUNK]
                 digests = sorted({task_digest(h["task_key"]) for h in chunk})
                 selector = f"{MANAGED_BY[0]}={MANAGED_BY[1]},{TASK_LABEL} in ({','.join(digests)})"
-                jobs = await self._list(f"/apis/batch/v1/namespaces/{namespace}/jobs", selector)
-                pods = await self._list(f"/api/v1/namespaces/{namespace}/pods", selector)
+                try:
+                    jobs = await self._list(f"/apis/batch/v1/namespaces/{namespace}/jobs",
+                                            selector)  # fmt: skip
+                    pods = await self._list(f"/api/v1/namespaces/{namespace}/pods", selector)
+                except (ApiError, ValueError) as exc:
+                    if isinstance(exc, ApiError) and self.is_transient(exc):
+                        raise  # throttled: the whole round waits, as the poller backs off
+                    continue  # this namespace's trouble (a 403, a page too large): its jobs
+                    # are asked one by one, and no other namespace's steps wait on it
                 by_job: dict[str, list[dict[str, Any]]] = {}
                 for pod in pods:
                     labels = (pod.get("metadata") or {}).get("labels") or {}

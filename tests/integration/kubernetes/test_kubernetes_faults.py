@@ -97,8 +97,8 @@ def test_an_oom_killed_step_fails_saying_so(k8s, ctl):
 def test_an_image_that_cannot_be_pulled_fails_the_step_naming_it(k8s, ctl):
     image = "127.0.0.1:5000/stepop-it/no-such-image:1"
     ctl.add_faults({"kind": "image_pull", "match": "no-such-image"})
-    backend, handle = submit(k8s, answer, [], image=image)
-    event = event_of(backend, handle)
+    backend, handle = submit(k8s, answer, [], image=image, schedule_timeout=3)
+    event = event_of(backend, handle)  # "not found" at once, or a back-off past the timeout
     assert event["status"] == "failed"
     assert "ImagePullBackOff" in event["reason"] or "ErrImagePull" in event["reason"]
     assert image in event["reason"]
