@@ -54,7 +54,9 @@ def read_access(conn_id: str | None) -> ClusterAccess:
             import yaml  # a kubeconfig pasted as YAML, as the provider takes it
 
             inline = yaml.safe_load(inline)
-    chosen = [n for n in ("in_cluster", "kube_config_path", "kube_config") if field(n)]
+    chosen = [n for n in ("kube_config_path", "kube_config") if field(n)]
+    if _flag(field("in_cluster")):  # "false" is a string: set, and not chosen
+        chosen.insert(0, "in_cluster")
     if len(chosen) > 1:
         raise SettingsError(
             f"The Kubernetes connection {conn_id!r} sets {' and '.join(chosen)}: they are "

@@ -44,6 +44,7 @@ MAX_PAGE_BYTES = 32 << 20
 MAX_OBJECT_BYTES = 4 << 20
 REQUEST_TIMEOUT_S = 60
 FOLLOW_SECONDS = 120.0  # a stopping pod's grace period (30 s by default) and its last upload
+FOLLOW_BYTES = 16 << 20  # what a stop follows of its pods' logs, all of them together
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
@@ -254,11 +255,11 @@ class KubernetesTriggererCalls:
         self._stamps[name] = {pod: seen.get("time", "") for pod, seen in after["pods"].items()}
         return lines, after
 
-    async def _follow(self, namespace: str, pod: str, since: str) -> str:
+    async def _follow(self, namespace: str, pod: str, since: str, limit: int) -> str:
         """A pod's log from ``since`` (a stamp) to its container's end, as much as
-        ``FOLLOW_SECONDS`` and ``logs.WIDE_READ_BYTES`` allow: what a stopping step printed."""
+        ``FOLLOW_SECONDS`` and ``limit`` bytes allow: what a stopping step printed."""
         query: dict[str, Any] = {"container": CONTAINER, "timestamps": "true",
-                                 "follow": "true", "limitBytes": logs.WIDE_READ_BYTES}  # fmt: skip
+                                 "follow": "true", "limitBytes": limit}  # fmt: skip
         if since:
             query["sinceTime"] = since[:19] + "Z"
         client = await self._api()
@@ -273,7 +274,7 @@ class KubernetesTriggererCalls:
         try:
             if response.status >= 400:
                 return ""
-            while len(data) < logs.WIDE_READ_BYTES and loop.time() < deadline:
+            while len(data) < limit and loop.time() < deadline:
                 try:
                     chunk = await asyncio.wait_for(
                         response.content.readany(), deadline - loop.time()
@@ -294,10 +295,11 @@ class KubernetesTriggererCalls:
             stamps = self._stamps.get(name, {})
             running = await self._running_pods(namespace, name)
             self._stopping[name] = running  # gone once stopped: their last read needs them
+            share = max(1 << 20, FOLLOW_BYTES // max(1, len(running)))  # a stop's bytes, in all
             self._followers[name] = {
                 pod["metadata"]["name"]: asyncio.ensure_future(
                     self._follow(namespace, pod["metadata"]["name"],
-                                 stamps.get(pod["metadata"]["name"], ""))
+                                 stamps.get(pod["metadata"]["name"], ""), share)
                 )
                 for pod in running
             }  # fmt: skip
