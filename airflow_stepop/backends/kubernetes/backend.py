@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +54,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TIMEOUT = (10, 60)  # seconds to connect, to read: no worker call waits for ever
+ATTEMPTS = 5
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+RETRY_AFTER_MAX_S = 30.0
 RBAC = (
     "The connection's account needs, in the namespace: create, get, list and delete on jobs; "
     "create and delete on secrets and services; get and list on pods and pods/log "
@@ -70,6 +75,29 @@ def api_message(exc: Exception) -> str:
 
 def status_code(exc: Exception) -> int | None:
     return getattr(exc, "status", None)
+
+
+def api_call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """One worker call to the API server: timed out (``TIMEOUT``), and asked again after a 429
+    or a 5xx, when the server's ``Retry-After`` says (else 1, 2, 4, 8 s), ``ATTEMPTS`` times at
+    most. A create asked again may find what its first try made: the caller's 409 path takes
+    it as this try's own."""
+    for attempt in range(ATTEMPTS):
+        try:
+            return method(*args, _request_timeout=TIMEOUT, **kwargs)
+        except Exception as exc:
+            if status_code(exc) not in RETRY_STATUS or attempt == ATTEMPTS - 1:
+                raise
+            time.sleep(_retry_after(exc, attempt))
+    raise AssertionError("unreachable")
+
+
+def _retry_after(exc: Exception, attempt: int) -> float:
+    headers = getattr(exc, "headers", None) or {}
+    try:
+        return min(RETRY_AFTER_MAX_S, max(0.0, float(headers.get("Retry-After"))))
+    except (TypeError, ValueError):
+        return float(min(8, 2**attempt))
 
 
 class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
@@ -170,16 +198,12 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
         handle, namespace = body["handle"], body["handle"]["namespace"]
         name = body["job"]["metadata"]["name"]
         try:
-            created = self._plain(
-                batch.create_namespaced_job(namespace, body["job"], _request_timeout=TIMEOUT)
-            )
+            created = self._plain(api_call(batch.create_namespaced_job, namespace, body["job"]))
             attached = False
         except Exception as exc:
             if status_code(exc) != 409:
                 raise self._refusal(exc, namespace) from exc
-            created = self._plain(
-                batch.read_namespaced_job(name, namespace, _request_timeout=TIMEOUT)
-            )
+            created = self._plain(api_call(batch.read_namespaced_job, name, namespace))
             owner = _container_env(created).get(TRY_ID_ENV)
             if body.get("try_id") and owner != body["try_id"]:
                 raise JobNameTakenError(name, owner) from None
@@ -212,7 +236,7 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
         """Create an object the Job owns; False when one of its name is there already (the
         Job's own, from an earlier attempt of this try: a new name is a new Job)."""
         try:
-            create(namespace, obj, _request_timeout=TIMEOUT)
+            api_call(create, namespace, obj)
         except Exception as exc:
             if status_code(exc) == 409:
                 return False
@@ -240,7 +264,7 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
         account that may not read namespaces (most may not) is not refused for that."""
         _, core = self._apis()
         try:
-            core.read_namespace(namespace, _request_timeout=TIMEOUT)
+            api_call(core.read_namespace, namespace)
         except Exception as exc:
             if status_code(exc) == 404:
                 raise self._refusal(exc, namespace) from None
@@ -250,7 +274,7 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
     @staticmethod
     def _delete_quietly(delete: Any, name: str, namespace: str) -> None:
         try:
-            delete(name, namespace, _request_timeout=TIMEOUT)
+            api_call(delete, name, namespace)
         except Exception as exc:
             if status_code(exc) != 404:
                 log.warning("Could not delete %s in %s: %s", name, namespace, api_message(exc))
@@ -295,9 +319,9 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
         assert self.job is not None and self.job.namespace is not None
         batch, _ = self._apis()
         list_limiter(self.poll_group()).acquire()
-        answer = self._plain(batch.list_namespaced_job(
-            self.job.namespace, label_selector=manifest.task_selector(task_key), limit=50,
-            _request_timeout=TIMEOUT,
+        answer = self._plain(api_call(
+            batch.list_namespaced_job, self.job.namespace,
+            label_selector=manifest.task_selector(task_key), limit=50,
         ))  # fmt: skip
         for job in answer.get("items") or []:
             if _container_env(job).get(manifest.TASK_KEY_ENV) != task_key:
@@ -324,11 +348,9 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
     def _read(self, namespace: str, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """A Job and the pods it owns (a pod's labels alone anyone may set)."""
         batch, core = self._apis()
-        job = self._plain(batch.read_namespaced_job(name, namespace, _request_timeout=TIMEOUT))
+        job = self._plain(api_call(batch.read_namespaced_job, name, namespace))
         pods = self._plain(
-            core.list_namespaced_pod(
-                namespace, label_selector=f"{JOB_NAME_LABEL}={name}", _request_timeout=TIMEOUT
-            )
+            api_call(core.list_namespaced_pod, namespace, label_selector=f"{JOB_NAME_LABEL}={name}")
         )
         return job, job_states.owned_pods(job, pods.get("items") or [])  # fmt: skip
 
@@ -349,9 +371,8 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
     def stop(self, handle: dict[str, Any]) -> None:
         batch, _ = self._apis()
         try:
-            batch.delete_namespaced_job(handle["job_id"], handle["namespace"],
-                                        propagation_policy="Foreground",
-                                        _request_timeout=TIMEOUT)  # fmt: skip
+            api_call(batch.delete_namespaced_job, handle["job_id"], handle["namespace"],
+                     propagation_policy="Foreground")  # fmt: skip
         except Exception as exc:
             if status_code(exc) != 404:
                 raise
