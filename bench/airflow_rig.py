@@ -29,6 +29,7 @@ OPERATORS = {
     "sagemaker": "airflow_stepop.operators.sagemaker.SageMakerStepOperator",
     "vertex": "airflow_stepop.operators.vertex.VertexStepOperator",
     "azureml": "airflow_stepop.operators.azureml.AzureMLStepOperator",
+    "kubernetes": "airflow_stepop.operators.kubernetes.KubernetesStepOperator",
     "local": "airflow_stepop.operators.local.LocalStepOperator",
 }
 

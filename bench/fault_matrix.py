@@ -6,7 +6,8 @@ created, that no artifact was lost, and that the job was stopped when the task w
 script runs those tests (``pytest``) and prints the table with each row's outcome.
 
     make cloud-up            # the cloud rows need the engine's registry and the emulators
-    .venv/bin/python bench/fault_matrix.py [--backend local|sagemaker|vertex|azureml] [--quick]
+    .venv/bin/python bench/fault_matrix.py [--backend local|sagemaker|vertex|azureml|kubernetes]
+                                           [--quick]
 """
 
 from __future__ import annotations
@@ -26,8 +27,12 @@ LOCAL_BACKEND = "tests/integration/test_local_backend.py"
 SAGEMAKER = "tests/integration/sagemaker/test_sagemaker_steps.py"
 VERTEX = "tests/integration/vertex/test_vertex_steps.py"
 AZUREML = "tests/integration/azureml/test_azureml_steps.py"
+KUBERNETES = "tests/integration/kubernetes/test_kubernetes_retries.py"
+K8S_FAULTS = "tests/integration/kubernetes/test_kubernetes_faults.py"
+K8S_STEPS = "tests/integration/kubernetes/test_kubernetes_steps.py"
+K8S_REWRITES = "tests/integration/kubernetes/test_kubernetes_rewritten_after_submit.py"
 RESUMED = "test_a_trigger_resumed_by_another_triggerer_continues_the_relay_where_it_stopped"
-BACKENDS = ("local", "sagemaker", "vertex", "azureml")
+BACKENDS = ("local", "sagemaker", "vertex", "azureml", "kubernetes")
 # --quick: a smoke run of the real machinery, two faults of the local backend by default (each
 # test takes about a second: a failure after the submit under dag.test(), a user's kill of a
 # running job through its trigger); --backend picks another backend's rows of these faults
@@ -57,6 +62,9 @@ ROWS = [
     Row("worker killed between submit and defer", "azureml",
         f"{AZUREML}::test_a_retry_reattaches_to_the_running_job_with_one_job",
         "1 (re-attached)", "n/a"),
+    Row("worker killed between submit and defer", "kubernetes",
+        f"{KUBERNETES}::test_a_retry_reattaches_to_the_running_job_with_one_create",
+        "1 (re-attached)", "n/a"),
     Row("failure in execute() after submit, no retry left", "local",
         f"{FAULTS}::test_a_failure_after_submit_with_no_retry_left_stops_the_job", "1", "yes"),
     Row("failure in execute() after submit, no retry left", "sagemaker",
@@ -67,6 +75,9 @@ ROWS = [
         "yes"),
     Row("failure in execute() after submit, no retry left", "azureml",
         f"{AZUREML}::test_a_failure_after_submit_with_no_retry_left_stops_the_job", "1", "yes"),
+    Row("failure in execute() after submit, no retry left", "kubernetes",
+        f"{KUBERNETES}::test_a_failure_after_submit_with_no_retry_left_deletes_the_job", "1",
+        "yes"),
     Row("worker killed after the job succeeded", "local",
         f"{FAULTS}::test_a_retry_after_the_job_succeeded_returns_its_result_without_a_second_job",
         "1 (result reused)", "n/a"),
@@ -78,6 +89,9 @@ ROWS = [
         "1 (result reused)", "n/a"),
     Row("worker killed after the job succeeded", "azureml",
         f"{AZUREML}::test_a_retry_after_the_job_succeeded_returns_its_result_with_one_job",
+        "1 (result reused)", "n/a"),
+    Row("worker killed after the job succeeded", "kubernetes",
+        f"{KUBERNETES}::test_a_retry_after_the_job_succeeded_returns_its_result_with_one_create",
         "1 (result reused)", "n/a"),
     Row("DAG run deleted and triggered again with the same run_id", "local",
         "tests/e2e/test_recreated_run.py::test_a_run_deleted_and_triggered_again_with_the_same_"
@@ -91,6 +105,9 @@ ROWS = [
     Row("DAG run deleted and triggered again with the same run_id", "azureml",
         "tests/e2e/test_recreated_run.py::test_a_run_deleted_and_triggered_again_with_the_same_"
         "run_id_makes_new_azureml_jobs", "1 per run (new name, new run dir)", "n/a"),
+    Row("DAG run deleted and triggered again with the same run_id", "kubernetes",
+        f"{KUBERNETES}::test_a_run_deleted_and_triggered_again_with_the_same_run_id_makes_new_"
+        "jobs", "1 per run (new name, new run dir)", "n/a"),
     Row("triggerer killed and restarted mid-job", "local",
         f"{LOCAL_BACKEND}::{RESUMED}", "1 (no line relayed twice)", "n/a"),
     Row("triggerer killed and restarted mid-job", "sagemaker",
@@ -99,6 +116,8 @@ ROWS = [
         f"{VERTEX}::{RESUMED}", "1 (no line relayed twice)", "n/a"),
     Row("triggerer killed and restarted mid-job", "azureml",
         f"{AZUREML}::{RESUMED}", "1 (no line relayed twice)", "n/a"),
+    Row("triggerer killed and restarted mid-job", "kubernetes",
+        f"{KUBERNETES}::{RESUMED}", "1 (no line relayed twice)", "n/a"),
     Row("20% API throttling", "sagemaker",
         f"{SAGEMAKER}::test_throttling_on_a_fifth_of_the_calls_still_succeeds", "1 per step",
         "n/a"),
@@ -107,8 +126,17 @@ ROWS = [
     Row("20% API throttling", "azureml",
         f"{AZUREML}::test_throttling_on_a_fifth_of_the_calls_still_succeeds", "1 per step",
         "n/a"),
+    Row("20% API throttling", "kubernetes",
+        f"{KUBERNETES}::test_throttling_on_a_fifth_of_the_calls_still_succeeds", "1 per step",
+        "n/a"),
+    Row("API throttling (429) of the Job's or Secret's create", "kubernetes",
+        f"{KUBERNETES}::test_a_create_the_api_server_throttles_is_asked_again_after_its_retry_"
+        "after", "1 (asked again after Retry-After)", "n/a"),
     Row("API 5xx beyond the client's retries", "sagemaker",
         f"{SAGEMAKER}::test_a_run_of_5xx_answers_longer_than_the_client_retries_is_waited_out",
+        "1", "n/a"),
+    Row("API 5xx beyond the client's retries", "kubernetes",
+        f"{KUBERNETES}::test_a_run_of_5xx_answers_longer_than_the_client_retries_is_waited_out",
         "1", "n/a"),
     Row("object-store 5xx on write and read (every first call)", "any",
         "tests/unit/test_storage_retry.py::test_staging_a_step_and_reading_back_survive_a_503_on_"
@@ -150,6 +178,8 @@ ROWS = [
         "1", "n/a"),
     Row("job failure (the step raises)", "azureml",
         f"{AZUREML}::test_a_raising_step_fails_with_the_remote_exception", "1", "n/a"),
+    Row("job failure (the step raises)", "kubernetes",
+        f"{K8S_STEPS}::test_a_raising_step_fails_with_its_exception_type_and_message", "1", "n/a"),
     Row("spot interruption", "sagemaker",
         f"{SAGEMAKER}::test_a_spot_interruption_resumes_from_the_checkpoint",
         "1 (resumed from its checkpoint)", "n/a"),
@@ -159,11 +189,27 @@ ROWS = [
     Row("spot interruption", "azureml",
         f"{AZUREML}::test_a_spot_preemption_resumes_from_the_checkpoint",
         "1 (resumed from its checkpoint)", "n/a"),
+    Row("pod evicted from its node", "kubernetes",
+        f"{K8S_FAULTS}::test_an_evicted_pod_fails_the_step_in_kubernetes_words",
+        "1 (fails: Evicted)", "n/a"),
+    Row("container OOM-killed", "kubernetes",
+        f"{K8S_FAULTS}::test_an_oom_killed_step_fails_saying_so", "1 (fails: OOMKilled)", "n/a"),
+    Row("image that cannot be pulled", "kubernetes",
+        f"{K8S_FAULTS}::test_an_image_that_cannot_be_pulled_fails_the_step_naming_it",
+        "1 (fails at once, naming it)", "yes"),
+    Row("no node fits the pod", "kubernetes",
+        f"{K8S_FAULTS}::test_a_pod_no_node_fits_says_why_then_fails_after_the_schedule_timeout",
+        "1 (fails after schedule_timeout)", "n/a"),
+    Row("max_runtime passed (activeDeadlineSeconds)", "kubernetes",
+        f"{K8S_FAULTS}::test_a_step_past_its_max_runtime_fails_with_the_deadline",
+        "1 (fails: DeadlineExceeded)", "n/a"),
     Row("user kill", "local", f"{LOCAL_BACKEND}::test_user_kill_stops_the_job", "1", "yes"),
     Row("user kill", "sagemaker", f"{SAGEMAKER}::test_a_user_kill_stops_the_training_job", "1",
         "yes"),
     Row("user kill", "vertex", f"{VERTEX}::test_a_user_kill_cancels_the_custom_job", "1", "yes"),
     Row("user kill", "azureml", f"{AZUREML}::test_a_user_kill_cancels_the_job", "1", "yes"),
+    Row("user kill", "kubernetes",
+        f"{K8S_FAULTS}::test_a_users_kill_deletes_the_job_and_relays_its_last_lines", "1", "yes"),
     Row("execution_timeout", "local", f"{LOCAL}::test_execution_timeout_stops_the_job", "1",
         "yes"),
     Row("execution_timeout", "sagemaker",
@@ -173,6 +219,9 @@ ROWS = [
         "1", "yes"),
     Row("execution_timeout", "azureml", f"{AZUREML}::test_the_execution_timeout_cancels_the_job",
         "1", "yes"),
+    Row("execution_timeout", "kubernetes",
+        f"{KUBERNETES}::test_the_execution_timeout_deletes_the_job_and_relays_its_last_lines", "1",
+        "yes"),
     Row("a job of the step's name started by another run's try", "local",
         "tests/unit/test_job_identity.py::test_the_operator_submits_under_another_name_when_"
         "another_try_holds_its_own", "1 (a new name, never attached)", "n/a"),
@@ -239,6 +288,9 @@ ROWS = [
         "tests/integration/azureml/test_azureml_rewritten_after_submit.py::test_a_file_rewritten_"
         "in_blob_storage_after_submit_fails_the_job_before_any_of_it_runs",
         "1 (fails, nothing of it ran)", "n/a"),
+    Row("code bundle / spec rewritten after submit", "kubernetes",
+        f"{K8S_REWRITES}::test_a_file_rewritten_in_s3_after_submit_fails_the_job_before_any_of_"
+        "it_runs", "1 (fails, nothing of it ran)", "n/a"),
     Row("result.json and its pickle rewritten in the bucket", "local",
         "tests/integration/test_local_rewritten_after_submit.py::test_a_rewritten_result_and_"
         "pickle_are_never_unpickled_on_the_worker", "1 (not unpickled on the worker)", "n/a"),
@@ -253,6 +305,9 @@ ROWS = [
         "tests/integration/azureml/test_azureml_rewritten_after_submit.py::test_a_rewritten_"
         "result_and_pickle_are_never_unpickled_on_the_worker", "1 (not unpickled on the worker)",
         "n/a"),
+    Row("result.json and its pickle rewritten in the bucket", "kubernetes",
+        f"{K8S_REWRITES}::test_a_rewritten_result_and_pickle_are_never_unpickled_on_the_worker",
+        "1 (not unpickled on the worker)", "n/a"),
     Row("capacity error on the first type", "sagemaker",
         "tests/integration/sagemaker/test_sagemaker_capacity.py::test_no_capacity_for_the_"
         "cheapest_type_runs_the_step_on_the_next_one", "2 (refused, then the next type ran)",

@@ -256,6 +256,49 @@ def azureml_service(work: Path, env: dict[str, str]) -> Service:
     )  # fmt: skip
 
 
+def kubernetes_service(work: Path, env: dict[str, str]) -> Service:
+    """A private Kubernetes fake (cloud.kubernetes) whose pods run in timer mode; S3 of
+    `make cloud-up` (moto) as the artifact store."""
+    from cloud.control import FakeControl
+    from cloud.kubernetes.server import stack_env
+
+    shared = _shared(env)
+    end_file = work / "jobs-end-kubernetes"
+    fake, url = start_fake("kubernetes", ["--mode", "timer"], _timer_env(env, end_file), work)
+    env["AIRFLOW_CONN_KUBERNETES_DEFAULT"] = stack_env(url, {})["AIRFLOW_CONN_KUBERNETES_DEFAULT"]
+    env["AIRFLOW_CONN_AWS_DEFAULT"] = shared["AIRFLOW_CONN_AWS_DEFAULT"]  # S3: moto
+    control = FakeControl(url)
+    registry = shared.get("STEPOP_REGISTRY", "127.0.0.1:5000")
+
+    def submitter(operator: Any) -> Any:
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=shared["STEPOP_MOTO_ENDPOINT"])
+        with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+            s3.create_bucket(Bucket=BUCKET)
+        return operator.make_backend()
+
+    return Service(
+        kind="kubernetes",
+        operator_kwargs={"image_uri": f"{registry}/stepop-base/python:3.11-bookworm",
+                         "artifact_root": f"s3://{BUCKET}/many-jobs/{work.name}"},  # fmt: skip
+        make_submitter=submitter,
+        release=lambda end: end_file.write_text(repr(end)),
+        counts=control.counters,
+        # the poller's two Lists per namespace and 100 tasks; a Job's GET (with a List of its
+        # pods) only for a Job the Lists left out, or a finished one's facts
+        status_ops=("listBatchV1NamespacedJob", "listCoreV1NamespacedPod",
+                    "readBatchV1NamespacedJob"),  # fmt: skip
+        log_ops=("readCoreV1NamespacedPodLog",),
+        final_ops=("readBatchV1NamespacedJob",),
+        close=lambda: stop_fake(fake),
+        notes=["Kubernetes: a private fake (cloud.kubernetes: the API server, job controller, "
+               "scheduler and kubelets, its counters by OpenAPI operation id) whose pods run in "
+               "timer mode (no process; every pod ends at the time the bench sets); S3: moto of "
+               "`make cloud-up`"],
+    )  # fmt: skip
+
+
 class FileOpens:
     """Counts opens of files in watched directories (inotify): the local poller's record reads.
 
@@ -341,5 +384,6 @@ SERVICES: dict[str, Callable[[Path, dict[str, str]], Service]] = {
     "sagemaker": sagemaker_service,
     "vertex": vertex_service,
     "azureml": azureml_service,
+    "kubernetes": kubernetes_service,
     "local": local_service,
 }

@@ -36,6 +36,7 @@ class Script:
     arguments: tuple[str, ...] = ()  # after --quick
     cloud: bool = False  # needs the emulated clouds
     seconds: float = 10.0  # about how long its quick run takes here (the longest start first)
+    script: str = ""  # the script's name, when the case's is not (one script, two cases)
 
 
 SCRIPTS = {
@@ -64,7 +65,7 @@ SCRIPTS = {
         r"^Worker seconds per job \(warm\): ours .* ratio ours/theirs = ",
         r"^AzureMLStepOperator\.execute\(\) worker time, warm: median .* \(target < 2 s\)$",
     ], cloud=True, seconds=19),
-    # One backend, as each takes about half a minute: SageMaker's exercises a fake of the
+    # Two backends, as each takes about half a minute: SageMaker's exercises a fake of the
     # bench's own, its counting proxy and the stack's moto; all backends share the rest.
     "many_jobs": Script([
         r"^=== .* concurrent deferred sagemaker steps in one `airflow triggerer` process ",
@@ -72,6 +73,14 @@ SCRIPTS = {
         r"^log calls \(.*\): .* \(\[stepop\] log_calls_per_second\)$",
         r"^triggerer CPU, steady state: .* \(target < 10%\)",
     ], arguments=("--backend", "sagemaker"), cloud=True, seconds=40),
+    # Kubernetes': a fake whose counters name operation ids, two Lists a poll, timer pods
+    "many_jobs_kubernetes": Script([
+        r"^=== .* concurrent deferred kubernetes steps in one `airflow triggerer` process ",
+        r"^status calls per poll interval: .* listBatchV1NamespacedJob pages, .* "
+        r"listCoreV1NamespacedPod pages, .* \(target <= 1%\)$",
+        r"^log calls \(readCoreV1NamespacedPodLog\): .* \(\[stepop\] log_calls_per_second\)$",
+        r"^triggerer CPU, steady state: .* \(target < 10%\)",
+    ], arguments=("--backend", "kubernetes"), cloud=True, seconds=31, script="many_jobs"),
     "image_builds": Script([
         r"^worker-slot seconds per step, engine path \(build \+ push on the worker\): ",
         r"^worker-slot seconds per step, service path \(context upload \+ StartBuild\): ",
@@ -169,7 +178,7 @@ def runs(
             "STEPOP_CACHE_DIR": str(home / "cache"),  # not the test session's bundle cache
             "PYTHONUNBUFFERED": "1",  # its own lines in order with its logs'
         }
-        argv = [sys.executable, f"bench/{name}.py", "--quick", *script.arguments]
+        argv = [sys.executable, f"bench/{script.script or name}.py", "--quick", *script.arguments]
         futures[name] = pool.submit(run_script, argv, env, TIMEOUT)
     try:
         yield futures
@@ -180,9 +189,10 @@ def runs(
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_a_benchmarks_quick_mode_runs_and_prints_its_summary(script, runs):
     status, output, seconds = runs[script].result()
-    shown = " ".join([f"bench/{script}.py", "--quick", *SCRIPTS[script].arguments])
+    case = SCRIPTS[script]
+    shown = " ".join([f"bench/{case.script or script}.py", "--quick", *case.arguments])
     print(f"{shown}: exit status {status} after {seconds:.1f} s")  # shown by pytest -rA
     tail = f"the end of its output:\n{output[-6000:]}"
     assert status == 0, f"{shown} exited with {status} after {seconds:.0f} s; {tail}"
-    missing = [line for line in SCRIPTS[script].summary if not re.search(line, output, re.M)]
+    missing = [line for line in case.summary if not re.search(line, output, re.M)]
     assert not missing, f"{shown} printed no line matching {missing}; {tail}"
