@@ -109,20 +109,23 @@ k8s_recreated_run()
 
 
 @dag(schedule=None)
-def k8s_throttled():
+def k8s_chain():
     @task.kubernetes_step(image_uri=BASE)
-    def chatty(lines: int):
-        import time
+    def make(n: int):
+        import numpy
 
-        for i in range(lines):
-            print(f"line {i}", flush=True)
-            time.sleep(0.1)
-        return lines
+        print(f"making {n} ones", flush=True)
+        return numpy.ones(n)
 
-    chatty(20)
+    @task.kubernetes_step(image_uri=BASE)
+    def total(values):
+        print(f"summing {values.size} values", flush=True)
+        return float(values.sum())
+
+    total(make(50_000))
 
 
-k8s_throttled()
+k8s_chain()
 
 
 @dag(schedule=None)
