@@ -240,6 +240,8 @@ def main(argv: list) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, _frame: child.send_signal(number))
     exit_code = child.wait()
+    if exit_code < 0:  # ended by a signal before the runtime could answer it: as a shell says
+        exit_code = 128 - exit_code
     transfer = launch.get("transfer")
     if transfer is None or rank != "0":
         return exit_code
