@@ -17,6 +17,7 @@ SHIPPED = {
 }
 AIRFLOW_SIDE = (
     "AzureMLStepOperator",
+    "KubernetesStepOperator",
     "LocalStepOperator",
     "SageMakerStepOperator",
     "StepFailedError",
