@@ -137,3 +137,9 @@ def test_a_pod_that_ended_badly_fails_the_step_before_the_job_says_so_without_de
     failed = status_of(job(), [pod("Failed", terminated=ended)])
     assert failed.state == "failed" and failed.reason == "Error: exit code 1"
     assert not failed.held  # the Job controller ends it; its record stays for the step cache
+
+
+def test_a_step_shorter_than_the_kubelets_second_still_has_its_usage():
+    ended = {"exitCode": 0, "reason": "Completed", "startedAt": stamp(5), "finishedAt": stamp(5)}
+    done = status_of(job(("Complete", "True", "Completed")), [pod("Succeeded", terminated=ended)])
+    assert done.details["run_seconds"] == 1.0 and billing(done.details)["billable_seconds"] == 1.0

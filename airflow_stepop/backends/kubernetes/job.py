@@ -187,11 +187,14 @@ def _seconds(start: str | None, end: str | None) -> float:
 
 
 def job_details(job: dict[str, Any], pods: list[dict[str, Any]]) -> dict[str, Any]:
-    """Small facts of a Job: its pods' nodes, their run time and exit codes (for billing)."""
+    """Small facts of a Job: its pods' nodes, their run time and exit codes (for billing).
+    A container's times are to the second: one that ran counts one second at least."""
     seconds, nodes, exit_codes = 0.0, [], []
     for pod in pods:
         ended = container_state(pod).get("terminated") or {}
-        seconds = max(seconds, _seconds(ended.get("startedAt"), ended.get("finishedAt")))
+        if ended.get("startedAt"):
+            ran = _seconds(ended.get("startedAt"), ended.get("finishedAt"))
+            seconds = max(seconds, ran, 1.0)
         if (pod.get("spec") or {}).get("nodeName"):
             nodes.append(pod["spec"]["nodeName"])
         if "exitCode" in ended:
