@@ -129,3 +129,12 @@ def test_a_root_on_the_workers_disk_needs_a_shared_volume():
     done = shared.completed(OWNER, artifact_root="file:///mnt/artifacts",
                             connection_namespace=None, image_uri=IMAGE)  # fmt: skip
     assert done.artifact_path == "/mnt/artifacts"
+
+
+@pytest.mark.parametrize("value", ["registry.example.com/ml/env:v1", "not a repo", "repo\n"])
+def test_a_wrong_image_repository_option_is_refused_naming_it(monkeypatch, value):
+    monkeypatch.setenv("AIRFLOW__STEPOP__KUBERNETES_IMAGE_REPOSITORY", value)
+    with pytest.raises(SettingsError, match=r"\[stepop\] kubernetes_image_repository=") as refused:
+        config().completed(OWNER, artifact_root="s3://b/stepop", connection_namespace=None,
+                           image_uri=IMAGE)  # fmt: skip
+    assert "registry.example.com/ml/env" in str(refused.value)

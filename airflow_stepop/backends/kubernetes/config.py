@@ -202,6 +202,14 @@ class KubernetesJobConfig:
 
             artifact_path = str(Storage().local_path(artifact_root))
         repository = self.image_repository or config.get("kubernetes_image_repository") or None
+        if self.image_repository is None and repository is not None:  # no parse checked it
+            from airflow_stepop.images.registry import check_repository
+
+            try:
+                check_repository(repository, "[stepop] kubernetes_image_repository",
+                                 "registry.example.com/ml/env")  # fmt: skip
+            except ValueError as exc:
+                raise SettingsError(str(exc)) from None
         return replace(
             self,
             namespace=namespace,
