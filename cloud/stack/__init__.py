@@ -11,7 +11,9 @@ left (``.cloud/jobs/**/*.pid``) and every container labelled ``stepop.fake``. ``
 Pieces:
 
 * moto server: S3, ECR API, STS, IAM, CloudWatch Logs (``AWS_ENDPOINT_URL``);
-* gcp-storage-emulator, in memory (``STORAGE_EMULATOR_HOST``);
+* gcp-storage-emulator, in memory, with :mod:`cloud.gcs`'s form uploads and token endpoint
+  (``STORAGE_EMULATOR_HOST``; ``AIRFLOW_CONN_GOOGLE_CLOUD_SIGNER``, the throwaway key that
+  signs gs:// URLs for Kubernetes steps' pods);
 * Azurite's blob service from npm, in memory (``AZURE_STORAGE_CONNECTION_STRING``);
 * the job-service fakes of :data:`FAKES`: SageMaker, Vertex AI, Azure ML, the image
   builders CodeBuild (``STEPOP_CODEBUILD_ENDPOINT``, ``AWS_ENDPOINT_URL_CODEBUILD``,

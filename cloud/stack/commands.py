@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+from cloud.gcs.signer import write_key
 from cloud.stack.buckets import create_buckets
 from cloud.stack.envfile import derived, read_env, write_env
 from cloud.stack.processes import (
@@ -40,6 +41,7 @@ from cloud.stack.settings import (
     PORT_BASE,
     REGION,
     REGISTRY,
+    SIGNER_FILE,
     STATE,
     Fake,
     log,
@@ -124,8 +126,9 @@ def up() -> dict[str, str]:
 
     port = next_port()
     gcs = f"http://{HOST}:{port}"
-    argv = [console_script("gcp-storage-emulator"), "start", "--host", BIND, "--port", str(port),
-            "--in-memory"]  # fmt: skip
+    write_key(SIGNER_FILE, token_uri=f"{gcs}/token")
+    argv = [py, "-m", "cloud.gcs", "start", "--host", BIND, "--port", str(port), "--in-memory",
+            "--signer-file", str(SIGNER_FILE)]  # fmt: skip
     pid = spawn("gcs", argv)
     pending.append(("gcs", gcs, pid))
     env["STORAGE_EMULATOR_HOST"] = gcs

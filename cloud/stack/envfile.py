@@ -12,6 +12,7 @@ import json
 import re
 from pathlib import Path
 
+from cloud.gcs import signer
 from cloud.stack.settings import (
     CODEBUILD_PROJECT,
     CODEBUILD_ROLE,
@@ -20,6 +21,7 @@ from cloud.stack.settings import (
     FAKES,
     MOTO_ACCOUNT,
     REGION,
+    SIGNER_FILE,
     STATE,
 )
 
@@ -81,6 +83,9 @@ def derived(env: dict[str, str]) -> dict[str, str]:
         out.get("STEPOP_VERTEX_LOGGING_ENDPOINT"),
         out.get("STEPOP_CLOUDBUILD_ENDPOINT"),
     )
+    if SIGNER_FILE.exists():  # what signs gs:// URLs for a Kubernetes step's pod
+        info = json.loads(SIGNER_FILE.read_text())
+        out["AIRFLOW_CONN_GOOGLE_CLOUD_SIGNER"] = signer.connection(info, "stepop-local")
     if "STEPOP_REGISTRY" in out:  # the registry stands in for ECR, Artifact Registry and ACR
         for service in ("SAGEMAKER", "VERTEX", "AZUREML"):
             key = f"AIRFLOW__STEPOP__{service}_IMAGE_REPOSITORY"

@@ -14,6 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("STEPOP_CLOUD_DIR", ROOT / ".cloud"))
 ENV_FILE = STATE / "env"
+# The throwaway service-account key that signs gs:// URLs for the emulated GCS (cloud.gcs).
+SIGNER_FILE = STATE / "gcs-signer.json"
 CACHE = Path(os.environ.get("STEPOP_CLOUD_CACHE", "/var/tmp/airflow-stepop-cloud"))
 AZURITE_VERSION = os.environ.get("STEPOP_AZURITE_VERSION", "3.35.0")
 # scripts/engine.sh's registry (STEPOP_REGISTRY_PORT), unless another is named.
