@@ -52,7 +52,8 @@ class KubernetesStepOperator(BaseStepOperator):
     :param artifact_volume: for a ``file://`` artifact root: the volume that holds it (e.g.
         ``{"persistentVolumeClaim": {"claimName": "stepop-artifacts"}}``), mounted at its path.
     :param storage_conn_id: the connection that reaches (and signs URLs for) the artifact
-        root; default the store's own default connection (``aws_default`` for ``s3://``).
+        root; default the store's own default connection (``aws_default`` for ``s3://``,
+        ``google_cloud_default`` for ``gs://``).
     """
 
     service = "kubernetes"

@@ -42,6 +42,7 @@ from airflow_stepop.backends.kubernetes import manifest, transfer
 from airflow_stepop.backends.kubernetes.clients import read_access, sync_client
 from airflow_stepop.backends.kubernetes.config import KubernetesJobConfig
 from airflow_stepop.backends.kubernetes.job import JOB_NAME_LABEL
+from airflow_stepop.backends.kubernetes.signers import signer_for
 from airflow_stepop.backends.kubernetes.triggerer_calls import KubernetesTriggererCalls
 from airflow_stepop.backends.ratelimit import list_limiter
 from airflow_stepop.runtime.spec import SPEC_SHA256_ENV
@@ -158,7 +159,7 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
         output_uri = request.run_uri if shared_volume else f"{request.run_uri.rstrip('/')}/output"
         plan = None
         if not shared_volume:
-            signer = transfer.signer_for(request.run_uri, self.storage_conn_id)
+            signer = signer_for(request.run_uri, self.storage_conn_id)
             expires = transfer.url_lifetime(job.max_runtime_s, job.schedule_timeout_s or 0)
             plan = transfer.plan(request, spec, storage, signer, output_uri=output_uri,
                                  expires_s=expires)  # fmt: skip

@@ -7,8 +7,8 @@ long as the Job may take, and nothing more:
   this try's run directory, every upstream artifact (each file of a directory artifact) and the
   checkpoints earlier tries left;
 * an upload grant for two prefixes, this try's output directory and the task's checkpoints:
-  S3's POST policy (``generate_presigned_post``: a ``starts-with $key`` condition and a size
-  range), which lets the pod write any key under the prefix and no other, and read nothing.
+  a POST policy (``signers.py``: a ``starts-with $key`` condition and a size range), which lets
+  the pod write any key under the prefix and no other, and read nothing.
 
 The URLs are bearer credentials, so they travel in a Secret (the ``transfer`` document that
 ``manifest`` mounts as a file), never in the Job's spec, environment or log, and the Secret
@@ -16,80 +16,27 @@ goes with its Job. The pod's entry script (``entry.py``, standard library) downl
 the step runtime on local files (``STEPOP_PATH_MAP``) and uploads the outputs, the result
 manifest last.
 
-Limits (docs/kubernetes.md): a signature lives at most 7 days (SigV4), and no longer than the
-signing credentials (an STS session's URLs end with it); one object is at most 5 GiB (a POST
-upload); the document holds at most ``MAX_DOCUMENT_BYTES`` (a Secret takes 1 MiB), some
-thousands of files.
+Limits (docs/kubernetes.md): a signature lives at most 7 days (V4 on S3 and GCS), and no
+longer than the signing credentials (an STS session's URLs end with it); one object is at most
+5 GiB (a POST upload); the document holds at most ``MAX_DOCUMENT_BYTES`` (a Secret takes
+1 MiB), some thousands of files.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any, Protocol
+from typing import Any
 
 from airflow_stepop.backends.base import JobRequest
+from airflow_stepop.backends.kubernetes.signers import MAX_EXPIRY_S, Signer
 from airflow_stepop.runtime.storage import Storage, unsafe_key
 from airflow_stepop.runtime.values import input_uris
 from airflow_stepop.setting_values import SettingsError
 
-MAX_EXPIRY_S = 7 * 24 * 3600  # SigV4's longest
-MAX_OBJECT_BYTES = 5 * 1024**3  # one POST upload
 MAX_DOCUMENT_BYTES = 900 * 1024  # a Secret holds 1 MiB, its other keys included
 # Where the entry script puts what it downloads, relative to its work directory.
 RUN_DIR, CODE_FILE, CHECKPOINT_DIR, INPUTS_DIR = "run", "code.zip", "checkpoints", "in"
-
-
-class Signer(Protocol):
-    """Signs requests on one object store for a pod that has no credentials of its own."""
-
-    def get_url(self, uri: str, expires_s: int) -> str: ...
-
-    def upload_grant(self, prefix_uri: str, expires_s: int) -> dict[str, Any]: ...
-
-
-class S3Signer:
-    """S3 (and S3-compatible stores: the connection's endpoint) through the amazon provider's
-    S3Hook: the signatures are made locally by botocore, with no request to S3."""
-
-    def __init__(self, aws_conn_id: str | None) -> None:
-        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-
-        self._client = S3Hook(aws_conn_id=aws_conn_id).get_conn()
-
-    @staticmethod
-    def _split(uri: str) -> tuple[str, str]:
-        bucket, _, key = uri.removeprefix("s3://").partition("/")
-        return bucket, key
-
-    def get_url(self, uri: str, expires_s: int) -> str:
-        bucket, key = self._split(uri)
-        return self._client.generate_presigned_url(
-            "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires_s
-        )
-
-    def upload_grant(self, prefix_uri: str, expires_s: int) -> dict[str, Any]:
-        bucket, prefix = self._split(prefix_uri.rstrip("/") + "/")
-        post = self._client.generate_presigned_post(
-            bucket,
-            prefix + "${filename}",  # botocore adds the condition: starts-with $key <prefix>
-            Conditions=[["content-length-range", 0, MAX_OBJECT_BYTES]],
-            ExpiresIn=expires_s,
-        )
-        fields = {k: v for k, v in post["fields"].items() if k != "key"}
-        return {"kind": "post", "url": post["url"], "fields": fields, "prefix": prefix,
-                "max_bytes": MAX_OBJECT_BYTES}  # fmt: skip
-
-
-def signer_for(root: str, storage_conn_id: str | None) -> Signer:
-    scheme = root.split("://", 1)[0]
-    if scheme == "s3":
-        return S3Signer(storage_conn_id)
-    raise SettingsError(
-        f"The artifact root {root!r}: a Kubernetes step's pod reaches its artifacts through "
-        "signed URLs, which airflow-stepop makes for s3:// roots (or use a file:// root on a "
-        "shared volume, artifact_volume=)."
-    )
 
 
 def url_lifetime(max_runtime_s: int, schedule_timeout_s: float) -> int:
