@@ -21,6 +21,9 @@ os.environ["AIRFLOW_HOME"] = str(_HOME)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).parent / "e2e" / "dags")
 os.environ.setdefault("STEPOP_CACHE_DIR", str(_HOME / "cache"))
+# gcsfs reads this once, at its import: its default asks each bucket's storage layout, an API
+# the GCS emulators lack (every listing would retry it for minutes).
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 DAGS_FOLDER = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
 if str(DAGS_FOLDER) not in sys.path:

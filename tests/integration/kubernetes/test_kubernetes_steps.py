@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import uuid
 
 from airflow_stepop import ArtifactRef
 from tests.integration.kubernetes.conftest import dags, jobs_of, xcoms
@@ -43,3 +45,29 @@ def test_a_raising_step_fails_with_its_exception_type_and_message(k8s):
     assert run.state == "failed"
     failure = _read(k8s["results"], "failure")
     assert "ValueError" in failure and "bad input -3: expected a positive count" in failure
+
+
+def test_steps_on_a_gs_root_pass_a_model_directory_through_signed_urls(k8s, monkeypatch):
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    endpoint = {"api_endpoint": os.environ["STORAGE_EMULATOR_HOST"]}
+    client = storage.Client("stepop-local", AnonymousCredentials(), client_options=endpoint)
+    bucket = client.bucket("stepop-k8s-gcs")
+    if not bucket.exists():
+        client.create_bucket(bucket)
+    root = f"gs://stepop-k8s-gcs/{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("STEPOP_TEST_GCS_ROOT", root)
+
+    run = dags().k8s_gcs().test()
+
+    assert run.state == "success"
+    result = _read(k8s["results"], "gcs")
+    assert result["uri"].startswith(root + "/") and result["weight"] == 1000.0
+    written = {
+        blob.name for blob in bucket.list_blobs(prefix=root.removeprefix("gs://stepop-k8s-gcs/"))
+    }
+    assert any(name.endswith("/outputs/return_value/weights/w.npy") for name in written)
+    for job in jobs_of(run):  # no signed URL, no key in a Job
+        text = json.dumps(job)
+        assert "X-Goog-Signature" not in text and "PRIVATE KEY" not in text

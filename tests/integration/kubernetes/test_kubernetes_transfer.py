@@ -14,7 +14,7 @@ from moto.server import ThreadedMotoServer
 
 from airflow_stepop.artifacts.storage import worker_storage
 from airflow_stepop.backends.base import JobRequest
-from airflow_stepop.backends.kubernetes import entry, transfer
+from airflow_stepop.backends.kubernetes import entry, signers, transfer
 from cloud.stack import free_port
 
 BUCKET = "stepop-transfer"
@@ -73,7 +73,7 @@ def test_a_pod_fetches_its_files_and_uploads_its_results_with_signed_urls(
     output_uri = f"{RUN}/output"
     storage = worker_storage(CONN)
 
-    document = transfer.plan(request, spec, storage, transfer.S3Signer(CONN),
+    document = transfer.plan(request, spec, storage, signers.S3Signer(CONN),
                              output_uri=output_uri, expires_s=600)  # fmt: skip
 
     assert len(transfer.secret_bytes(document)) < transfer.MAX_DOCUMENT_BYTES
@@ -110,12 +110,12 @@ def test_a_pod_fetches_its_files_and_uploads_its_results_with_signed_urls(
 
 def test_the_upload_grant_allows_only_keys_under_its_prefix_and_no_read(s3, aws_connection):
     # The emulator does not enforce a POST policy, so this reads what S3 would enforce.
-    grant = transfer.S3Signer(CONN).upload_grant(f"{RUN}/output", 600)
+    grant = signers.S3Signer(CONN).upload_grant(f"{RUN}/output", 600)
     policy = json.loads(base64.b64decode(grant["fields"]["policy"]))
     prefix = RUN.removeprefix(f"s3://{BUCKET}/") + "/output/"
     assert ["starts-with", "$key", prefix] in policy["conditions"]
     assert {"bucket": BUCKET} in policy["conditions"]
-    assert ["content-length-range", 0, transfer.MAX_OBJECT_BYTES] in policy["conditions"]
+    assert ["content-length-range", 0, signers.MAX_OBJECT_BYTES] in policy["conditions"]
     assert "key" not in grant["fields"]  # the pod names each file under the prefix
     assert grant["prefix"] == prefix
 
@@ -138,7 +138,7 @@ def test_a_missing_input_is_named_before_any_job_starts(s3, aws_connection):
     spec = {"args": [{"ref": {"uri": gone}}], "kwargs": {}}
     with pytest.raises(FileNotFoundError, match="return_value.npy"):
         transfer.plan(request, spec, worker_storage(CONN),
-                      transfer.S3Signer(CONN), output_uri=RUN, expires_s=60)  # fmt: skip
+                      signers.S3Signer(CONN), output_uri=RUN, expires_s=60)  # fmt: skip
 
 
 def test_a_failed_download_names_the_file_and_never_the_signed_url(tmp_path: Path, s3):
@@ -159,7 +159,7 @@ def test_a_key_that_would_lead_out_of_the_pods_directory_is_refused(s3, aws_conn
                          code_uri=CODE_URI)  # fmt: skip
     spec = {"args": [{"ref": {"uri": planted}}], "kwargs": {}}
     with pytest.raises(ValueError, match="outside its own directory"):
-        transfer.plan(request, spec, worker_storage(CONN), transfer.S3Signer(CONN),
+        transfer.plan(request, spec, worker_storage(CONN), signers.S3Signer(CONN),
                       output_uri=RUN, expires_s=60)  # fmt: skip
 
 

@@ -82,5 +82,36 @@ def k8s_raises():
     broken(-3)
 
 
+@dag(schedule=None)
+def k8s_gcs():
+    """Steps on a gs:// root: the pods use V4 URLs and POST policies the signer's key made."""
+    on_gcs = {"image_uri": BASE, "artifact_root": os.environ.get("STEPOP_TEST_GCS_ROOT"),
+              "storage_conn_id": "google_cloud_signer"}  # fmt: skip
+
+    @task.kubernetes_step(**on_gcs)
+    def save_model(size: int):
+        import numpy as np
+
+        model = Path("model")
+        (model / "weights").mkdir(parents=True)
+        np.save(model / "weights" / "w.npy", np.ones(size))
+        (model / "config.json").write_text(json.dumps({"size": size}))
+        return model
+
+    @task.kubernetes_step(**on_gcs)
+    def weigh(model) -> float:
+        import numpy as np
+
+        return float(np.load(model / "weights" / "w.npy").sum())
+
+    @task
+    def check(model, weight: float) -> None:
+        _record("gcs", {"uri": model.uri, "weight": weight})
+
+    model = save_model(1000)
+    check(model, weigh(model))
+
+
 k8s_pipeline()
 k8s_raises()
+k8s_gcs()
