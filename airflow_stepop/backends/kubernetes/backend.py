@@ -160,7 +160,18 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
         plan = None
         if not shared_volume:
             signer = signer_for(request.run_uri, self.storage_conn_id)
-            expires = transfer.url_lifetime(job.max_runtime_s, job.schedule_timeout_s or 0)
+            expires = transfer.url_lifetime(
+                job.max_runtime_s, job.schedule_timeout_s or 0, queued=job.queue_name is not None
+            )
+            ends = signer.credentials_end()
+            if ends is not None and ends < time.time() + expires:
+                log.warning(
+                    "The artifact store's URLs for this step end at %s UTC with the session of "
+                    "%s's credentials, before the step may end: a step still running then "
+                    "cannot upload its results. For long steps, give storage_conn_id longer-"
+                    "lived credentials (a longer role session, or an IAM user's keys).",
+                    time.strftime("%Y-%m-%d %H:%M", time.gmtime(ends)), self.storage_conn_id,
+                )  # fmt: skip
             plan = transfer.plan(request, spec, storage, signer, output_uri=output_uri,
                                  expires_s=expires)  # fmt: skip
         name = manifest.job_name(request.job_name)

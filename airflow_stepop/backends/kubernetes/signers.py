@@ -29,6 +29,10 @@ class Signer(Protocol):
 
     def upload_grant(self, prefix_uri: str, expires_s: int) -> dict[str, Any]: ...
 
+    def credentials_end(self) -> float | None:
+        """When the signatures stop working whatever their expiry (the end of a temporary
+        session's credentials, epoch seconds), or None."""
+
 
 def _split(uri: str) -> tuple[str, str]:
     bucket, _, key = uri.split("://", 1)[1].partition("/")
@@ -42,7 +46,9 @@ class S3Signer:
     def __init__(self, aws_conn_id: str | None) -> None:
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
-        self._client = S3Hook(aws_conn_id=aws_conn_id).get_conn()
+        hook = S3Hook(aws_conn_id=aws_conn_id)
+        self._client = hook.get_conn()
+        self._credentials = hook.get_session().get_credentials()
 
     def get_url(self, uri: str, expires_s: int) -> str:
         bucket, key = _split(uri)
@@ -61,6 +67,12 @@ class S3Signer:
         fields = {k: v for k, v in post["fields"].items() if k != "key"}
         return {"kind": "post", "url": post["url"], "fields": fields, "prefix": prefix,
                 "max_bytes": MAX_OBJECT_BYTES}  # fmt: skip
+
+    def credentials_end(self) -> float | None:
+        """An STS session's end (an assumed role, IRSA, SSO): SigV4 URLs die with it. botocore
+        keeps it only on its refreshable credentials, as ``_expiry_time``."""
+        expiry = getattr(self._credentials, "_expiry_time", None)
+        return expiry.timestamp() if expiry is not None else None
 
 
 class GCSSigner:
@@ -127,6 +139,11 @@ class GCSSigner:
         fields = {**signed, "policy": policy.decode(), "x-goog-signature": signature}
         return {"kind": "post", "url": f"{self._endpoint}/{bucket}/", "fields": fields,
                 "prefix": prefix, "max_bytes": MAX_OBJECT_BYTES}  # fmt: skip
+
+    def credentials_end(self) -> None:
+        """A V4 signature of a service account's key lives its own time (at most 7 days),
+        however short the token that asked IAM for it."""
+        return None
 
 
 def signing_credentials(credentials: Any, conn_id: str | None) -> Any:

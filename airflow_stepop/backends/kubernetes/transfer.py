@@ -39,9 +39,12 @@ MAX_DOCUMENT_BYTES = 900 * 1024  # a Secret holds 1 MiB, its other keys included
 RUN_DIR, CODE_FILE, CHECKPOINT_DIR, INPUTS_DIR = "run", "code.zip", "checkpoints", "in"
 
 
-def url_lifetime(max_runtime_s: int, schedule_timeout_s: float) -> int:
+def url_lifetime(max_runtime_s: int, schedule_timeout_s: float, queued: bool = False) -> int:
     """Seconds the URLs must stay valid: the Job's wait to be placed, its run, and an hour for
-    pulling its image and uploading its results; at most a signature's longest."""
+    pulling its image and uploading its results; at most a signature's longest. A Job in a
+    Kueue queue may wait for admission for any time, so its URLs get the longest."""
+    if queued:
+        return MAX_EXPIRY_S
     return min(MAX_EXPIRY_S, int(max_runtime_s + math.ceil(schedule_timeout_s) + 3600))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import time
 from pathlib import Path
 
 import boto3
@@ -169,3 +170,25 @@ def test_the_entry_never_writes_outside_its_directory(tmp_path: Path):
     for escape in ("../outside", "in/../../outside", "/etc/passwd"):
         with pytest.raises(entry.TransferError, match="outside the step's directory"):
             entry.inside(str(work), escape)
+
+
+def test_urls_signed_with_an_assumed_roles_session_say_when_that_session_ends(s3, monkeypatch):
+    _, endpoint = s3
+    extra = {"endpoint_url": endpoint, "region_name": "us-east-1",
+             "role_arn": "arn:aws:iam::123456789012:role/stepop-worker",
+             "assume_role_kwargs": {"DurationSeconds": 3600},
+             "service_config": {"sts": {"endpoint_url": endpoint}}}  # fmt: skip
+    connection = {"conn_type": "aws", "login": "testing", "password": "testing", "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_ROLE_TEST", json.dumps(connection))
+    before = time.time()
+
+    ends = signers.S3Signer("aws_role_test").credentials_end()
+
+    assert ends is not None and before + 3500 <= ends <= time.time() + 3700
+    assert signers.S3Signer(CONN).credentials_end() is None  # an IAM user's keys do not end
+
+
+def test_a_queued_jobs_urls_outlive_any_wait_for_admission_up_to_a_signatures_longest():
+    assert transfer.url_lifetime(3600, 1800) == 3600 + 1800 + 3600
+    assert transfer.url_lifetime(3600, 1800, queued=True) == signers.MAX_EXPIRY_S
+    assert transfer.url_lifetime(30 * 86400, 0) == signers.MAX_EXPIRY_S
