@@ -61,7 +61,8 @@ SECRETS = Kind("secrets", "Secret")
 SERVICES = Kind("services", "Service", short_names=("svc",))
 NAMESPACES = Kind("namespaces", "Namespace", namespaced=False, short_names=("ns",))
 NODES = Kind("nodes", "Node", namespaced=False, short_names=("no",))
-CORE_KINDS = (PODS, EVENTS, SECRETS, SERVICES, NAMESPACES, NODES)
+RESOURCE_QUOTAS = Kind("resourcequotas", "ResourceQuota", short_names=("quota",))
+CORE_KINDS = (PODS, EVENTS, SECRETS, SERVICES, NAMESPACES, NODES, RESOURCE_QUOTAS)
 
 
 class ApiError(Exception):

@@ -1,4 +1,4 @@
-"""``core/v1`` objects other than pods: Namespaces, Nodes, Events, Secrets and Services.
+"""``core/v1`` objects other than pods: Namespaces, Nodes, Events, Secrets, Services, quotas.
 
 * Namespaces: create (422 for a bad name, 409 when it exists), get, list, watch.
 * Nodes: get, list, watch (the set itself comes from the control API).
@@ -8,6 +8,8 @@
   default), get, list, watch, delete.
 * Services: create (a ``clusterIP`` from 10.96.0.0/12 unless ``None``: headless), get, list,
   watch, delete.
+* ResourceQuotas: create (``spec.hard`` quantities checked), get, list, watch, delete; what
+  they limit is ``quota.py``'s.
 
 Creating anything in a namespace that does not exist is 404 ``namespaces "x" not found``.
 """
@@ -24,6 +26,7 @@ from cloud.kubernetes.api import (
     EVENTS,
     NAMESPACES,
     NODES,
+    RESOURCE_QUOTAS,
     SECRETS,
     SERVICES,
     Kind,
@@ -36,6 +39,7 @@ from cloud.kubernetes.api import (
 from cloud.kubernetes.deletion import Deletion, check_preconditions, delete_options
 from cloud.kubernetes.patching import apply_patch
 from cloud.kubernetes.podspec import generated_name
+from cloud.kubernetes.quota import validate_quota
 from cloud.kubernetes.reads import ReadRoutes
 from cloud.kubernetes.state import namespace_object
 from cloud.kubernetes.validation import (
@@ -94,7 +98,11 @@ class CoreRoutes(ReadRoutes, Deletion):
             "readCoreV1NamespacedEvent",
             lambda req: self._read(EVENTS, req),
         )
-        for kind, create in ((SECRETS, self._secret), (SERVICES, self._service)):
+        for kind, create in (
+            (SECRETS, self._secret),
+            (SERVICES, self._service),
+            (RESOURCE_QUOTAS, lambda body: validate_quota(RESOURCE_QUOTAS, body)),
+        ):
             self._add_simple(kind, create)
 
     def _add_simple(self, kind: Kind, prepare: Callable[[dict[str, Any]], dict[str, Any]]) -> None:

@@ -33,6 +33,7 @@ VERBS = {
     "services": ["create", "delete", "get", "list", "watch"],
     "namespaces": ["create", "get", "list", "watch"],
     "nodes": READ,
+    "resourcequotas": ["create", "delete", "get", "list", "watch"],
 }
 SUBRESOURCES = {"jobs": ["status"], "pods": ["log", "status"]}
 

@@ -17,7 +17,8 @@ Each pass over a Job (:meth:`JobController.sync_job`, under the lock):
   then ``Complete`` and ``completionTime`` once no pod runs (``CompletionsReached``, "Reached
   expected number of succeeded pods"), a ``Completed`` event;
 * otherwise creates pods up to ``parallelism`` (Indexed: one per index not done), after a
-  back-off of 1 s doubling per failure (up to 60 s) once a pod failed;
+  back-off of 1 s doubling per failure (up to 60 s) once a pod failed; a pod the namespace's
+  quota refuses (``quota.py``) is a ``FailedCreate`` warning event, tried again each pass;
 * keeps ``status``: ``active``, ``ready``, ``succeeded``, ``failed``, ``terminating``,
   ``startTime``, ``completionTime``, ``completedIndexes``, ``uncountedTerminatedPods``.
 """
@@ -28,6 +29,7 @@ import copy
 import time
 from typing import Any
 
+from cloud.kubernetes import quota
 from cloud.kubernetes.api import JOBS, PODS, k8s_time
 from cloud.kubernetes.conditions import (
     failure_policy_action,
@@ -254,7 +256,12 @@ class JobController(Deletion):
             wanted = [None] * max(left, 0)
         created = []
         for index in wanted:
-            pod = self.store.add(PODS.resource, pod_for_job(job, index))
+            pod = pod_for_job(job, index)
+            refused = quota.refusal(self.store, job["metadata"]["namespace"], pod)
+            if refused:  # as the real controller: an event, and another try next pass
+                self._job_event(job, WARNING, "FailedCreate", f"Error creating: {refused}")
+                break
+            pod = self.store.add(PODS.resource, pod)
             self._job_event(
                 job, NORMAL, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}"
             )

@@ -167,6 +167,7 @@ FIELDS: dict[str, dict[str, Callable[[dict[str, Any]], str]]] = {
     },
     "secrets": {**_COMMON, "type": _path("type")},
     "services": dict(_COMMON),
+    "resourcequotas": dict(_COMMON),
     "namespaces": {**_COMMON, "status.phase": _path("status", "phase")},
     "nodes": {**_COMMON, "spec.unschedulable": _path("spec", "unschedulable")},
 }

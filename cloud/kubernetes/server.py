@@ -16,6 +16,8 @@ resourceVersion that only grows; ``watch=true`` on every list):
 ``/api/v1[/namespaces/{ns}]/events``          list (``involvedObject.*`` field selectors)
 ``/api/v1/nodes[/{name}]``                    list, get
 ``/api/v1/namespaces/{ns}/secrets|services``  create, get, list, patch, replace, delete
+``/api/v1/namespaces/{ns}/resourcequotas``    create, get, list, delete (``spec.hard``
+                                              enforced on the job controller's pods)
 
 Behind them a small cluster (:mod:`cloud.kubernetes.cluster`): the job controller (backoff
 limit, active deadline, TTL, suspend, Indexed completions, conditions and events), the

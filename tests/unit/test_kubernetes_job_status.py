@@ -117,6 +117,19 @@ def test_a_job_that_makes_no_pod_fails_after_the_schedule_timeout():
     assert failed.reason.startswith("NoPods") and "kubectl describe job train-t1" in failed.reason
 
 
+def test_a_job_its_namespace_refuses_pods_waits_with_the_refusal_then_fails():
+    refused = 'Error creating: pods "train-t1-" is forbidden: exceeded quota: gpus, ...'
+    stuck = job()
+    stuck["metadata"]["creationTimestamp"] = stamp(30)
+    waiting = job_status(stuck, [], schedule_timeout_s=600, failed_create=refused, now=NOW)
+    assert waiting.state == "pending" and waiting.reason == f"FailedCreate: {refused}"
+    stuck["metadata"]["creationTimestamp"] = stamp(700)
+    failed = job_status(stuck, [], schedule_timeout_s=600, failed_create=refused, now=NOW)
+    assert failed.state == "failed" and failed.held
+    assert failed.reason.startswith("FailedCreate") and failed.reason.endswith(refused)
+    assert "kubernetes_schedule_timeout is 600 s" in failed.reason
+
+
 def test_an_unschedulable_pod_waits_with_the_schedulers_words_then_fails():
     message = "0/2 nodes are available: 1 Insufficient nvidia.com/gpu."
     waiting = status_of(job(), [pod("Pending", scheduled=(message, 30))])

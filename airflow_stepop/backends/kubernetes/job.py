@@ -99,14 +99,20 @@ def unschedulable(pod: dict[str, Any]) -> tuple[str, datetime | None] | None:
     return None
 
 
+NO_PODS = "NoPods"  # the reason of a Job that made no pod in its schedule timeout
+
+
 def job_status(
     job: dict[str, Any],
     pods: list[dict[str, Any]],
     *,
     schedule_timeout_s: float,
+    failed_create: str | None = None,
     now: datetime | None = None,
 ) -> JobStatus:
-    """The Job's state; a failure carries its pods' reason, a finished Job its ``details``."""
+    """The Job's state; a failure carries its pods' reason, a finished Job its ``details``.
+    ``failed_create``: the message of the Job's last ``FailedCreate`` event, when it has no pod
+    (a quota, a service account or a policy the namespace refuses its pods)."""
     now = now or datetime.now(UTC)
     details = job_details(job, pods)
     if condition(job, "Complete") or condition(job, "SuccessCriteriaMet"):
@@ -126,16 +132,26 @@ def job_status(
             return JobStatus("failed", reason, details=details)
         # a pod that cannot start waits for ever: the step fails (and its Job is deleted) at
         # once where no retry can help, else after the schedule timeout
-        waited = _age(pod, now)
+        waited = age(pod, now)
         if _LOST_IMAGE.search(reason) or reason.startswith(("InvalidImageName", "CreateC")):
             return JobStatus("failed", reason, details=details, held=True)
         if waited > schedule_timeout_s:
             return JobStatus("failed", f"{reason} (for {waited:.0f} s)", held=True)
         return JobStatus("pending", reason=reason)
-    if not pods and _age(job, now) > schedule_timeout_s:  # the Job controller made none
+    if not pods and failed_create:  # the Job controller tries again: a quota may free up
+        waited = age(job, now)
+        if waited > schedule_timeout_s:
+            return JobStatus(
+                "failed",
+                f"FailedCreate: the Job could make no pod for {waited:.0f} s ([stepop] "
+                f"kubernetes_schedule_timeout is {schedule_timeout_s:g} s): {failed_create}",
+                held=True,
+            )
+        return JobStatus("pending", reason=f"FailedCreate: {failed_create}")
+    if not pods and age(job, now) > schedule_timeout_s:  # the Job controller made none
         return JobStatus(
             "failed",
-            f"NoPods: the Job made no pod in {_age(job, now):.0f} s ([stepop] "
+            f"{NO_PODS}: the Job made no pod in {age(job, now):.0f} s ([stepop] "
             f"kubernetes_schedule_timeout is {schedule_timeout_s:g} s): its events say why "
             "(FailedCreate: a service account, priority class or quota the namespace refuses; "
             f"kubectl describe job {(job.get('metadata') or {}).get('name', '')})",
@@ -159,10 +175,18 @@ def job_status(
     return JobStatus("pending")
 
 
-def _age(obj: dict[str, Any], now: datetime) -> float:
+def event_time(event: dict[str, Any]) -> str:
+    """An Event's last time, as sortable text (RFC 3339 in UTC): the latest of a repeated
+    event, else when it happened or was made."""
+    meta = event.get("metadata") or {}
+    return str(event.get("lastTimestamp") or event.get("eventTime")
+               or meta.get("creationTimestamp") or "")  # fmt: skip
+
+
+def age(obj: dict[str, Any], now: datetime | None = None) -> float:
     """Seconds since the object's creation (0 when it does not say)."""
     created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
-    return (now - created).total_seconds() if created else 0.0
+    return ((now or datetime.now(UTC)) - created).total_seconds() if created else 0.0
 
 
 def failure_reason(job: dict[str, Any], failed: dict[str, Any], pods: list[dict[str, Any]]) -> str:

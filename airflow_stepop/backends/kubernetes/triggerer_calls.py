@@ -9,6 +9,8 @@ size.
 * ``astatuses``: per namespace, one List of the watched task instances' Jobs and one of their
   pods (label selector ``stepop.io/task in (...)``, ``SELECTOR_CHUNK`` tasks a call), however
   many jobs wait; ``astatus``: one Job GET and one pod List.
+  A Job still without a pod after ``PODLESS_S`` gets one more List, of its ``FailedCreate``
+  events, so the task log says why (an exceeded quota) within a poll.
 * ``alogs``: the pods' logs (``logs``), the pods as the last poll listed them.
 * ``astop``: deletes the Job with foreground propagation: its pods are stopped (SIGTERM, then
   SIGKILL after their grace period) and the Job stays readable until they are gone. A pod's
@@ -30,6 +32,9 @@ from airflow_stepop.backends.kubernetes.clients import ClusterAccess, async_clie
 from airflow_stepop.backends.kubernetes.job import (
     CONTAINER,
     JOB_NAME_LABEL,
+    NO_PODS,
+    age,
+    event_time,
     job_status,
     owned_pods,
 )
@@ -46,6 +51,7 @@ REQUEST_TIMEOUT_S = 60
 FOLLOW_SECONDS = 120.0  # a stopping pod's grace period (30 s by default) and its last upload
 FOLLOW_BYTES = 16 << 20  # what a stop follows of its pods' logs, all of them together
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+PODLESS_S = 5.0  # a Job with no pod this long: its FailedCreate events are read
 
 
 class ApiError(RuntimeError):
@@ -164,7 +170,7 @@ class KubernetesTriggererCalls:
                 raise
             return self._gone(handle)
         pods = await self._list(f"/api/v1/namespaces/{namespace}/pods", f"{JOB_NAME_LABEL}={name}")
-        return self._seen(handle, job, pods)
+        return await self._with_events(handle, job, self._seen(handle, job, pods))
 
     async def astatuses(self, handles: list[dict[str, Any]]) -> dict[str, JobStatus]:
         """Per namespace, the watched tasks' Jobs and pods in two Lists (per chunk of tasks);
@@ -195,15 +201,47 @@ class KubernetesTriggererCalls:
                 for handle in chunk:
                     job = listed.get(handle["job_id"])
                     if job is not None:
-                        pods_of = by_job.get(handle["job_id"], [])
-                        out[handle["job_id"]] = self._seen(handle, job, pods_of)
+                        status = self._seen(handle, job, by_job.get(handle["job_id"], []))
+                        out[handle["job_id"]] = await self._with_events(handle, job, status)
         return out
 
-    def _seen(self, handle: dict[str, Any], job: dict, pods: list[dict]) -> JobStatus:
+    async def _with_events(self, handle: dict[str, Any], job: dict, status: JobStatus) -> JobStatus:
+        """A waiting Job that has made no pod for ``PODLESS_S``: its last ``FailedCreate``
+        event says why (a namespace's quota, a missing service account, a policy), one
+        bounded List of its events; the status again with that reason."""
+        podless = (status.state == "pending" and not status.queued and not status.reason) or (
+            status.state == "failed" and (status.reason or "").startswith(NO_PODS)
+        )
+        if not podless or self._pods.get(handle["job_id"]) or age(job) < PODLESS_S:
+            return status
+        query = {
+            "fieldSelector": f"involvedObject.kind=Job,involvedObject.name={handle['job_id']},"
+            "reason=FailedCreate",
+            "limit": PAGE_ITEMS,
+        }
+        await list_limiter(self.poll_group()).aacquire()
+        try:
+            page = json.loads(await self._read_bounded(
+                f"/api/v1/namespaces/{handle['namespace']}/events", query, limit=MAX_OBJECT_BYTES,
+            ))  # fmt: skip
+        except (ApiError, ValueError) as exc:
+            if isinstance(exc, ApiError) and self.is_transient(exc):
+                raise
+            return status  # no right to read events: the NoPods message still points at them
+        events = sorted(page.get("items") or [], key=event_time)
+        if not events:
+            return status
+        message = str(events[-1].get("message") or "")[:2000]
+        return self._seen(handle, job, self._pods.get(handle["job_id"], []), message)
+
+    def _seen(
+        self, handle: dict[str, Any], job: dict, pods: list[dict], failed_create: str | None = None
+    ) -> JobStatus:
         """The Job's state from it and the pods it owns (a pod's labels alone anyone may set);
         the pods are kept for its log reads."""
         pods = owned_pods(job, pods)
-        status = job_status(job, pods, schedule_timeout_s=float(handle["schedule_timeout_s"]))
+        status = job_status(job, pods, schedule_timeout_s=float(handle["schedule_timeout_s"]),
+                            failed_create=failed_create)  # fmt: skip
         self._pods[handle["job_id"]] = pods
         if status.terminal:
             self._ended.add(handle["job_id"])

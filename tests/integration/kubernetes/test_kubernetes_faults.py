@@ -119,6 +119,34 @@ def test_a_pod_no_node_fits_says_why_then_fails_after_the_schedule_timeout(k8s, 
     assert any("Insufficient nvidia.com/gpu" in line for line in waiting), waiting
 
 
+def test_a_namespace_quota_that_refuses_the_pod_is_said_then_fails_the_step(k8s, ctl, capfd):
+    from kubernetes import client
+
+    from airflow_stepop import ResourceSettings
+    from airflow_stepop.backends.kubernetes.clients import read_access, sync_client
+
+    core = client.CoreV1Api(sync_client(read_access("kubernetes_default")))
+    name = f"gpu-quota-{uuid.uuid4().hex[:6]}"
+    quota = {"metadata": {"name": name}, "spec": {"hard": {"requests.nvidia.com/gpu": "0"}}}
+    core.create_namespaced_resource_quota("default", quota)
+    try:
+        backend, handle = submit(k8s, answer, [], resources=ResourceSettings(gpu_count=1),
+                                 schedule_timeout=8)  # fmt: skip
+        event = event_of(backend, handle)
+    finally:
+        core.delete_namespaced_resource_quota(name, "default")
+    assert event["status"] == "failed"
+    assert (
+        event["reason"].startswith("FailedCreate")
+        and "kubernetes_schedule_timeout" in event["reason"]
+    )
+    assert f"exceeded quota: {name}, requested: requests.nvidia.com/gpu=1" in event["reason"]
+    logged = capfd.readouterr()
+    waiting = [line for line in (logged.out + logged.err).splitlines() if ": pending, " in line]
+    assert any("exceeded quota" in line for line in waiting), waiting  # said while it waited
+    wait_for(lambda: _gone(backend, handle), 60, "the Job to be deleted")
+
+
 def test_an_evicted_pod_fails_the_step_in_kubernetes_words(k8s, ctl):
     backend, handle = submit(k8s, held_saving, [str(k8s["results"] / "never")])
     wait_for(lambda: backend.status(handle).state == "running", 60, "the pod to run")
