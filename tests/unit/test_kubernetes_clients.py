@@ -69,3 +69,21 @@ def test_a_connection_with_two_ways_to_the_cluster_is_refused(monkeypatch, tmp_p
     connect(monkeypatch, "both", in_cluster=True, kube_config_path=str(tmp_path / "c"))
     with pytest.raises(SettingsError, match="in_cluster and kube_config_path"):
         read_access("both")
+
+
+def test_throttling_5xx_and_lost_connections_are_transient_on_either_client():
+    import aiohttp
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
+    from airflow_stepop.backends.kubernetes.backend import KubernetesBackend
+    from airflow_stepop.backends.kubernetes.triggerer_calls import ApiError
+
+    backend = KubernetesBackend(job=None)
+    lost = urllib3.exceptions.MaxRetryError(None, "/")
+    for transient in (ApiException(status=429), ApiException(status=503), ApiError(500, "x"),
+                      lost, aiohttp.ClientError()):  # fmt: skip
+        assert backend.is_transient(transient), transient
+    for lasting in (ApiException(status=403), ApiException(status=404), ApiError(422, "x"),
+                    ValueError("bad json")):  # fmt: skip
+        assert not backend.is_transient(lasting), lasting

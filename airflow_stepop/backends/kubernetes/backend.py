@@ -43,7 +43,10 @@ from airflow_stepop.backends.kubernetes.clients import read_access, sync_client
 from airflow_stepop.backends.kubernetes.config import KubernetesJobConfig
 from airflow_stepop.backends.kubernetes.job import JOB_NAME_LABEL
 from airflow_stepop.backends.kubernetes.signers import signer_for
-from airflow_stepop.backends.kubernetes.triggerer_calls import KubernetesTriggererCalls
+from airflow_stepop.backends.kubernetes.triggerer_calls import (
+    TRANSIENT_STATUS,
+    KubernetesTriggererCalls,
+)
 from airflow_stepop.backends.ratelimit import list_limiter
 from airflow_stepop.runtime.spec import SPEC_SHA256_ENV
 from airflow_stepop.setting_values import SettingsError
@@ -56,7 +59,6 @@ log = logging.getLogger(__name__)
 
 TIMEOUT = (10, 60)  # seconds to connect, to read: no worker call waits for ever
 ATTEMPTS = 5
-RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 RETRY_AFTER_MAX_S = 30.0
 RBAC = (
     "The connection's account needs, in the namespace: create, get, list and delete on jobs; "
@@ -87,7 +89,7 @@ def api_call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, _request_timeout=TIMEOUT, **kwargs)
         except Exception as exc:
-            if status_code(exc) not in RETRY_STATUS or attempt == ATTEMPTS - 1:
+            if status_code(exc) not in TRANSIENT_STATUS or attempt == ATTEMPTS - 1:
                 raise
             time.sleep(_retry_after(exc, attempt))
     raise AssertionError("unreachable")

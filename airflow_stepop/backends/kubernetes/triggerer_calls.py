@@ -387,8 +387,13 @@ class KubernetesTriggererCalls:
         self._stopped.discard(handle["job_id"])
 
     def is_transient(self, exc: Exception) -> bool:
-        if isinstance(exc, ApiError):
-            return exc.status in TRANSIENT_STATUS
+        """A throttled or failing server, or a connection that failed: the triggerer's
+        (``ApiError``, aiohttp) and the worker's (the sync client's ``ApiException``, urllib3)."""
+        status = getattr(exc, "status", None)
+        if isinstance(status, int):
+            return status in TRANSIENT_STATUS
         import aiohttp
+        import urllib3
 
-        return isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError))
+        return isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError,
+                                urllib3.exceptions.HTTPError))  # fmt: skip
