@@ -20,13 +20,16 @@ from typing import Any
 
 import pytest
 
+from cloud.pytest_plugin import cloud_stack, registry_image  # noqa: F401 - the fixtures
 from tests.e2e.services import Api, airflow_deployment
 from tests.waiting import wait_for
 
 DAGS = Path(__file__).parent / "trigger_end_dags"
 QUICK_STEPS = 100  # trigger_end_dags.QUICK_STEPS
+KUBERNETES_STEPS = 20  # trigger_end_dags.KUBERNETES_STEPS
 DAG_IDS = (
     "quick_steps_at_once",
+    "kubernetes_steps_at_once",
     "results_from_the_trigger",
     "failures_from_the_trigger",
     "resumes_for_its_callback",
@@ -36,14 +39,20 @@ RUN_TIMEOUT = 600
 
 
 @pytest.fixture(scope="module")
-def runs() -> Iterator[tuple[dict[str, dict[str, Any]], Api, Path, Path]]:
+def runs(
+    cloud_stack: dict[str, str],
+    registry_image: str,  # noqa: F811 - fixtures
+) -> Iterator[tuple[dict[str, dict[str, Any]], Api, Path, Path]]:
     """Each DAG's finished run (its task instances by task and map index), the API, the
     AIRFLOW_HOME and the directory where the DAGs' plain tasks wrote what they got."""
     base = Path(tempfile.mkdtemp(prefix="stepop-trigger-end-"))
     base.chmod(0o755)  # the PostgreSQL server runs as `postgres` when we are root
     results = base / "results"
     results.mkdir()
-    env = {"STEPOP_TEST_RESULTS": str(results), "AIRFLOW__STEPOP__POLL_INTERVAL": "0.5"}
+    env = {**cloud_stack, "STEPOP_TEST_RESULTS": str(results),
+           "AIRFLOW__STEPOP__POLL_INTERVAL": "0.5",
+           "AIRFLOW__STEPOP__KUBERNETES_ARTIFACT_ROOT":
+               f"s3://{cloud_stack['STEPOP_DEMO_BUCKET']}/trigger-end-{base.name}"}  # fmt: skip
     try:
         with airflow_deployment(base, DAGS, env) as (api, home):
             wait_for(lambda: all(_dag_ready(api, d) for d in DAG_IDS), 180, "the DAGs to load",
@@ -121,6 +130,24 @@ def test_a_hundred_quick_steps_at_once_end_from_the_trigger_without_a_hold(runs)
         assert "The task resumes in" not in logs["trigger"]  # no hold
         # one task process: the worker deferred and never resumed to read the result
         assert "succeeded; result" not in logs["worker"]
+
+
+def test_kubernetes_steps_at_once_run_as_jobs_and_end_from_the_trigger(runs):
+    """Kubernetes steps under Airflow's own processes: each a Job on the emulated cluster,
+    its pod's lines and its result in the task's trigger log, the values downstream the
+    steps' own."""
+    seen, _, home, results = runs
+    run = seen["kubernetes_steps_at_once"]
+    steps = {i: ti for (task, i), ti in run["tis"].items() if task == "on_the_cluster"}
+    assert {ti["state"] for ti in steps.values()} == {"success"}, steps
+    assert len(steps) == KUBERNETES_STEPS and run["state"] == "success"
+    squares = [i * i for i in range(KUBERNETES_STEPS)]
+    assert json.loads((results / "squares.json").read_text()) == squares
+    for i in range(KUBERNETES_STEPS):
+        logs = _logs(home, "kubernetes_steps_at_once", run["run_id"], "on_the_cluster", i)[1]
+        assert f"kubernetes step {i} ran" in logs["trigger"]
+        assert f"succeeded; result: {i * i}" in logs["trigger"]
+        assert "X-Amz-Signature" not in logs["trigger"] + logs["worker"]
 
 
 def test_multiple_outputs_and_a_task_mapped_over_a_steps_list_come_from_the_trigger(runs):

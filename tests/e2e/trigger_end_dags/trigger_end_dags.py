@@ -37,6 +37,28 @@ def quick_steps_at_once():
 
 quick_steps_at_once()
 
+KUBERNETES_STEPS = 20
+BASE = f"{os.environ.get('STEPOP_REGISTRY', '127.0.0.1:5000')}/stepop-base/python:3.11-bookworm"
+
+
+@dag(schedule=None)
+def kubernetes_steps_at_once():
+    """Steps as Jobs on the emulated cluster (s3:// artifacts through signed URLs), at once."""
+
+    @task.kubernetes_step(image_uri=BASE)
+    def on_the_cluster(i: int) -> int:
+        print(f"kubernetes step {i} ran")
+        return i * i
+
+    @task
+    def squares(values):
+        _write("squares.json", sorted(values))
+
+    squares(on_the_cluster.expand(i=list(range(KUBERNETES_STEPS))))
+
+
+kubernetes_steps_at_once()
+
 
 @dag(schedule=None)
 def results_from_the_trigger():
