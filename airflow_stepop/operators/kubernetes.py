@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_stepop.backends import arguments as check
 from airflow_stepop.backends.kubernetes.config import STORE_CONNECTIONS, KubernetesJobConfig
+from airflow_stepop.backends.kubernetes.signers_azure import SCHEMES as AZURE_SCHEMES
 from airflow_stepop.operators.base import BaseStepOperator
 
 if TYPE_CHECKING:  # imported in make_backend(): a DAG file's parse does not need it
@@ -53,7 +54,8 @@ class KubernetesStepOperator(BaseStepOperator):
         ``{"persistentVolumeClaim": {"claimName": "stepop-artifacts"}}``), mounted at its path.
     :param storage_conn_id: the connection that reaches (and signs URLs for) the artifact
         root; default the store's own default connection (``aws_default`` for ``s3://``,
-        ``google_cloud_default`` for ``gs://``).
+        ``google_cloud_default`` for ``gs://``, ``adls_default`` for ``abfs://``, ``abfss://``
+        and ``az://`` when it is defined, else adlfs's ambient credentials, as Azure ML steps).
     """
 
     service = "kubernetes"
@@ -114,11 +116,22 @@ class KubernetesStepOperator(BaseStepOperator):
 
     @property
     def storage_conn_id(self) -> str | None:
-        """The given connection, else the artifact store's usual one (``aws_default``)."""
+        """The given connection, else the artifact store's usual one (``aws_default``); on
+        Azure, none (adlfs's ambient credentials) when ``adls_default`` is not defined."""
         if self._storage_conn_id is not None:
             return self._storage_conn_id
         scheme = self.step_artifact_root().split("://", 1)[0]
-        return STORE_CONNECTIONS.get(scheme)
+        default = STORE_CONNECTIONS.get(scheme)
+        if default is None or scheme not in AZURE_SCHEMES:
+            return default
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            BaseHook.get_connection(default)
+        except AirflowNotFoundException:
+            return None
+        return default
 
     def make_backend(self) -> KubernetesBackend:
         from airflow_stepop.backends.kubernetes.backend import KubernetesBackend
