@@ -59,7 +59,8 @@ class AzureSigner:
 
     def __init__(self, fs: Any, conn_id: str | None) -> None:
         client = fs.service_client  # adlfs's (aio) BlobServiceClient; no request is made here
-        self._fs, self._client, self._conn_id = fs, client, conn_id
+        self._fs, self._client = fs, client
+        self._conn = repr(conn_id) if conn_id else "(none: adlfs's ambient credentials)"
         self.account = client.account_name
         self.endpoint = client.primary_endpoint.rstrip("/")
         credential = client.credential
@@ -70,7 +71,7 @@ class AzureSigner:
             if "sig=" in (client.url or ""):
                 shown = "a SAS token"
             raise SettingsError(
-                f"The connection {conn_id or '(none: adlfs ambient credentials)'!r} reaches "
+                f"The connection {self._conn} reaches "
                 f"the storage account {self.account!r} with {shown}, which cannot sign: a "
                 "Kubernetes step's pod reaches an abfs:// artifact root through SAS URLs. Give "
                 "it the account key (a connection string with AccountKey, or the account_key "
@@ -99,7 +100,7 @@ class AzureSigner:
                            now - datetime.timedelta(minutes=5), expiry)  # fmt: skip
             except Exception as exc:
                 raise SettingsError(
-                    f"The connection {self._conn_id!r} could not get a user delegation key for "
+                    f"The connection {self._conn} could not get a user delegation key for "
                     f"the storage account {self.account!r} ({type(exc).__name__}: {exc}); its "
                     "identity needs a role with generateUserDelegationKey (Storage Blob Data "
                     "Contributor) on the account, or give the connection the account key."
@@ -112,7 +113,7 @@ class AzureSigner:
         if account is not None and account != self.account:
             raise SettingsError(
                 f"{uri} is in the storage account {account!r}, but the connection "
-                f"{self._conn_id!r} signs for {self.account!r}: use that account's connection."
+                f"{self._conn} signs for {self.account!r}: use that account's connection."
             )
         return container, path
 
