@@ -53,7 +53,8 @@ class KubernetesStepOperator(BaseStepOperator):
         ``{"persistentVolumeClaim": {"claimName": "stepop-artifacts"}}``), mounted at its path.
     :param storage_conn_id: the connection that reaches (and signs URLs for) the artifact
         root; default the store's own default connection (``aws_default`` for ``s3://``,
-        ``google_cloud_default`` for ``gs://``).
+        ``google_cloud_default`` for ``gs://``; for ``abfs://``, ``abfss://`` and ``az://`` none:
+        adlfs's ambient credentials, as Azure ML steps).
     """
 
     service = "kubernetes"
@@ -114,7 +115,7 @@ class KubernetesStepOperator(BaseStepOperator):
 
     @property
     def storage_conn_id(self) -> str | None:
-        """The given connection, else the artifact store's usual one (``aws_default``)."""
+        """The given connection, else the artifact store's usual one (``STORE_CONNECTIONS``)."""
         if self._storage_conn_id is not None:
             return self._storage_conn_id
         scheme = self.step_artifact_root().split("://", 1)[0]

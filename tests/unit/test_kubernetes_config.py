@@ -138,3 +138,27 @@ def test_a_wrong_image_repository_option_is_refused_naming_it(monkeypatch, value
         config().completed(OWNER, artifact_root="s3://b/stepop", connection_namespace=None,
                            image_uri=IMAGE)  # fmt: skip
     assert "registry.example.com/ml/env" in str(refused.value)
+
+
+def test_an_abfs_root_is_signed_and_reached_with_ambient_credentials_unless_told(monkeypatch):
+    from airflow_stepop.operators.kubernetes import KubernetesStepOperator
+
+    for root in ("abfs://data/stepop", "abfss://data/stepop", "az://data/stepop"):
+        done = config(artifact_root=root).completed(
+            OWNER, artifact_root=root, connection_namespace=None, image_uri=IMAGE
+        )
+        assert done.artifact_path is None  # signed URLs, no volume
+    with pytest.raises(SettingsError, match=r"s3://, gs:// and abfs://"):
+        config().completed(OWNER, artifact_root="hdfs://nn/stepop", connection_namespace=None,
+                           image_uri=IMAGE)  # fmt: skip
+
+    operator = KubernetesStepOperator(
+        task_id="train", python_callable=lambda: None, image_uri=IMAGE,
+        artifact_root="abfs://data/stepop",
+    )  # fmt: skip
+    assert operator.storage_conn_id is None  # adlfs's ambient credentials, as Azure ML steps
+    told = KubernetesStepOperator(
+        task_id="train", python_callable=lambda: None, image_uri=IMAGE,
+        artifact_root="abfs://data/stepop", storage_conn_id="adls_ml",
+    )  # fmt: skip
+    assert told.storage_conn_id == "adls_ml"

@@ -30,8 +30,13 @@ MAX_INSTANCES = 100
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Labels and annotations of ours on every Job (``manifest``): a user's may not replace them.
 OUR_KEYS = (KUEUE_QUEUE_LABEL, "app.kubernetes.io/managed-by")
-# each store whose URLs the worker signs (``signers``), and its usual Airflow connection
-STORE_CONNECTIONS = {"s3": "aws_default", "gs": "google_cloud_default"}
+# each store whose URLs the worker signs (``signers``), and its usual Airflow connection (on
+# Azure none: adlfs's ambient credentials, as Azure ML steps reach their roots)
+STORE_CONNECTIONS = {
+    "s3": "aws_default",
+    "gs": "google_cloud_default",
+    **dict.fromkeys(("abfs", "abfss", "az")),
+}
 SCHEMES = tuple(STORE_CONNECTIONS)
 IMAGE_EXAMPLE = "registry.example.com/ml/pytorch:2.5-cuda12"
 
@@ -172,17 +177,18 @@ class KubernetesJobConfig:
             if self.artifact_volume is None:
                 raise SettingsError(
                     f"{owner} has the artifact root {artifact_root!r}, which is on the worker's "
-                    "disk: a pod on another node cannot read it. Use an s3:// or gs:// root "
-                    f"({config.artifact_root_options('kubernetes')}), or mount the shared "
+                    "disk: a pod on another node cannot read it. Use an s3://, gs:// or abfs:// "
+                    f"root ({config.artifact_root_options('kubernetes')}), or mount the shared "
                     "volume that holds it with artifact_volume={'persistentVolumeClaim': "
                     "{'claimName': 'stepop-artifacts'}}."
                 )
         elif artifact_root.split("://", 1)[0] not in SCHEMES:
             raise SettingsError(
                 f"{owner} has the artifact root {artifact_root!r}: a Kubernetes step's pod "
-                "reads and writes it through signed URLs, which airflow-stepop makes for s3:// "
-                f"and gs:// roots. Set {config.artifact_root_options('kubernetes')} to one, or "
-                "use a file:// root on a shared volume (artifact_volume=)."
+                "reads and writes it through signed URLs, which airflow-stepop makes for s3://, "
+                "gs:// and abfs:// (abfss://, az://) roots. Set "
+                f"{config.artifact_root_options('kubernetes')} to one, or use a file:// root on "
+                "a shared volume (artifact_volume=)."
             )
         label = self.gpu_label or check.option(
             "kubernetes_gpu_label", config.get("kubernetes_gpu_label"), shapes.QUALIFIED_NAME,

@@ -39,7 +39,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 DEFAULT_MASTER_PORT = "29500"
 LAST = ("result.json", "error.json")  # what says the step ended: uploaded after the rest
@@ -115,23 +115,42 @@ def _form_body(fields: dict, key: str, path: str):
     return f"multipart/form-data; boundary={boundary}", size, chunks
 
 
+def _file_chunks(path: str):
+    """A function that yields the file ``path`` from the start (a retry sends it again)."""
+
+    def chunks():
+        with open(path, "rb") as file:
+            while block := file.read(CHUNK):
+                yield block
+
+    return chunks
+
+
 def upload(grant: dict, relative: str, path: str) -> None:
-    """One file to ``<grant's prefix><relative>``, as the grant allows (an S3 POST policy)."""
+    """One file to ``<grant's prefix><relative>``, as the grant allows: ``post``, a form under
+    a POST policy (S3, GCS); ``put``, a Put Blob under a directory SAS (Azure)."""
     size = os.path.getsize(path)
     if size > grant.get("max_bytes", size):
         raise TransferError(
             f"uploading {relative}: it is {size} bytes, more than one upload takes "
             f"({grant['max_bytes']}); split it into smaller files"
         )
-    if grant["kind"] != "post":
+    if grant["kind"] == "post":
+        content_type, length, chunks = _form_body(grant["fields"], grant["prefix"] + relative,
+                                                  path)  # fmt: skip
+        url, method, headers = grant["url"], "POST", {"Content-Type": content_type}
+    elif grant["kind"] == "put":
+        length, chunks = size, _file_chunks(path)
+        url = f"{grant['url']}{quote(grant['prefix'] + relative)}?{grant['query']}"
+        method = "PUT"
+        headers = {"x-ms-blob-type": "BlockBlob", "Content-Type": "application/octet-stream"}
+    else:
         raise TransferError(f"uploading {relative}: unknown upload kind {grant['kind']!r}")
-    content_type, length, chunks = _form_body(grant["fields"], grant["prefix"] + relative, path)
 
     def send() -> None:
         request = urllib.request.Request(
-            grant["url"], data=chunks(), method="POST",
-            headers={"Content-Type": content_type, "Content-Length": str(length)},
-        )  # fmt: skip
+            url, data=chunks(), method=method, headers={**headers, "Content-Length": str(length)}
+        )
         with urllib.request.urlopen(request, timeout=300) as answer:
             answer.read()
 

@@ -3,9 +3,10 @@
 Each store's signer makes two things, locally where its credentials allow (no request to the
 store): a GET URL for one object, and an upload grant for one prefix, a POST policy (an HTML
 form upload) whose ``starts-with $key`` condition lets the pod write any key under the prefix
-and no other, of at most ``MAX_OBJECT_BYTES``, and read nothing. ``entry.upload`` sends such a
-form whatever the store. Both end at ``expires_s``, at most ``MAX_EXPIRY_S`` (a V4 signature's
-longest on S3 and on GCS).
+and no other, of at most ``MAX_OBJECT_BYTES``, and read nothing; ``entry.upload`` sends such a
+form on S3 and GCS. Azure has no POST policy: its upload grant is a directory SAS, and the pod
+PUTs each file (``signers_azure.py``). All end at ``expires_s``, at most ``MAX_EXPIRY_S`` (a
+V4 signature's longest on S3 and on GCS, a user delegation key's on Azure).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import json
 import os
 from typing import Any, Protocol
 
+from airflow_stepop.backends.kubernetes.signers_azure import SCHEMES as AZURE_SCHEMES
+from airflow_stepop.backends.kubernetes.signers_azure import AzureSigner
 from airflow_stepop.setting_values import SettingsError
 
 MAX_EXPIRY_S = 7 * 24 * 3600  # SigV4's and GCS V4's longest
@@ -181,8 +184,10 @@ def signer_for(root: str, storage_conn_id: str | None) -> Signer:
         return S3Signer(storage_conn_id)
     if scheme == "gs":
         return GCSSigner(storage_conn_id)
+    if scheme in AZURE_SCHEMES:
+        return AzureSigner.for_root(root, storage_conn_id)
     raise SettingsError(
         f"The artifact root {root!r}: a Kubernetes step's pod reaches its artifacts through "
-        "signed URLs, which airflow-stepop makes for s3:// and gs:// roots (or use a file:// "
-        "root on a shared volume, artifact_volume=)."
+        "signed URLs, which airflow-stepop makes for s3://, gs:// and abfs:// (abfss://, az://) "
+        "roots (or use a file:// root on a shared volume, artifact_volume=)."
     )

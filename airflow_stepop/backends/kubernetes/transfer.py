@@ -7,8 +7,9 @@ long as the Job may take, and nothing more:
   this try's run directory, every upstream artifact (each file of a directory artifact) and the
   checkpoints earlier tries left;
 * an upload grant for two prefixes, this try's output directory and the task's checkpoints:
-  a POST policy (``signers.py``: a ``starts-with $key`` condition and a size range), which lets
-  the pod write any key under the prefix and no other, and read nothing.
+  a POST policy on S3 and GCS (``signers.py``: a ``starts-with $key`` condition and a size
+  range), a directory SAS on Azure (``signers_azure.py``: create and write under one
+  directory), which lets the pod write any key under the prefix and no other, and read nothing.
 
 The URLs are bearer credentials, so they travel in a Secret (the ``transfer`` document that
 ``manifest`` mounts as a file), never in the Job's spec, environment or log, and the Secret
@@ -16,9 +17,10 @@ goes with its Job. The pod's entry script (``entry.py``, standard library) downl
 the step runtime on local files (``STEPOP_PATH_MAP``) and uploads the outputs, the result
 manifest last.
 
-Limits (docs/kubernetes.md): a signature lives at most 7 days (V4 on S3 and GCS), and no
-longer than the signing credentials (an STS session's URLs end with it); one object is at most
-5 GiB (a POST upload); the document holds at most ``MAX_DOCUMENT_BYTES`` (a Secret takes
+Limits (docs/kubernetes.md): a signature lives at most 7 days (V4 on S3 and GCS, a user
+delegation key on Azure), and no longer than the signing credentials (an STS session's URLs end
+with it); one object is at most 5 GiB (a POST upload), 5000 MiB on Azure (a Put Blob); the
+document holds at most ``MAX_DOCUMENT_BYTES`` (a Secret takes
 1 MiB), some thousands of files.
 """
 

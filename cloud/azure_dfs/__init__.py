@@ -1,0 +1,19 @@
+"""Azurite with what a Kubernetes step's pod needs of ADLS Gen2 and Azurite lacks.
+
+Azurite has no hierarchical namespace and refuses directory SAS (``sr=d``: 403
+AuthorizationFailure). ``front.py`` is an HTTP front before a private Azurite that
+
+* checks a request carrying ``sr=d`` as ADLS Gen2 does: the signature recomputed by the
+  official SDK (``generate_directory_sas``) from the request's own query parameters and the
+  directory that the first ``sdd`` segments of its blob path name, compared in constant time;
+  the expiry; the permissions (c or w for a PUT, nothing else allowed); then stores the blob in
+  Azurite with the account key. A refusal is Azure's 403 XML;
+* forwards every other request to Azurite unchanged (Azurite checks ``sr=b`` SAS and shared-key
+  requests itself).
+
+Test-only: :func:`serve` starts one for a test module (not wired into ``make cloud-up``).
+"""
+
+from cloud.azure_dfs.front import serve
+
+__all__ = ["serve"]

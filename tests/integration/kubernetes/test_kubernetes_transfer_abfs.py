@@ -1,0 +1,190 @@
+"""A pod's artifacts on an abfs:// root: what the worker signs with the account key, and the
+pod's entry script downloading with blob SAS URLs and uploading under a directory SAS, against
+Azurite behind the emulated ADLS Gen2 front (``cloud.azure_dfs``: it checks a directory SAS as
+ADLS Gen2 does; Azurite checks the blob SAS)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from urllib.parse import parse_qs, urlencode
+
+import pytest
+from azure.storage.blob import BlobServiceClient
+
+from airflow_stepop.artifacts.storage import worker_storage
+from airflow_stepop.backends.base import JobRequest
+from airflow_stepop.backends.kubernetes import entry, signers, transfer
+from airflow_stepop.backends.kubernetes.signers_azure import AzureSigner
+from airflow_stepop.setting_values import SettingsError
+from cloud.azure_dfs import serve
+from cloud.stack import free_port
+
+CONTAINER = "stepop-transfer-abfs"
+ROOT = f"abfs://{CONTAINER}/stepop"
+RUN = f"{ROOT}/runs/dag/run/task/-1/1"
+CODE = b"PK\x05\x06" + b"\0" * 18  # an empty zip
+CODE_URI = f"{ROOT}/code/{hashlib.sha256(CODE).hexdigest()}.zip"
+UPSTREAM = f"{ROOT}/runs/dag/run/prep/-1/1/outputs/model"
+CONN = "adls_transfer_test"  # its own: filesystems are cached per connection id
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    running = serve("127.0.0.1", free_port(), free_port())
+    try:
+        client = BlobServiceClient.from_connection_string(running.connection_string)
+        yield client.create_container(CONTAINER), running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def adls_connection(emulated, monkeypatch):
+    _, running = emulated
+    conn = {"conn_type": "adls", "extra": {"connection_string": running.connection_string}}
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN.upper()}", json.dumps(conn))
+
+
+def put(container, uri: str, data: bytes) -> None:
+    container.upload_blob(uri.removeprefix(f"abfs://{CONTAINER}/"), data, overwrite=True)
+
+
+def get(container, key: str) -> bytes:
+    return container.download_blob(key).readall()
+
+
+def request_() -> JobRequest:
+    return JobRequest(job_name="j", task_key="k", spec_uri=f"{RUN}/spec.json", run_uri=RUN,
+                      code_uri=CODE_URI)  # fmt: skip
+
+
+def test_a_pod_fetches_its_files_and_uploads_its_results_with_sas_urls(
+    emulated, adls_connection, tmp_path: Path
+):
+    container, running = emulated
+    spec = {"args": [{"ref": {"uri": UPSTREAM}}], "kwargs": {}}
+    put(container, CODE_URI, CODE)
+    put(container, f"{RUN}/spec.json", json.dumps(spec).encode())
+    put(container, f"{RUN}/inputs/arg0.npy", b"array bytes")
+    put(container, f"{UPSTREAM}/weights.bin", b"weights")
+    put(container, f"{UPSTREAM}/config/model.json", b"{}")
+    request = request_()
+    put(container, f"{request.checkpoint_uri}/step-1.ckpt", b"epoch 1")
+    output_uri = f"{RUN}/output"
+
+    document = transfer.plan(request, spec, worker_storage(CONN), signers.signer_for(ROOT, CONN),
+                             output_uri=output_uri, expires_s=600)  # fmt: skip
+
+    urls = [d["url"] for d in document["downloads"]]
+    assert all(u.startswith(running.endpoint) and "sr=b" in u and "sp=r&" in u for u in urls)
+    grant = document["uploads"]["output"]
+    sas = parse_qs(grant["query"])
+    assert grant["kind"] == "put" and sas["sr"] == ["d"] and sas["sp"] == ["cw"]
+    assert sas["sdd"] == [str(len(grant["prefix"].strip("/").split("/")))]
+    launch = {"code_uri": CODE_URI, "code_sha256": hashlib.sha256(CODE).hexdigest(),
+              "output_uri": output_uri, "checkpoint_uri": request.checkpoint_uri,
+              "transfer": document}  # fmt: skip
+    path_map, code, output_dir, checkpoints = entry.fetch_all(launch, str(tmp_path / "work"))
+
+    local = {uri: Path(path) for uri, path in path_map.items()}
+    assert Path(code).read_bytes() == CODE
+    assert (local[RUN] / "inputs" / "arg0.npy").read_bytes() == b"array bytes"
+    assert (local[UPSTREAM] / "weights.bin").read_bytes() == b"weights"
+    assert (local[UPSTREAM] / "config" / "model.json").read_bytes() == b"{}"
+    assert (Path(checkpoints) / "step-1.ckpt").read_bytes() == b"epoch 1"
+
+    out = Path(output_dir)
+    (out / "outputs" / "model").mkdir(parents=True)
+    (out / "outputs" / "model" / "w.bin").write_bytes(b"\x00" * 70_000)
+    (out / "outputs" / "empty.txt").write_bytes(b"")
+    (out / "result.json").write_text('{"ok": true}')
+    downloaded = entry.tree_state(checkpoints)
+    (Path(checkpoints) / "step-2.ckpt").write_bytes(b"epoch 2")
+    assert entry.upload_tree(document["uploads"]["output"], output_dir) == 3
+    assert entry.upload_tree(document["uploads"]["checkpoint"], checkpoints, downloaded) == 1
+
+    prefix = output_uri.removeprefix(f"abfs://{CONTAINER}/")
+    assert get(container, f"{prefix}/outputs/model/w.bin") == b"\x00" * 70_000
+    assert get(container, f"{prefix}/outputs/empty.txt") == b""
+    assert get(container, f"{prefix}/result.json") == b'{"ok": true}'
+    checkpoint_prefix = request.checkpoint_uri.removeprefix(f"abfs://{CONTAINER}/")
+    assert get(container, f"{checkpoint_prefix}/step-2.ckpt") == b"epoch 2"
+    # the worker reads the results where it looks for them, through its own filesystem
+    assert worker_storage(CONN).read_bytes(f"{output_uri}/result.json") == b'{"ok": true}'
+
+
+def test_the_upload_grant_writes_only_under_its_directory_and_only_as_signed(
+    emulated, adls_connection, tmp_path: Path
+):
+    container, _ = emulated
+    grant = signers.signer_for(ROOT, CONN).upload_grant(f"{RUN}/output", 600)
+    local = tmp_path / "model.bin"
+    local.write_bytes(b"weights")
+
+    entry.upload(grant, "model.bin", str(local))  # under the directory: stored
+    assert get(container, f"{grant['prefix']}model.bin") == b"weights"
+
+    elsewhere = {**grant, "prefix": RUN.removeprefix(f"abfs://{CONTAINER}/") + "/other/"}
+    with pytest.raises(entry.TransferError, match="403"):
+        entry.upload(elsewhere, "forged.json", str(local))
+    sas = {k: v[0] for k, v in parse_qs(grant["query"]).items()}
+    widened = {**grant, "prefix": "stepop/", "query": urlencode({**sas, "sdd": "1"})}
+    with pytest.raises(entry.TransferError, match="403"):  # the same signature, a wider directory
+        entry.upload(widened, "forged.json", str(local))
+    more = {**grant, "query": urlencode({**sas, "sp": "rcwdl"})}
+    with pytest.raises(entry.TransferError, match="403"):  # the same signature, more rights
+        entry.upload(more, "forged.json", str(local))
+    assert not container.get_blob_client("stepop/forged.json").exists()
+    assert not container.get_blob_client(f"{grant['prefix']}forged.json").exists()
+
+    small = {**grant, "max_bytes": 3}
+    with pytest.raises(entry.TransferError, match="model.bin: it is 7 bytes, more than one"):
+        entry.upload(small, "model.bin", str(local))
+
+
+def test_credentials_that_cannot_sign_are_refused_naming_the_connection(monkeypatch):
+    conn = {"conn_type": "adls", "extra": {"account_name": "stepopaccount", "anon": True}}
+    monkeypatch.setenv("AIRFLOW_CONN_ADLS_ANONYMOUS_TEST", json.dumps(conn))
+    with pytest.raises(SettingsError) as refused:
+        signers.signer_for("abfs://data/stepop", "adls_anonymous_test")
+    message = str(refused.value)
+    assert "'adls_anonymous_test'" in message and "cannot sign" in message
+    assert "account key" in message and "user delegation key" in message
+
+
+class NoToken(Exception):
+    """Not an Azure error: the pipeline does not retry it."""
+
+
+class StandInCredential:
+    """An Entra ID credential that records the scopes asked for and gets no token (so no
+    request leaves the process)."""
+
+    def __init__(self) -> None:
+        self.scopes: list[str] = []
+
+    async def get_token(self, *scopes: str, **kwargs: object) -> object:
+        self.scopes += scopes
+        raise NoToken("stand-in: no token")
+
+    async def close(self) -> None:
+        pass
+
+
+def test_an_entra_id_credential_signs_with_a_user_delegation_key():
+    from adlfs import AzureBlobFileSystem
+
+    credential = StandInCredential()
+    fs = AzureBlobFileSystem(account_name="stepopaccount", credential=credential,
+                             skip_instance_cache=True)  # fmt: skip
+    signer = AzureSigner(fs, "adls_entra_test")  # no key: a user delegation key is needed
+
+    with pytest.raises(SettingsError) as refused:
+        signer.get_url("abfs://data/stepop/code.zip", 600)
+
+    assert credential.scopes == ["https://storage.azure.com/.default"]  # asked once, for Storage
+    message = str(refused.value)
+    assert "'adls_entra_test' could not get a user delegation key" in message
+    assert "'stepopaccount'" in message and "Storage Blob Data Contributor" in message
