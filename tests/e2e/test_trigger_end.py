@@ -40,8 +40,8 @@ RUN_TIMEOUT = 600
 
 @pytest.fixture(scope="module")
 def runs(
-    cloud_stack: dict[str, str],
-    registry_image: str,  # noqa: F811 - fixtures
+    cloud_stack: dict[str, str],  # noqa: F811 - a fixture
+    registry_image: str,  # noqa: F811 - a fixture
 ) -> Iterator[tuple[dict[str, dict[str, Any]], Api, Path, Path]]:
     """Each DAG's finished run (its task instances by task and map index), the API, the
     AIRFLOW_HOME and the directory where the DAGs' plain tasks wrote what they got."""
