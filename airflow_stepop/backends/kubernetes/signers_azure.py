@@ -129,6 +129,11 @@ class AzureSigner:
         )  # fmt: skip
         return f"{self.endpoint}/{container}/{quote(path)}?{sas}"
 
+    def credentials_end(self) -> None:
+        """An account key's SAS ends when it says; a user delegation key is asked for as long
+        as the URLs must live (at most 7 days, the longest lifetime they are given)."""
+        return None
+
     def upload_grant(self, prefix_uri: str, expires_s: int) -> dict[str, Any]:
         from azure.storage.filedatalake import FileSasPermissions, generate_directory_sas
 

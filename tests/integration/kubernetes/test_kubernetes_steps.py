@@ -57,12 +57,13 @@ def test_steps_on_a_gs_root_pass_a_model_directory_through_signed_urls(k8s, monk
     if not bucket.exists():
         client.create_bucket(bucket)
     root = f"gs://stepop-k8s-gcs/{uuid.uuid4().hex[:8]}"
-    monkeypatch.setenv("STEPOP_TEST_GCS_ROOT", root)
+    monkeypatch.setenv("STEPOP_TEST_SIGNED_ROOT", root)
+    monkeypatch.setenv("STEPOP_TEST_SIGNED_CONN", "google_cloud_signer")
 
-    run = dags().k8s_gcs().test()
+    run = dags().k8s_signed_root().test()
 
     assert run.state == "success"
-    result = _read(k8s["results"], "gcs")
+    result = _read(k8s["results"], "signed")
     assert result["uri"].startswith(root + "/") and result["weight"] == 1000.0
     written = {
         blob.name for blob in bucket.list_blobs(prefix=root.removeprefix("gs://stepop-k8s-gcs/"))
@@ -71,3 +72,34 @@ def test_steps_on_a_gs_root_pass_a_model_directory_through_signed_urls(k8s, monk
     for job in jobs_of(run):  # no signed URL, no key in a Job
         text = json.dumps(job)
         assert "X-Goog-Signature" not in text and "PRIVATE KEY" not in text
+
+
+def test_steps_on_an_abfs_root_pass_a_model_directory_through_sas_urls(k8s, monkeypatch):
+    from azure.storage.blob import BlobServiceClient
+
+    from cloud.azure_dfs import serve
+    from cloud.stack import free_port
+
+    adls = serve("127.0.0.1", free_port(), free_port())  # Azurite behind the ADLS Gen2 front
+    try:
+        container = BlobServiceClient.from_connection_string(adls.connection_string)
+        container = container.create_container("stepop-k8s-abfs")
+        conn = {"conn_type": "adls", "extra": {"connection_string": adls.connection_string}}
+        monkeypatch.setenv("AIRFLOW_CONN_ADLS_K8S_TEST", json.dumps(conn))
+        root = f"abfs://stepop-k8s-abfs/{uuid.uuid4().hex[:8]}"
+        monkeypatch.setenv("STEPOP_TEST_SIGNED_ROOT", root)
+        monkeypatch.setenv("STEPOP_TEST_SIGNED_CONN", "adls_k8s_test")
+
+        run = dags().k8s_signed_root().test()
+
+        assert run.state == "success"
+        result = _read(k8s["results"], "signed")
+        assert result["uri"].startswith(root + "/") and result["weight"] == 1000.0
+        prefix = root.removeprefix("abfs://stepop-k8s-abfs/")
+        written = {blob.name for blob in container.list_blobs(name_starts_with=prefix)}
+        assert any(name.endswith("/outputs/return_value/weights/w.npy") for name in written)
+        for job in jobs_of(run):  # no SAS, no account key in a Job
+            text = json.dumps(job)
+            assert "sig=" not in text and "AccountKey" not in text
+    finally:
+        adls.stop()

@@ -83,12 +83,12 @@ def k8s_raises():
 
 
 @dag(schedule=None)
-def k8s_gcs():
-    """Steps on a gs:// root: the pods use V4 URLs and POST policies the signer's key made."""
-    on_gcs = {"image_uri": BASE, "artifact_root": os.environ.get("STEPOP_TEST_GCS_ROOT"),
-              "storage_conn_id": "google_cloud_signer"}  # fmt: skip
+def k8s_signed_root():
+    """Steps on another store's root (gs://, abfs://): the pods use what its signer made."""
+    on_the_store = {"image_uri": BASE, "artifact_root": os.environ.get("STEPOP_TEST_SIGNED_ROOT"),
+              "storage_conn_id": os.environ.get("STEPOP_TEST_SIGNED_CONN")}  # fmt: skip
 
-    @task.kubernetes_step(**on_gcs)
+    @task.kubernetes_step(**on_the_store)
     def save_model(size: int):
         import numpy as np
 
@@ -98,7 +98,7 @@ def k8s_gcs():
         (model / "config.json").write_text(json.dumps({"size": size}))
         return model
 
-    @task.kubernetes_step(**on_gcs)
+    @task.kubernetes_step(**on_the_store)
     def weigh(model) -> float:
         import numpy as np
 
@@ -106,7 +106,7 @@ def k8s_gcs():
 
     @task
     def check(model, weight: float) -> None:
-        _record("gcs", {"uri": model.uri, "weight": weight})
+        _record("signed", {"uri": model.uri, "weight": weight})
 
     model = save_model(1000)
     check(model, weigh(model))
@@ -114,4 +114,4 @@ def k8s_gcs():
 
 k8s_pipeline()
 k8s_raises()
-k8s_gcs()
+k8s_signed_root()
