@@ -11,7 +11,9 @@ AuthorizationFailure). ``front.py`` is an HTTP front before a private Azurite th
 * forwards every other request to Azurite unchanged (Azurite checks ``sr=b`` SAS and shared-key
   requests itself).
 
-Test-only: :func:`serve` starts one for a test module (not wired into ``make cloud-up``).
+:func:`serve` starts one with its own Azurite for a test module; ``make cloud-up`` runs one
+before the stack's Azurite (``python -m cloud.azure_dfs``): ``STEPOP_ADLS_BLOB_ENDPOINT`` and
+the connection ``adls_emulated`` (Azurite's account reached through the front).
 """
 
 from cloud.azure_dfs.front import serve

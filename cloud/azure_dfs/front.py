@@ -139,22 +139,37 @@ class Front(BaseHTTPRequestHandler):
     do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = do_OPTIONS = _handle
 
 
+def connection_string(endpoint: str) -> str:
+    """Azurite's account, reached at ``endpoint`` (the front's)."""
+    return (
+        f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
+        f"AccountKey={AZURITE_KEY};BlobEndpoint={endpoint};"
+    )
+
+
 class Running:
     """A front and its Azurite; ``endpoint`` is the account's blob endpoint through the front."""
 
-    def __init__(self, azurite: subprocess.Popen, front: ThreadingHTTPServer, host: str) -> None:
-        self._azurite, self._front = azurite, front
-        self.endpoint = f"http://{host}:{front.server_address[1]}/{AZURITE_ACCOUNT}"
-        self.connection_string = (
-            f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
-            f"AccountKey={AZURITE_KEY};BlobEndpoint={self.endpoint};"
-        )
+    def __init__(self, azurite: subprocess.Popen, server: ThreadingHTTPServer, host: str) -> None:
+        self._azurite, self._front = azurite, server
+        self.endpoint = f"http://{host}:{server.server_address[1]}/{AZURITE_ACCOUNT}"
+        self.connection_string = connection_string(self.endpoint)
 
     def stop(self) -> None:
         self._front.shutdown()
         self._front.server_close()
         self._azurite.terminate()
         self._azurite.wait(timeout=30)
+
+
+def front(host: str, port: int, azurite: tuple[str, int]) -> ThreadingHTTPServer:
+    """The front on ``port`` before the Azurite at ``azurite`` (host, port), serving in a
+    thread (``.shutdown()`` it)."""
+    handler = type("BoundFront", (Front,), {"azurite": azurite})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 def serve(host: str, port: int, azurite_port: int) -> Running:
@@ -170,8 +185,4 @@ def serve(host: str, port: int, azurite_port: int) -> Running:
         raise RuntimeError("azurite exited before listening:\n" + "".join(lines[-20:]))
     assert azurite.stdout is not None
     threading.Thread(target=azurite.stdout.read, daemon=True).start()  # drain it
-    handler = type("BoundFront", (Front,), {"azurite": (host, azurite_port)})
-    front = ThreadingHTTPServer((host, port), handler)
-    front.daemon_threads = True
-    threading.Thread(target=front.serve_forever, daemon=True).start()
-    return Running(azurite, front, host)
+    return Running(azurite, front(host, port, (host, azurite_port)), host)

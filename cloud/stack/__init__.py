@@ -14,7 +14,9 @@ Pieces:
 * gcp-storage-emulator, in memory, with :mod:`cloud.gcs`'s form uploads and token endpoint
   (``STORAGE_EMULATOR_HOST``; ``AIRFLOW_CONN_GOOGLE_CLOUD_SIGNER``, the throwaway key that
   signs gs:// URLs for Kubernetes steps' pods);
-* Azurite's blob service from npm, in memory (``AZURE_STORAGE_CONNECTION_STRING``);
+* Azurite's blob service from npm, in memory (``AZURE_STORAGE_CONNECTION_STRING``), and
+  :mod:`cloud.azure_dfs`'s ADLS Gen2 front before it (``STEPOP_ADLS_BLOB_ENDPOINT``,
+  ``STEPOP_ADLS_CONNECTION_STRING``, ``AIRFLOW_CONN_ADLS_EMULATED``: directory SAS);
 * the job-service fakes of :data:`FAKES`: SageMaker, Vertex AI, Azure ML, the image
   builders CodeBuild (``STEPOP_CODEBUILD_ENDPOINT``, ``AWS_ENDPOINT_URL_CODEBUILD``,
   ``service_config.codebuild`` of the AWS connection) and Cloud Build

@@ -56,8 +56,9 @@ _DESCRIPTION = (
 def health_urls(env: dict[str, str]) -> list[str]:
     """The URLs that must answer for a written stack to be reused."""
     urls = [env.get("STEPOP_MOTO_ENDPOINT", ""), env.get("STORAGE_EMULATOR_HOST", "")]
-    if "STEPOP_AZURITE_BLOB_ENDPOINT" in env:
-        urls.append(env["STEPOP_AZURITE_BLOB_ENDPOINT"])
+    for key in ("STEPOP_AZURITE_BLOB_ENDPOINT", "STEPOP_ADLS_BLOB_ENDPOINT"):
+        if key in env:
+            urls.append(env[key])
     urls += [env[f.url_key] + "/_fake/health" for f in FAKES if f.url_key in env]
     return urls
 
@@ -165,6 +166,15 @@ def up() -> dict[str, str]:
         wait_until_answers(fake.name, url + "/_fake/health", pid)
         log(f"{fake.name} answers at {url}")
         env[fake.url_key] = url
+
+    # ADLS Gen2 before Azurite, which has no hierarchical namespace (cloud.azure_dfs)
+    port, azurite_port = next_port(), env["STEPOP_AZURITE_BLOB_ENDPOINT"].rsplit(":", 1)[1]
+    adls = f"http://{HOST}:{port}/{AZURITE_ACCOUNT}"
+    argv = [py, "-m", "cloud.azure_dfs", "--host", BIND, "--port", str(port),
+            "--azurite", f"127.0.0.1:{azurite_port.split('/', 1)[0]}"]  # fmt: skip
+    wait_until_answers("adls", adls, spawn("adls", argv))
+    log(f"adls answers at {adls}")
+    env["STEPOP_ADLS_BLOB_ENDPOINT"] = adls
 
     env = derived(env)
     create_buckets(env, DEMO_BUCKET)

@@ -83,6 +83,14 @@ def derived(env: dict[str, str]) -> dict[str, str]:
         out.get("STEPOP_VERTEX_LOGGING_ENDPOINT"),
         out.get("STEPOP_CLOUDBUILD_ENDPOINT"),
     )
+    if "STEPOP_ADLS_BLOB_ENDPOINT" in out:  # Azurite's account as ADLS Gen2 (directory SAS)
+        from cloud.azure_dfs.front import connection_string  # it imports the stack's settings
+
+        adls = connection_string(out["STEPOP_ADLS_BLOB_ENDPOINT"])
+        out["STEPOP_ADLS_CONNECTION_STRING"] = adls
+        out["AIRFLOW_CONN_ADLS_EMULATED"] = json.dumps(
+            {"conn_type": "adls", "extra": {"connection_string": adls}}
+        )
     if SIGNER_FILE.exists():  # what signs gs:// URLs for a Kubernetes step's pod
         info = json.loads(SIGNER_FILE.read_text())
         out["AIRFLOW_CONN_GOOGLE_CLOUD_SIGNER"] = signer.connection(info, "stepop-local")
