@@ -17,13 +17,13 @@ from airflow_stepop.artifacts.storage import worker_storage
 from airflow_stepop.backends.base import JobRequest
 from airflow_stepop.backends.kubernetes import entry, signers, transfer
 from cloud.stack import free_port
+from tests.integration.kubernetes.transfer_round_trip import round_trip
 
 BUCKET = "stepop-transfer"
 ROOT = f"s3://{BUCKET}/stepop"
 RUN = f"{ROOT}/runs/dag/run/task/-1/1"
 CODE = b"PK\x05\x06" + b"\0" * 18  # an empty zip
 CODE_URI = f"{ROOT}/code/{hashlib.sha256(CODE).hexdigest()}.zip"
-UPSTREAM = f"{ROOT}/runs/dag/run/prep/-1/1/outputs/model"
 # A connection of its own: filesystems are cached per connection id in the process, and another
 # test's aws_default may point at another S3.
 CONN = "aws_transfer_test"
@@ -62,51 +62,11 @@ def test_a_pod_fetches_its_files_and_uploads_its_results_with_signed_urls(
     s3, aws_connection, tmp_path: Path
 ):
     client, _ = s3
-    spec = {"args": [{"ref": {"uri": UPSTREAM}}], "kwargs": {}}
-    put(client, CODE_URI, CODE)
-    put(client, f"{RUN}/spec.json", json.dumps(spec).encode())
-    put(client, f"{RUN}/inputs/arg0.npy", b"array bytes")
-    put(client, f"{UPSTREAM}/weights.bin", b"weights")
-    put(client, f"{UPSTREAM}/config/model.json", b"{}")
-    request = JobRequest(job_name="j", task_key="k", spec_uri=f"{RUN}/spec.json", run_uri=RUN,
-                         code_uri=CODE_URI)  # fmt: skip
-    put(client, f"{request.checkpoint_uri}/step-1.ckpt", b"epoch 1")
-    output_uri = f"{RUN}/output"
-    storage = worker_storage(CONN)
 
-    document = transfer.plan(request, spec, storage, signers.S3Signer(CONN),
-                             output_uri=output_uri, expires_s=600)  # fmt: skip
+    document = round_trip(ROOT, CONN, lambda uri, data: put(client, uri, data), tmp_path)
 
-    assert len(transfer.secret_bytes(document)) < transfer.MAX_DOCUMENT_BYTES
-    launch = {"code_uri": CODE_URI, "code_sha256": hashlib.sha256(CODE).hexdigest(),
-              "output_uri": output_uri, "checkpoint_uri": request.checkpoint_uri,
-              "transfer": document}  # fmt: skip
-    work = tmp_path / "work"
-    path_map, code, output_dir, checkpoints = entry.fetch_all(launch, str(work))
-
-    local = {uri: Path(path) for uri, path in path_map.items()}
-    assert Path(code).read_bytes() == CODE
-    assert (local[RUN] / "spec.json").read_bytes() == json.dumps(spec).encode()
-    assert (local[RUN] / "inputs" / "arg0.npy").read_bytes() == b"array bytes"
-    assert (local[UPSTREAM] / "config" / "model.json").read_bytes() == b"{}"
-    assert (Path(checkpoints) / "step-1.ckpt").read_bytes() == b"epoch 1"
-    assert local[output_uri] == Path(output_dir)
-
-    # what the runtime would write, then the entry's uploads
-    out = Path(output_dir)
-    (out / "outputs" / "model").mkdir(parents=True)
-    (out / "outputs" / "model" / "w.bin").write_bytes(b"\x00" * 70_000)
-    (out / "result.json").write_text('{"ok": true}')
-    downloaded = entry.tree_state(checkpoints)
-    (Path(checkpoints) / "step-2.ckpt").write_bytes(b"epoch 2")
-    assert entry.upload_tree(document["uploads"]["output"], output_dir) == 2
-    assert entry.upload_tree(document["uploads"]["checkpoint"], checkpoints, downloaded) == 1
-
-    prefix = output_uri.removeprefix(f"s3://{BUCKET}/")
-    assert get(client, f"{prefix}/outputs/model/w.bin") == b"\x00" * 70_000
-    assert get(client, f"{prefix}/result.json") == b'{"ok": true}'
-    checkpoint_prefix = request.checkpoint_uri.removeprefix(f"s3://{BUCKET}/")
-    assert get(client, f"{checkpoint_prefix}/step-2.ckpt") == b"epoch 2"
+    assert all("Signature=" in d["url"] for d in document["downloads"])  # presigned GETs
+    assert document["uploads"]["output"]["kind"] == "post"
 
 
 def test_the_upload_grant_allows_only_keys_under_its_prefix_and_no_read(s3, aws_connection):

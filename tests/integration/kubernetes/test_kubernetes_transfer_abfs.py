@@ -5,7 +5,6 @@ ADLS Gen2 does; Azurite checks the blob SAS)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode
@@ -13,20 +12,16 @@ from urllib.parse import parse_qs, urlencode
 import pytest
 from azure.storage.blob import BlobServiceClient
 
-from airflow_stepop.artifacts.storage import worker_storage
-from airflow_stepop.backends.base import JobRequest
-from airflow_stepop.backends.kubernetes import entry, signers, transfer
+from airflow_stepop.backends.kubernetes import entry, signers
 from airflow_stepop.backends.kubernetes.signers_azure import AzureSigner
 from airflow_stepop.setting_values import SettingsError
 from cloud.azure_dfs import serve
 from cloud.stack import free_port
+from tests.integration.kubernetes.transfer_round_trip import round_trip
 
 CONTAINER = "stepop-transfer-abfs"
 ROOT = f"abfs://{CONTAINER}/stepop"
 RUN = f"{ROOT}/runs/dag/run/task/-1/1"
-CODE = b"PK\x05\x06" + b"\0" * 18  # an empty zip
-CODE_URI = f"{ROOT}/code/{hashlib.sha256(CODE).hexdigest()}.zip"
-UPSTREAM = f"{ROOT}/runs/dag/run/prep/-1/1/outputs/model"
 CONN = "adls_transfer_test"  # its own: filesystems are cached per connection id
 
 
@@ -55,27 +50,12 @@ def get(container, key: str) -> bytes:
     return container.download_blob(key).readall()
 
 
-def request_() -> JobRequest:
-    return JobRequest(job_name="j", task_key="k", spec_uri=f"{RUN}/spec.json", run_uri=RUN,
-                      code_uri=CODE_URI)  # fmt: skip
-
-
 def test_a_pod_fetches_its_files_and_uploads_its_results_with_sas_urls(
     emulated, adls_connection, tmp_path: Path
 ):
     container, running = emulated
-    spec = {"args": [{"ref": {"uri": UPSTREAM}}], "kwargs": {}}
-    put(container, CODE_URI, CODE)
-    put(container, f"{RUN}/spec.json", json.dumps(spec).encode())
-    put(container, f"{RUN}/inputs/arg0.npy", b"array bytes")
-    put(container, f"{UPSTREAM}/weights.bin", b"weights")
-    put(container, f"{UPSTREAM}/config/model.json", b"{}")
-    request = request_()
-    put(container, f"{request.checkpoint_uri}/step-1.ckpt", b"epoch 1")
-    output_uri = f"{RUN}/output"
 
-    document = transfer.plan(request, spec, worker_storage(CONN), signers.signer_for(ROOT, CONN),
-                             output_uri=output_uri, expires_s=600)  # fmt: skip
+    document = round_trip(ROOT, CONN, lambda uri, data: put(container, uri, data), tmp_path)
 
     urls = [d["url"] for d in document["downloads"]]
     assert all(u.startswith(running.endpoint) and "sr=b" in u and "sp=r&" in u for u in urls)
@@ -83,36 +63,6 @@ def test_a_pod_fetches_its_files_and_uploads_its_results_with_sas_urls(
     sas = parse_qs(grant["query"])
     assert grant["kind"] == "put" and sas["sr"] == ["d"] and sas["sp"] == ["cw"]
     assert sas["sdd"] == [str(len(grant["prefix"].strip("/").split("/")))]
-    launch = {"code_uri": CODE_URI, "code_sha256": hashlib.sha256(CODE).hexdigest(),
-              "output_uri": output_uri, "checkpoint_uri": request.checkpoint_uri,
-              "transfer": document}  # fmt: skip
-    path_map, code, output_dir, checkpoints = entry.fetch_all(launch, str(tmp_path / "work"))
-
-    local = {uri: Path(path) for uri, path in path_map.items()}
-    assert Path(code).read_bytes() == CODE
-    assert (local[RUN] / "inputs" / "arg0.npy").read_bytes() == b"array bytes"
-    assert (local[UPSTREAM] / "weights.bin").read_bytes() == b"weights"
-    assert (local[UPSTREAM] / "config" / "model.json").read_bytes() == b"{}"
-    assert (Path(checkpoints) / "step-1.ckpt").read_bytes() == b"epoch 1"
-
-    out = Path(output_dir)
-    (out / "outputs" / "model").mkdir(parents=True)
-    (out / "outputs" / "model" / "w.bin").write_bytes(b"\x00" * 70_000)
-    (out / "outputs" / "empty.txt").write_bytes(b"")
-    (out / "result.json").write_text('{"ok": true}')
-    downloaded = entry.tree_state(checkpoints)
-    (Path(checkpoints) / "step-2.ckpt").write_bytes(b"epoch 2")
-    assert entry.upload_tree(document["uploads"]["output"], output_dir) == 3
-    assert entry.upload_tree(document["uploads"]["checkpoint"], checkpoints, downloaded) == 1
-
-    prefix = output_uri.removeprefix(f"abfs://{CONTAINER}/")
-    assert get(container, f"{prefix}/outputs/model/w.bin") == b"\x00" * 70_000
-    assert get(container, f"{prefix}/outputs/empty.txt") == b""
-    assert get(container, f"{prefix}/result.json") == b'{"ok": true}'
-    checkpoint_prefix = request.checkpoint_uri.removeprefix(f"abfs://{CONTAINER}/")
-    assert get(container, f"{checkpoint_prefix}/step-2.ckpt") == b"epoch 2"
-    # the worker reads the results where it looks for them, through its own filesystem
-    assert worker_storage(CONN).read_bytes(f"{output_uri}/result.json") == b'{"ok": true}'
 
 
 def test_the_upload_grant_writes_only_under_its_directory_and_only_as_signed(
