@@ -139,15 +139,8 @@ def job_status(
             return JobStatus("failed", f"{reason} (for {waited:.0f} s)", held=True)
         return JobStatus("pending", reason=reason)
     if not pods and failed_create:  # the Job controller tries again: a quota may free up
-        waited = age(job, now)
-        if waited > schedule_timeout_s:
-            return JobStatus(
-                "failed",
-                f"FailedCreate: the Job could make no pod for {waited:.0f} s ([stepop] "
-                f"kubernetes_schedule_timeout is {schedule_timeout_s:g} s): {failed_create}",
-                held=True,
-            )
-        return JobStatus("pending", reason=f"FailedCreate: {failed_create}")
+        return _waiting("FailedCreate", "the Job could make no pod", age(job, now),
+                        schedule_timeout_s, failed_create)  # fmt: skip
     if not pods and age(job, now) > schedule_timeout_s:  # the Job controller made none
         return JobStatus(
             "failed",
@@ -161,18 +154,25 @@ def job_status(
     if waits:
         message, since = waits[0]
         waited = (now - since).total_seconds() if since else 0.0
-        if waited > schedule_timeout_s:
-            return JobStatus(
-                "failed",
-                f"Unschedulable: no node could take the step's pod for {waited:.0f} s "
-                f"([stepop] kubernetes_schedule_timeout is {schedule_timeout_s:g} s): {message}",
-                held=True,
-            )
-        return JobStatus("pending", reason=f"Unschedulable: {message}")
+        return _waiting("Unschedulable", "no node could take the step's pod", waited,
+                        schedule_timeout_s, message)  # fmt: skip
     phases = [(pod.get("status") or {}).get("phase") for pod in pods]
     if "Running" in phases or "Succeeded" in phases:
         return JobStatus("running")
     return JobStatus("pending")
+
+
+def _waiting(reason: str, what: str, waited: float, timeout_s: float, message: str) -> JobStatus:
+    """Pending in the cluster's words; failed (held: its Job is deleted) once it has waited past
+    the schedule timeout."""
+    if waited > timeout_s:
+        return JobStatus(
+            "failed",
+            f"{reason}: {what} for {waited:.0f} s ([stepop] kubernetes_schedule_timeout is "
+            f"{timeout_s:g} s): {message}",
+            held=True,
+        )
+    return JobStatus("pending", reason=f"{reason}: {message}")
 
 
 def event_time(event: dict[str, Any]) -> str:
