@@ -162,3 +162,12 @@ def test_an_abfs_root_is_signed_and_reached_with_ambient_credentials_unless_told
         artifact_root="abfs://data/stepop", storage_conn_id="adls_ml",
     )  # fmt: skip
     assert told.storage_conn_id == "adls_ml"
+
+
+def test_an_abfs_root_naming_its_account_is_refused_with_the_form_that_works():
+    root = "abfs://data@myaccount.dfs.core.windows.net/stepop"
+    with pytest.raises(SettingsError, match=r"abfs://<container>/<path>") as refused:
+        config(artifact_root=root).completed(
+            OWNER, artifact_root=root, connection_namespace=None, image_uri=IMAGE
+        )
+    assert root in str(refused.value) and "storage_conn_id" in str(refused.value)

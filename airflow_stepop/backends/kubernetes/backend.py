@@ -128,6 +128,7 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
         self._stamps = {}
         self._followers = {}
         self._stopping = {}
+        self._refusals = {}
 
     def serialize(self) -> dict[str, Any]:
         return {"kubernetes_conn_id": self.kubernetes_conn_id}
@@ -169,10 +170,11 @@ class KubernetesBackend(KubernetesTriggererCalls, StepBackend):
             if ends is not None and ends < time.time() + expires:
                 log.warning(
                     "The artifact store's URLs for this step end at %s UTC with the session of "
-                    "%s's credentials, before the step may end: a step still running then "
+                    "the credentials of %s, before the step may end: a step still running then "
                     "cannot upload its results. For long steps, give storage_conn_id longer-"
                     "lived credentials (a longer role session, or an IAM user's keys).",
-                    time.strftime("%Y-%m-%d %H:%M", time.gmtime(ends)), self.storage_conn_id,
+                    time.strftime("%Y-%m-%d %H:%M", time.gmtime(ends)),
+                    repr(self.storage_conn_id) if self.storage_conn_id else "the worker",
                 )  # fmt: skip
             plan = transfer.plan(request, spec, storage, signer, output_uri=output_uri,
                                  expires_s=expires)  # fmt: skip

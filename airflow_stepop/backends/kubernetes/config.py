@@ -30,12 +30,13 @@ MAX_INSTANCES = 100
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Labels and annotations of ours on every Job (``manifest``): a user's may not replace them.
 OUR_KEYS = (KUEUE_QUEUE_LABEL, "app.kubernetes.io/managed-by")
+AZURE_SCHEMES = ("abfs", "abfss", "az")
 # each store whose URLs the worker signs (``signers``), and its usual Airflow connection (on
 # Azure none: adlfs's ambient credentials, as Azure ML steps reach their roots)
 STORE_CONNECTIONS = {
     "s3": "aws_default",
     "gs": "google_cloud_default",
-    **dict.fromkeys(("abfs", "abfss", "az")),
+    **dict.fromkeys(AZURE_SCHEMES),
 }
 SCHEMES = tuple(STORE_CONNECTIONS)
 IMAGE_EXAMPLE = "registry.example.com/ml/pytorch:2.5-cuda12"
@@ -172,6 +173,14 @@ class KubernetesJobConfig:
                 f"{owner}.artifact_volume is for a file:// artifact root on a shared volume, "
                 f"but the root is {artifact_root!r} ({config.artifact_root_options('kubernetes')}"
                 "): drop artifact_volume, or set the root to the volume's file:// path."
+            )
+        scheme, _, rest = artifact_root.partition("://")
+        if scheme in AZURE_SCHEMES and "." in rest.split("/", 1)[0].partition("@")[2]:
+            raise SettingsError(
+                f"{owner} has the artifact root {artifact_root!r}: Airflow reads the part "
+                "before '@' as a connection id, so the worker and the pods would use different "
+                f"containers. Write {scheme}://<container>/<path>, and reach the account through "
+                "storage_conn_id (or the ambient AZURE_STORAGE_CONNECTION_STRING)."
             )
         if artifact_root.startswith("file://") or "://" not in artifact_root:
             if self.artifact_volume is None:

@@ -30,6 +30,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -63,6 +64,19 @@ def rank_environment(world: dict, index: str) -> dict:
     }
 
 
+def _error_code(exc: urllib.error.HTTPError) -> str:
+    """The store's error code (Azure's ``x-ms-error-code``, S3's and GCS's ``<Code>``), and
+    nothing else of its answer: an S3 SignatureDoesNotMatch body echoes the string it signed."""
+    code = (exc.headers or {}).get("x-ms-error-code") or ""
+    if not code:
+        try:
+            found = re.search(rb"<Code>([A-Za-z]{1,64})</Code>", exc.read(4096))
+        except (OSError, http.client.HTTPException):
+            found = None
+        code = found.group(1).decode() if found else ""
+    return code if re.fullmatch(r"[A-Za-z]{1,64}", code) else ""
+
+
 def _retrying(what: str, call):
     """``call()`` again after a pause on a network error, a 5xx or a 429; anything else (a
     403 from an expired or wrong signature) at once."""
@@ -71,7 +85,10 @@ def _retrying(what: str, call):
             return call()
         except urllib.error.HTTPError as exc:
             if exc.code < 500 and exc.code != 429 or attempt == ATTEMPTS:
-                raise TransferError(f"{what}: the store answered HTTP {exc.code}") from None
+                code = _error_code(exc)
+                raise TransferError(
+                    f"{what}: the store answered HTTP {exc.code}" + (f" {code}" if code else "")
+                ) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             if attempt == ATTEMPTS:
                 reason = getattr(exc, "reason", exc)

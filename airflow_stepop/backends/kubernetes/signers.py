@@ -17,7 +17,7 @@ import json
 import os
 from typing import Any, Protocol
 
-from airflow_stepop.backends.kubernetes.signers_azure import SCHEMES as AZURE_SCHEMES
+from airflow_stepop.backends.kubernetes.config import AZURE_SCHEMES
 from airflow_stepop.backends.kubernetes.signers_azure import AzureSigner
 from airflow_stepop.setting_values import SettingsError
 
@@ -44,14 +44,17 @@ def _split(uri: str) -> tuple[str, str]:
 
 class S3Signer:
     """S3 (and S3-compatible stores: the connection's endpoint) through the amazon provider's
-    S3Hook: botocore signs with the connection's keys."""
+    S3Hook: botocore signs with the connection's keys, always SigV4 (botocore presigns SigV2
+    in older regions, which a bucket encrypted with SSE-KMS refuses and AWS retires); the
+    connection's region must be the bucket's."""
 
     def __init__(self, aws_conn_id: str | None) -> None:
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+        from botocore.config import Config
 
         hook = S3Hook(aws_conn_id=aws_conn_id)
-        self._client = hook.get_conn()
-        self._credentials = hook.get_session().get_credentials()
+        sigv4 = hook.config.merge(Config(signature_version="s3v4"))  # the connection's, and v4
+        self._client = hook.get_client_type(config=sigv4)
 
     def get_url(self, uri: str, expires_s: int) -> str:
         bucket, key = _split(uri)
@@ -72,9 +75,14 @@ class S3Signer:
                 "max_bytes": MAX_OBJECT_BYTES}  # fmt: skip
 
     def credentials_end(self) -> float | None:
-        """An STS session's end (an assumed role, IRSA, SSO): SigV4 URLs die with it. botocore
-        keeps it only on its refreshable credentials, as ``_expiry_time``."""
-        expiry = getattr(self._credentials, "_expiry_time", None)
+        """The end of the session the client signs with (an assumed role, IRSA, SSO): SigV4
+        URLs die with it. botocore keeps it only on its refreshable credentials, as
+        ``_expiry_time``, known once they are fetched (deferred ones are fetched here)."""
+        credentials = self._client._request_signer._credentials  # what signs the URLs
+        if credentials is None:
+            return None
+        credentials.get_frozen_credentials()
+        expiry = getattr(credentials, "_expiry_time", None)
         return expiry.timestamp() if expiry is not None else None
 
 

@@ -27,9 +27,9 @@ from urllib.parse import quote
 
 from airflow_stepop.setting_values import SettingsError
 
-SCHEMES = ("abfs", "abfss", "az")
 MAX_PUT_BYTES = 5000 * 1024**2  # one Put Blob
-MAX_DELEGATION_S = 7 * 24 * 3600  # a user delegation key's longest
+# a user delegation key's longest (7 days of the service's clock), less a margin for ours
+MAX_DELEGATION_S = 7 * 24 * 3600 - 900
 STORAGE_SCOPE = "https://storage.azure.com/.default"
 # container/path, <conn id>@container/path (Airflow's form), container@account.dfs.<suffix>/path
 _URI = re.compile(
@@ -42,10 +42,7 @@ def split(uri: str) -> tuple[str | None, str, str]:
     """(account named in the URI or None, container, path) of an abfs:// URI."""
     m = _URI.match(uri)
     if m is None:
-        raise SettingsError(
-            f"{uri!r} is not an abfs:// URL: write abfs://<container>/<path> or "
-            "abfs://<container>@<account>.dfs.core.windows.net/<path>."
-        )
+        raise SettingsError(f"{uri!r} is not an abfs:// URL: write abfs://<container>/<path>.")
     return m["account"], m["container"], m["path"] or ""
 
 
@@ -66,6 +63,7 @@ class AzureSigner:
         credential = client.credential
         self._key: str | None = getattr(credential, "account_key", None)
         self._delegation: tuple[Any, datetime.datetime] | None = None
+        self._ends: datetime.datetime | None = None
         if self._key is None and not callable(getattr(credential, "get_token", None)):
             shown = "no credentials" if credential is None else type(credential).__name__
             if "sig=" in (client.url or ""):
@@ -86,12 +84,19 @@ class AzureSigner:
 
         return cls(ObjectStoragePath(root, conn_id=conn_id).fs, conn_id)
 
+    def _expiry(self, expires_s: int) -> datetime.datetime:
+        """When this signer's SAS end: one time for all of a Job's URLs, fixed at the first,
+        and never past the user delegation key they are signed with."""
+        if self._ends is None:
+            longest = expires_s if self._key is not None else min(expires_s, MAX_DELEGATION_S)
+            self._ends = _now() + datetime.timedelta(seconds=longest)
+        return self._ends
+
     def _credential(self, expires_s: int) -> Any:
-        """The account key, else a user delegation key valid ``expires_s`` from now."""
+        """The account key, else a user delegation key valid until the SAS end (asked once)."""
         if self._key is not None:
             return self._key
-        now = _now()
-        expiry = now + datetime.timedelta(seconds=min(expires_s, MAX_DELEGATION_S))
+        now, expiry = _now(), self._expiry(expires_s)
         if self._delegation is None or self._delegation[1] < expiry:
             from fsspec.asyn import sync
 
@@ -124,7 +129,7 @@ class AzureSigner:
         credential = self._credential(expires_s)
         sas = generate_blob_sas(
             self.account, container, path, permission=BlobSasPermissions(read=True),
-            expiry=_now() + datetime.timedelta(seconds=expires_s),
+            expiry=self._expiry(expires_s),
             **({"account_key": credential} if self._key else {"user_delegation_key": credential}),
         )  # fmt: skip
         return f"{self.endpoint}/{container}/{quote(path)}?{sas}"
@@ -141,7 +146,7 @@ class AzureSigner:
         sas = generate_directory_sas(
             self.account, container, directory, self._credential(expires_s),
             permission=FileSasPermissions(create=True, write=True),
-            expiry=_now() + datetime.timedelta(seconds=expires_s),
+            expiry=self._expiry(expires_s),
         )  # fmt: skip
         return {"kind": "put", "url": f"{self.endpoint}/{container}/", "query": sas,
                 "prefix": directory + "/", "max_bytes": MAX_PUT_BYTES}  # fmt: skip

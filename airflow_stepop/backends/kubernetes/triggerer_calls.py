@@ -9,8 +9,9 @@ size.
 * ``astatuses``: per namespace, one List of the watched task instances' Jobs and one of their
   pods (label selector ``stepop.io/task in (...)``, ``SELECTOR_CHUNK`` tasks a call), however
   many jobs wait; ``astatus``: one Job GET and one pod List.
-  A Job still without a pod after ``PODLESS_S`` gets one more List, of its ``FailedCreate``
-  events, so the task log says why (an exceeded quota) within a poll.
+  A Job still without a pod after ``PODLESS_S`` is looked up in its namespace's
+  ``FailedCreate`` events, one List per namespace at most every ``EVENTS_EVERY_S``, so the task
+  log says why (an exceeded quota).
 * ``alogs``: the pods' logs (``logs``), the pods as the last poll listed them.
 * ``astop``: deletes the Job with foreground propagation: its pods are stopped (SIGTERM, then
   SIGKILL after their grace period) and the Job stays readable until they are gone. A pod's
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 from urllib.parse import quote
 
@@ -52,6 +54,7 @@ FOLLOW_SECONDS = 120.0  # a stopping pod's grace period (30 s by default) and it
 FOLLOW_BYTES = 16 << 20  # what a stop follows of its pods' logs, all of them together
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 PODLESS_S = 5.0  # a Job with no pod this long: its FailedCreate events are read
+EVENTS_EVERY_S = 15.0  # a namespace's FailedCreate events are read at most this often
 
 
 class ApiError(RuntimeError):
@@ -82,6 +85,7 @@ class KubernetesTriggererCalls:
     _stamps: dict[str, dict[str, str]]  # job -> pod -> the stamp of its last line relayed
     _followers: dict[str, dict[str, asyncio.Task[str]]]  # job -> pod -> its log to its end
     _stopping: dict[str, list[dict[str, Any]]]  # job -> its pods that ran when it was stopped
+    _refusals: dict[str, tuple[float, dict[str, str]]]  # namespace -> (read at, uid -> message)
 
     def poll_group(self) -> str:
         """One cluster (connection), one group: its API server rate-limits every client."""
@@ -207,32 +211,44 @@ class KubernetesTriggererCalls:
 
     async def _with_events(self, handle: dict[str, Any], job: dict, status: JobStatus) -> JobStatus:
         """A waiting Job that has made no pod for ``PODLESS_S``: its last ``FailedCreate``
-        event says why (a namespace's quota, a missing service account, a policy), one
-        bounded List of its events; the status again with that reason."""
+        event says why (a namespace's quota, a missing service account, a policy); the status
+        again with that reason."""
         podless = (status.state == "pending" and not status.queued and not status.reason) or (
             status.state == "failed" and (status.reason or "").startswith(NO_PODS)
         )
         if not podless or self._pods.get(handle["job_id"]) or age(job) < PODLESS_S:
             return status
-        query = {
-            "fieldSelector": f"involvedObject.kind=Job,involvedObject.name={handle['job_id']},"
-            "reason=FailedCreate",
-            "limit": PAGE_ITEMS,
-        }
-        await list_limiter(self.poll_group()).aacquire()
-        try:
-            page = json.loads(await self._read_bounded(
-                f"/api/v1/namespaces/{handle['namespace']}/events", query, limit=MAX_OBJECT_BYTES,
-            ))  # fmt: skip
-        except (ApiError, ValueError) as exc:
-            if isinstance(exc, ApiError) and self.is_transient(exc):
-                raise
-            return status  # no right to read events: the NoPods message still points at them
-        events = sorted(page.get("items") or [], key=event_time)
-        if not events:
+        refusals = await self._refused_jobs(handle["namespace"])
+        message = refusals.get((job.get("metadata") or {}).get("uid", ""))
+        if message is None:
             return status
-        message = str(events[-1].get("message") or "")[:2000]
         return self._seen(handle, job, self._pods.get(handle["job_id"], []), message)
+
+    async def _refused_jobs(self, namespace: str) -> dict[str, str]:
+        """Job uid -> its last ``FailedCreate`` message in ``namespace``: one bounded List of
+        the namespace's FailedCreate events (a page, ``MAX_OBJECT_BYTES``) at most every
+        ``EVENTS_EVERY_S``, however many Jobs wait; best-effort (without the right to list
+        events, or on any error, the NoPods message still points at them)."""
+        read_at, refusals = self._refusals.get(namespace, (float("-inf"), {}))
+        if time.monotonic() - read_at < EVENTS_EVERY_S:
+            return refusals
+        refusals = {}
+        query = {"fieldSelector": "involvedObject.kind=Job,reason=FailedCreate",
+                 "limit": PAGE_ITEMS, "resourceVersion": "0"}  # fmt: skip
+        try:
+            await list_limiter(self.poll_group()).aacquire()
+            page = json.loads(await self._read_bounded(
+                f"/api/v1/namespaces/{namespace}/events", query, limit=MAX_OBJECT_BYTES,
+            ))  # fmt: skip
+            for event in sorted(page.get("items") or [], key=event_time):
+                uid = str((event.get("involvedObject") or {}).get("uid") or "")
+                refusals[uid] = str(event.get("message") or "")[:2000]
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # an extra read: its failure must not fail the round
+            refusals = {}
+        self._refusals[namespace] = (time.monotonic(), refusals)
+        return refusals
 
     def _seen(
         self, handle: dict[str, Any], job: dict, pods: list[dict], failed_create: str | None = None

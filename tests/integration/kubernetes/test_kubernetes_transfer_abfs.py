@@ -77,14 +77,14 @@ def test_the_upload_grant_writes_only_under_its_directory_and_only_as_signed(
     assert get(container, f"{grant['prefix']}model.bin") == b"weights"
 
     elsewhere = {**grant, "prefix": RUN.removeprefix(f"abfs://{CONTAINER}/") + "/other/"}
-    with pytest.raises(entry.TransferError, match="403"):
+    with pytest.raises(entry.TransferError, match=r"HTTP 403 [A-Za-z]+$"):
         entry.upload(elsewhere, "forged.json", str(local))
     sas = {k: v[0] for k, v in parse_qs(grant["query"]).items()}
     widened = {**grant, "prefix": "stepop/", "query": urlencode({**sas, "sdd": "1"})}
-    with pytest.raises(entry.TransferError, match="403"):  # the same signature, a wider directory
+    with pytest.raises(entry.TransferError, match=r"HTTP 403 Authentication"):  # a wider directory
         entry.upload(widened, "forged.json", str(local))
     more = {**grant, "query": urlencode({**sas, "sp": "rcwdl"})}
-    with pytest.raises(entry.TransferError, match="403"):  # the same signature, more rights
+    with pytest.raises(entry.TransferError, match=r"HTTP 403 Authentication"):  # more rights
         entry.upload(more, "forged.json", str(local))
     assert not container.get_blob_client("stepop/forged.json").exists()
     assert not container.get_blob_client(f"{grant['prefix']}forged.json").exists()
