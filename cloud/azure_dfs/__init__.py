@@ -8,6 +8,7 @@ AuthorizationFailure). ``front.py`` is an HTTP front before a private Azurite th
   directory that the first ``sdd`` segments of its blob path name, compared in constant time;
   the expiry; the permissions (c or w for a PUT, nothing else allowed); then stores the blob in
   Azurite with the account key. A refusal is Azure's 403 XML;
+* says ``x-ms-is-hns-enabled: true`` of the account (Get Account Information);
 * forwards every other request to Azurite unchanged (Azurite checks ``sr=b`` SAS and shared-key
   requests itself).
 

@@ -109,6 +109,9 @@ class Front(BaseHTTPRequestHandler):
             answer = upstream.getresponse()
             data = answer.read()
             kept = [(k, v) for k, v in answer.getheaders() if k.lower() not in OWN]
+            if query.get("restype") == "account" and query.get("comp") == "properties":
+                kept = [(k, v) for k, v in kept if k.lower() != "x-ms-is-hns-enabled"]
+                kept.append(("x-ms-is-hns-enabled", "true"))  # what this front emulates
             if self.command == "HEAD":
                 kept += [(k, v) for k, v in answer.getheaders() if k.lower() == "content-length"]
             self._answer(answer.status, kept, data)
@@ -150,9 +153,15 @@ def connection_string(endpoint: str) -> str:
 class Running:
     """A front and its Azurite; ``endpoint`` is the account's blob endpoint through the front."""
 
-    def __init__(self, azurite: subprocess.Popen, server: ThreadingHTTPServer, host: str) -> None:
+    def __init__(
+        self, azurite: subprocess.Popen, server: ThreadingHTTPServer, host: str, azurite_port: int
+    ) -> None:
         self._azurite, self._front = azurite, server
         self.endpoint = f"http://{host}:{server.server_address[1]}/{AZURITE_ACCOUNT}"
+        # Azurite itself: a storage account without a hierarchical namespace
+        self.plain_connection_string = connection_string(
+            f"http://{host}:{azurite_port}/{AZURITE_ACCOUNT}"
+        )
         self.connection_string = connection_string(self.endpoint)
 
     def stop(self) -> None:
@@ -185,4 +194,4 @@ def serve(host: str, port: int, azurite_port: int) -> Running:
         raise RuntimeError("azurite exited before listening:\n" + "".join(lines[-20:]))
     assert azurite.stdout is not None
     threading.Thread(target=azurite.stdout.read, daemon=True).start()  # drain it
-    return Running(azurite, front(host, port, (host, azurite_port)), host)
+    return Running(azurite, front(host, port, (host, azurite_port)), host, azurite_port)

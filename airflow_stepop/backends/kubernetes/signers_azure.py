@@ -64,6 +64,7 @@ class AzureSigner:
         self._key: str | None = getattr(credential, "account_key", None)
         self._delegation: tuple[Any, datetime.datetime] | None = None
         self._ends: datetime.datetime | None = None
+        self._hns_checked = False
         if self._key is None and not callable(getattr(credential, "get_token", None)):
             shown = "no credentials" if credential is None else type(credential).__name__
             if "sig=" in (client.url or ""):
@@ -139,8 +140,32 @@ class AzureSigner:
         as the URLs must live (at most 7 days, the longest lifetime they are given)."""
         return None
 
+    def _check_hierarchical_namespace(self) -> None:
+        """Refuse, before any Job runs, an account whose pods' uploads would be refused after
+        the step's work: a directory SAS needs a hierarchical namespace. Best-effort: an
+        identity that may not read the account's information is let through."""
+        if self._hns_checked:
+            return
+        from fsspec.asyn import sync
+
+        try:
+            info = sync(self._fs.loop, self._client.get_account_information)
+        except Exception:  # no right to ask: the pods' uploads say it, if it comes to that
+            info = {}
+        self._hns_checked = True
+        if info.get("is_hns_enabled") is False:
+            raise SettingsError(
+                f"The storage account {self.account!r} has no hierarchical namespace: a "
+                "Kubernetes step's pod writes an abfs:// root under a directory SAS, which only "
+                "an ADLS Gen2 account honours. Use a storage account with the hierarchical "
+                "namespace enabled, an s3:// or gs:// root, or a file:// root on a shared "
+                "volume (artifact_volume=)."
+            )
+
     def upload_grant(self, prefix_uri: str, expires_s: int) -> dict[str, Any]:
         from azure.storage.filedatalake import FileSasPermissions, generate_directory_sas
+
+        self._check_hierarchical_namespace()
 
         container, directory = self._container(prefix_uri.rstrip("/"))
         sas = generate_directory_sas(

@@ -94,6 +94,19 @@ def test_the_upload_grant_writes_only_under_its_directory_and_only_as_signed(
         entry.upload(small, "model.bin", str(local))
 
 
+def test_an_account_without_a_hierarchical_namespace_is_refused_before_any_job(
+    emulated, adls_connection, monkeypatch
+):
+    _, running = emulated  # Azurite itself, without the front: a plain Blob Storage account
+    conn = {"conn_type": "adls", "extra": {"connection_string": running.plain_connection_string}}
+    monkeypatch.setenv("AIRFLOW_CONN_ADLS_PLAIN_TEST", json.dumps(conn))
+    signer = signers.signer_for(ROOT, "adls_plain_test")
+    with pytest.raises(SettingsError, match="has no hierarchical namespace") as refused:
+        signer.upload_grant(f"{RUN}/output", 600)
+    assert "'devstoreaccount1'" in str(refused.value)
+    assert signers.signer_for(ROOT, CONN).upload_grant(f"{RUN}/output", 600)["kind"] == "put"
+
+
 def test_credentials_that_cannot_sign_are_refused_naming_the_connection(monkeypatch):
     conn = {"conn_type": "adls", "extra": {"account_name": "stepopaccount", "anon": True}}
     monkeypatch.setenv("AIRFLOW_CONN_ADLS_ANONYMOUS_TEST", json.dumps(conn))
