@@ -156,3 +156,12 @@ def test_a_step_shorter_than_the_kubelets_second_still_has_its_usage():
     ended = {"exitCode": 0, "reason": "Completed", "startedAt": stamp(5), "finishedAt": stamp(5)}
     done = status_of(job(("Complete", "True", "Completed")), [pod("Succeeded", terminated=ended)])
     assert done.details["run_seconds"] == 1.0 and billing(done.details)["billable_seconds"] == 1.0
+
+
+def test_events_sort_by_their_time_whatever_field_and_precision_says_it():
+    from airflow_stepop.backends.kubernetes.job import event_time
+
+    old = {"lastTimestamp": "2026-01-01T10:00:05Z"}
+    new = {"eventTime": "2026-01-01T10:00:05.500000Z"}
+    made = {"metadata": {"creationTimestamp": "2026-01-01T09:00:00Z"}}
+    assert sorted([new, made, old, {}], key=event_time) == [{}, made, old, new]

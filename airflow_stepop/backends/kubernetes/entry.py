@@ -195,6 +195,13 @@ def upload_tree(grant: dict, directory: str, unchanged: dict | None = None) -> i
     files = [rel for rel, facts in state.items() if (unchanged or {}).get(rel) != facts]
     files.sort(key=lambda relative: relative in LAST)
     for relative in files:
+        try:
+            relative.encode("utf-8")
+        except UnicodeEncodeError:
+            raise TransferError(
+                f"uploading {relative!r}: its name is not UTF-8, which no object key can be; "
+                "rename it"
+            ) from None
         upload(grant, relative, os.path.join(directory, relative))
     return len(files)
 

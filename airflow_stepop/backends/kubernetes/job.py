@@ -175,12 +175,15 @@ def _waiting(reason: str, what: str, waited: float, timeout_s: float, message: s
     return JobStatus("pending", reason=f"{reason}: {message}")
 
 
-def event_time(event: dict[str, Any]) -> str:
-    """An Event's last time, as sortable text (RFC 3339 in UTC): the latest of a repeated
-    event, else when it happened or was made."""
+def event_time(event: dict[str, Any]) -> datetime:
+    """An Event's last time: the latest of a repeated event, else when it happened (the
+    events.k8s.io ``eventTime``, to the microsecond) or was made; the epoch when none says."""
     meta = event.get("metadata") or {}
-    return str(event.get("lastTimestamp") or event.get("eventTime")
-               or meta.get("creationTimestamp") or "")  # fmt: skip
+    text = event.get("lastTimestamp") or event.get("eventTime") or meta.get("creationTimestamp")
+    try:
+        return parse_time(text) or datetime.fromtimestamp(0, UTC)
+    except ValueError:
+        return datetime.fromtimestamp(0, UTC)
 
 
 def age(obj: dict[str, Any], now: datetime | None = None) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 
@@ -154,3 +155,14 @@ def test_a_queued_jobs_urls_outlive_any_wait_for_admission_up_to_a_signatures_lo
     assert transfer.url_lifetime(3600, 1800) == 3600 + 1800 + 3600
     assert transfer.url_lifetime(3600, 1800, queued=True) == signers.MAX_EXPIRY_S
     assert transfer.url_lifetime(30 * 86400, 0) == signers.MAX_EXPIRY_S
+
+
+def test_an_output_whose_name_is_not_utf8_is_named_and_nothing_is_sent(monkeypatch, tmp_path):
+    sent = []
+    monkeypatch.setattr(entry, "upload", lambda grant, relative, path: sent.append(relative))
+    (tmp_path / "result.json").write_text("{}")
+    with open(os.path.join(os.fsencode(tmp_path), b"weights-\xff.bin"), "wb") as file:
+        file.write(b"w")
+    with pytest.raises(entry.TransferError, match="is not UTF-8"):
+        entry.upload_tree({"kind": "post"}, str(tmp_path))
+    assert "result.json" not in sent  # the step does not say it ended
